@@ -1,0 +1,44 @@
+//! The one error type of the crate. Each variant carries the data that locates the problem.
+
+use thiserror::Error;
+
+/// Everything that can go wrong when building, compiling or running a tape.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum Error {
+    /// A value of one graph was combined with, or looked up in, another graph.
+    #[error("value #{node} belongs to graph {value_graph}, not to graph {graph} ({context})")]
+    ForeignValue {
+        node: u32,
+        value_graph: u64,
+        graph: u64,
+        context: &'static str,
+    },
+    /// `backward`, `step` or compilation of a backward pass without a loss.
+    #[error("the graph has no loss: call Graph::set_loss before compiling for backward")]
+    NoLoss,
+    /// A slice passed to the program had the wrong length.
+    #[error("{what}: expected {expected} values, got {got}")]
+    WrongLength {
+        what: &'static str,
+        expected: usize,
+        got: usize,
+    },
+    /// An input was NaN or infinite.
+    #[error("input {index} is not finite ({value})")]
+    NonFiniteInput { index: usize, value: f64 },
+    /// A value the tape does not keep: created after compilation, or not needed by any output
+    /// or the loss (dead code is dropped).
+    #[error("value #{node} is not on the tape (created after compiling, or no output or the loss depends on it)")]
+    NotOnTape { node: u32 },
+    /// A tape failed `Tape::verify`; this is a bug in a pass, reported rather than run.
+    #[error("tape invariant broken at slot {slot}: {what}")]
+    InvalidTape { slot: u32, what: String },
+    /// LLVM could not initialize the host target, verify a module, optimize or JIT it.
+    #[error("LLVM {stage} failed: {message}")]
+    Llvm {
+        stage: &'static str,
+        message: String,
+    },
+}
+
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,298 @@
+//! The graph builder: micrograd's API over an arena.
+//!
+//! A [`Value`] is a cheap `Copy` handle (graph reference + node id). Building a value appends a
+//! node to its graph's arena, so operands always precede their users: the arena is already in
+//! topological order, and nothing here (or later) needs recursion.
+
+use std::cell::RefCell;
+use std::fmt;
+use std::ops::{Add, AddAssign, Div, DivAssign, Mul, MulAssign, Neg, Sub, SubAssign};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::error::{Error, Result};
+use crate::op::Op;
+
+/// Index of a node in its graph's arena.
+pub type NodeId = u32;
+
+/// A node of the arena: an op and its operands, `args[start..start + len]` of the graph.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Node {
+    pub op: Op,
+    pub args_start: u32,
+    pub args_len: u32,
+}
+
+/// The arena behind a [`Graph`]. Read by the tape builder; never exposed.
+#[derive(Default)]
+pub(crate) struct GraphData {
+    pub nodes: Vec<Node>,
+    pub args: Vec<NodeId>,
+    pub num_inputs: u32,
+    pub param_init: Vec<f64>,
+    pub outputs: Vec<NodeId>,
+    pub loss: Option<NodeId>,
+    /// The first misuse seen while building through operators (which cannot return errors);
+    /// reported by compilation.
+    pub poison: Option<Error>,
+}
+
+impl GraphData {
+    pub fn args_of(&self, node: &Node) -> &[NodeId] {
+        &self.args[node.args_start as usize..(node.args_start + node.args_len) as usize]
+    }
+}
+
+/// A scalar computation graph with micrograd's semantics.
+///
+/// ```
+/// use tapejit::Graph;
+/// let g = Graph::new();
+/// let x = g.input();
+/// let w = g.param(0.5);
+/// let y = (w * x + 1.0).tanh();
+/// g.set_loss(y).unwrap();
+/// ```
+pub struct Graph {
+    id: u64,
+    pub(crate) data: RefCell<GraphData>,
+}
+
+static NEXT_GRAPH_ID: AtomicU64 = AtomicU64::new(1);
+
+impl Default for Graph {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Graph {
+    pub fn new() -> Graph {
+        Graph {
+            id: NEXT_GRAPH_ID.fetch_add(1, Ordering::Relaxed),
+            data: RefCell::new(GraphData::default()),
+        }
+    }
+
+    /// A process-unique id, used to tell graphs apart in errors.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Number of nodes built so far.
+    pub fn len(&self) -> usize {
+        self.data.borrow().nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A new input; inputs are numbered in creation order and set before each run.
+    pub fn input(&self) -> Value<'_> {
+        let n = {
+            let mut d = self.data.borrow_mut();
+            d.num_inputs += 1;
+            d.num_inputs - 1
+        };
+        self.push(Op::Input(n), &[])
+    }
+
+    /// `n` new inputs.
+    pub fn inputs(&self, n: usize) -> Vec<Value<'_>> {
+        (0..n).map(|_| self.input()).collect()
+    }
+
+    /// A new trainable parameter with its initial value; params are numbered in creation order.
+    pub fn param(&self, init: f64) -> Value<'_> {
+        let n = {
+            let mut d = self.data.borrow_mut();
+            d.param_init.push(init);
+            d.param_init.len() as u32 - 1
+        };
+        self.push(Op::Param(n), &[])
+    }
+
+    pub fn constant(&self, c: f64) -> Value<'_> {
+        self.push(Op::Const(c), &[])
+    }
+
+    /// `((v0 + v1) + v2) + ...` as one node; the empty sum is the constant 0.
+    pub fn sum(&self, values: &[Value<'_>]) -> Value<'_> {
+        if values.is_empty() {
+            return self.constant(0.0);
+        }
+        let ids: Vec<NodeId> = values
+            .iter()
+            .map(|v| self.own_id(*v, "sum"))
+            .collect();
+        self.push_ids(Op::Sum, &ids)
+    }
+
+    /// Marks `v` as an output: its value is computed by `forward`. Returns the output's index.
+    pub fn add_output(&self, v: Value<'_>) -> Result<usize> {
+        let id = self.check_own(v, "add_output")?;
+        let mut d = self.data.borrow_mut();
+        d.outputs.push(id);
+        Ok(d.outputs.len() - 1)
+    }
+
+    /// Makes `v` the loss that `backward` differentiates (replacing any earlier loss).
+    pub fn set_loss(&self, v: Value<'_>) -> Result<()> {
+        let id = self.check_own(v, "set_loss")?;
+        self.data.borrow_mut().loss = Some(id);
+        Ok(())
+    }
+
+    pub fn num_inputs(&self) -> usize {
+        self.data.borrow().num_inputs as usize
+    }
+
+    pub fn num_params(&self) -> usize {
+        self.data.borrow().param_init.len()
+    }
+
+    pub(crate) fn check_own(&self, v: Value<'_>, context: &'static str) -> Result<NodeId> {
+        if v.graph.id == self.id {
+            Ok(v.id)
+        } else {
+            Err(Error::ForeignValue {
+                node: v.id,
+                value_graph: v.graph.id,
+                graph: self.id,
+                context,
+            })
+        }
+    }
+
+    /// The id of `v` in this graph; a foreign value poisons the graph and stands in as node 0,
+    /// so the arena stays well-formed until compilation reports the error.
+    fn own_id(&self, v: Value<'_>, context: &'static str) -> NodeId {
+        self.check_own(v, context).unwrap_or_else(|e| {
+            self.data.borrow_mut().poison.get_or_insert(e);
+            0
+        })
+    }
+
+    fn push(&self, op: Op, args: &[Value<'_>]) -> Value<'_> {
+        let ids: Vec<NodeId> = args.iter().map(|v| self.own_id(*v, op.name())).collect();
+        self.push_ids(op, &ids)
+    }
+
+    fn push_ids(&self, op: Op, ids: &[NodeId]) -> Value<'_> {
+        let mut d = self.data.borrow_mut();
+        let id = d.nodes.len() as NodeId;
+        let args_start = d.args.len() as u32;
+        d.args.extend_from_slice(ids);
+        d.nodes.push(Node {
+            op,
+            args_start,
+            args_len: ids.len() as u32,
+        });
+        Value { graph: self, id }
+    }
+}
+
+/// A scalar of a [`Graph`]: a cheap handle, `Copy`, combined with `+ - * /` and the methods
+/// below exactly as in micrograd. Values of different graphs cannot be combined: doing so is
+/// reported as [`Error::ForeignValue`] when the graph is compiled.
+#[derive(Clone, Copy)]
+pub struct Value<'g> {
+    graph: &'g Graph,
+    id: NodeId,
+}
+
+impl fmt::Debug for Value<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Value(graph {}, #{})", self.graph.id, self.id)
+    }
+}
+
+impl<'g> Value<'g> {
+    /// The node's index in its graph's arena.
+    pub fn id(self) -> NodeId {
+        self.id
+    }
+
+    pub fn graph(self) -> &'g Graph {
+        self.graph
+    }
+
+    fn unary(self, op: Op) -> Value<'g> {
+        self.graph.push(op, &[self])
+    }
+
+    fn binary(self, op: Op, other: Value<'_>) -> Value<'g> {
+        self.graph.push(op, &[self, other])
+    }
+
+    /// `self ** c` for a constant exponent.
+    pub fn powf(self, c: f64) -> Value<'g> {
+        self.unary(Op::Powf(c))
+    }
+    pub fn exp(self) -> Value<'g> {
+        self.unary(Op::Exp)
+    }
+    /// Natural logarithm.
+    pub fn log(self) -> Value<'g> {
+        self.unary(Op::Log)
+    }
+    pub fn tanh(self) -> Value<'g> {
+        self.unary(Op::Tanh)
+    }
+    /// `0 if self < 0 else self`.
+    pub fn relu(self) -> Value<'g> {
+        self.unary(Op::Relu)
+    }
+    /// `1 / (1 + exp(-self))`.
+    pub fn sigmoid(self) -> Value<'g> {
+        self.unary(Op::Sigmoid)
+    }
+}
+
+impl<'g> Neg for Value<'g> {
+    type Output = Value<'g>;
+    fn neg(self) -> Value<'g> {
+        self.unary(Op::Neg)
+    }
+}
+
+/// `Value op Value`, `Value op f64`, `f64 op Value` and `Value op= ...` for one operator;
+/// an `f64` becomes a constant node of the value's graph.
+macro_rules! binary_operator {
+    ($Trait:ident, $method:ident, $AssignTrait:ident, $assign:ident, $op:expr) => {
+        impl<'g> $Trait<Value<'g>> for Value<'g> {
+            type Output = Value<'g>;
+            fn $method(self, rhs: Value<'g>) -> Value<'g> {
+                self.binary($op, rhs)
+            }
+        }
+        impl<'g> $Trait<f64> for Value<'g> {
+            type Output = Value<'g>;
+            fn $method(self, rhs: f64) -> Value<'g> {
+                self.binary($op, self.graph.constant(rhs))
+            }
+        }
+        impl<'g> $Trait<Value<'g>> for f64 {
+            type Output = Value<'g>;
+            fn $method(self, rhs: Value<'g>) -> Value<'g> {
+                rhs.graph.constant(self).binary($op, rhs)
+            }
+        }
+        impl<'g> $AssignTrait<Value<'g>> for Value<'g> {
+            fn $assign(&mut self, rhs: Value<'g>) {
+                *self = self.binary($op, rhs);
+            }
+        }
+        impl<'g> $AssignTrait<f64> for Value<'g> {
+            fn $assign(&mut self, rhs: f64) {
+                *self = self.binary($op, self.graph.constant(rhs));
+            }
+        }
+    };
+}
+
+binary_operator!(Add, add, AddAssign, add_assign, Op::Add);
+binary_operator!(Sub, sub, SubAssign, sub_assign, Op::Sub);
+binary_operator!(Mul, mul, MulAssign, mul_assign, Op::Mul);
+binary_operator!(Div, div, DivAssign, div_assign, Op::Div);

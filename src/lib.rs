@@ -1,0 +1,23 @@
+//! tapejit: micrograd-style scalar autodiff, linearized once into a tape and compiled to
+//! native code with LLVM.
+//!
+//! The pipeline: [`Graph`] (micrograd's API) -> [`Tape`] (linear, slot-indexed) ->
+//! LLVM IR -> native `forward`/`backward`/`update` ([`Jit`]). The [`Interpreter`] runs the
+//! same tape as the reference every backend must match bit for bit; both implement
+//! [`Program`], so a training loop is written once.
+
+pub mod error;
+pub mod graph;
+pub mod interp;
+pub mod op;
+pub mod program;
+pub mod tape;
+
+pub use error::{Error, Result};
+pub use graph::{Graph, Value};
+pub use interp::Interpreter;
+pub use op::Op;
+pub use program::Program;
+pub use tape::{Slot, Tape};
+pub mod jit;
+pub use jit::{Jit, JitBuilder, OptLevel};

@@ -1,0 +1,145 @@
+//! One execution API for every backend, so a training loop is written once.
+//!
+//! A backend provides its tape, its value and gradient buffers, and the three passes
+//! (`run_forward`, `run_backward`, `run_update`); everything a user calls is defined here on
+//! top of them, with the checks that make misuse a typed error.
+
+use crate::error::{Error, Result};
+use crate::graph::Value;
+use crate::tape::Tape;
+
+/// A compiled (or interpreted) tape with its buffers: the interpreter and the JIT both are one.
+///
+/// Semantics follow micrograd: `backward` seeds the loss's gradient with 1 and accumulates
+/// `grad += local * out_grad` in reverse tape order. Gradients of params accumulate across
+/// `backward` calls until `zero_grad`; every other node's gradient is recomputed from 0 by
+/// each `backward` (in micrograd those nodes are rebuilt fresh every step).
+pub trait Program {
+    /// The tape being run.
+    fn tape(&self) -> &Tape;
+    /// The value of every slot, as of the last `forward` (params and inputs as last set).
+    fn values(&self) -> &[f64];
+    /// The gradient of every slot, as of the last `backward`.
+    fn grads(&self) -> &[f64];
+    /// Mutable views for the provided methods; lengths are fixed.
+    fn buffers_mut(&mut self) -> (&mut [f64], &mut [f64]);
+
+    /// Computes every value from the current inputs and params.
+    fn run_forward(&mut self);
+    /// Reverse-mode pass; only called when the tape has a loss.
+    fn run_backward(&mut self);
+    /// `p -= lr * grad` for every param.
+    fn run_update(&mut self, lr: f64);
+
+    /// Sets the inputs, in the order they were created. Wrong length or a non-finite number is
+    /// an error and leaves the inputs unchanged.
+    fn set_inputs(&mut self, inputs: &[f64]) -> Result<()> {
+        let (base, n) = (self.tape().input_base(), self.tape().num_inputs());
+        if inputs.len() != n {
+            return Err(Error::WrongLength {
+                what: "inputs",
+                expected: n,
+                got: inputs.len(),
+            });
+        }
+        if let Some((index, &value)) = inputs.iter().enumerate().find(|(_, x)| !x.is_finite()) {
+            return Err(Error::NonFiniteInput { index, value });
+        }
+        self.buffers_mut().0[base..base + n].copy_from_slice(inputs);
+        Ok(())
+    }
+
+    /// Runs forward and returns the loss (`NaN` if the graph has no loss).
+    fn forward(&mut self) -> f64 {
+        self.run_forward();
+        self.loss().unwrap_or(f64::NAN)
+    }
+
+    /// The loss as of the last `forward`.
+    fn loss(&self) -> Result<f64> {
+        let l = self.tape().loss().ok_or(Error::NoLoss)?;
+        Ok(self.values()[l.index()])
+    }
+
+    /// The outputs as of the last `forward`, in the order they were added.
+    fn outputs(&self) -> Vec<f64> {
+        let v = self.values();
+        self.tape().outputs().iter().map(|s| v[s.index()]).collect()
+    }
+
+    /// Zeroes every gradient, params' included.
+    fn zero_grad(&mut self) {
+        self.buffers_mut().1.fill(0.0);
+    }
+
+    /// Reverse-mode differentiation of the loss at the values of the last `forward`.
+    fn backward(&mut self) -> Result<()> {
+        self.tape().loss().ok_or(Error::NoLoss)?;
+        self.run_backward();
+        Ok(())
+    }
+
+    /// One SGD update with learning rate `lr`: `p -= lr * grad`.
+    fn update(&mut self, lr: f64) {
+        self.run_update(lr);
+    }
+
+    /// One per-sample SGD step: set inputs, zero_grad, forward, backward, update. Returns the
+    /// loss before the update.
+    fn step(&mut self, inputs: &[f64], lr: f64) -> Result<f64> {
+        self.tape().loss().ok_or(Error::NoLoss)?;
+        self.set_inputs(inputs)?;
+        self.zero_grad();
+        let loss = self.forward();
+        self.run_backward();
+        self.run_update(lr);
+        Ok(loss)
+    }
+
+    /// The params, in the order they were created.
+    fn params(&self) -> &[f64] {
+        &self.values()[..self.tape().num_params()]
+    }
+
+    /// Overwrites every param.
+    fn set_params(&mut self, params: &[f64]) -> Result<()> {
+        let n = self.tape().num_params();
+        if params.len() != n {
+            return Err(Error::WrongLength {
+                what: "params",
+                expected: n,
+                got: params.len(),
+            });
+        }
+        self.buffers_mut().0[..n].copy_from_slice(params);
+        Ok(())
+    }
+
+    /// The params' gradients, in the order the params were created.
+    fn param_grads(&self) -> &[f64] {
+        &self.grads()[..self.tape().num_params()]
+    }
+
+    /// The value of `v` as of the last `forward`.
+    fn value(&self, v: Value<'_>) -> Result<f64> {
+        Ok(self.values()[self.tape().slot(v)?.index()])
+    }
+
+    /// The gradient of `v` as of the last `backward` (0 for nodes the loss does not depend on).
+    fn grad(&self, v: Value<'_>) -> Result<f64> {
+        Ok(self.grads()[self.tape().slot(v)?.index()])
+    }
+}
+
+/// Fresh value and gradient buffers for a tape: params at their initial values, constants in
+/// place, everything else 0.
+pub(crate) fn initial_buffers(tape: &Tape) -> (Vec<f64>, Vec<f64>) {
+    let mut values = vec![0.0; tape.len()];
+    values[..tape.num_params()].copy_from_slice(tape.param_init());
+    for s in tape.slots() {
+        if let crate::op::Op::Const(c) = tape.op(s) {
+            values[s.index()] = c;
+        }
+    }
+    (values, vec![0.0; tape.len()])
+}

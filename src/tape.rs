@@ -1,0 +1,262 @@
+//! The tape: a graph linearized once into flat, slot-indexed form.
+//!
+//! Every node of the tape owns one slot, its index, in two flat `f64` buffers (values and
+//! gradients). The invariants, checked by [`Tape::verify`]:
+//!
+//! - **Operands precede users**: every operand slot is smaller than the slot that uses it, so
+//!   a forward walk in slot order and a backward walk in reverse slot order are correct.
+//! - **Leaves first, params contiguous**: slots `0..P` hold `Param(0)..Param(P-1)` and slots
+//!   `P..P+I` hold `Input(0)..Input(I-1)`, in order; no other slot holds a param or an input.
+//!   Every param and input of the graph is on the tape, used or not, so the parameter vector
+//!   and the input slice keep the graph's numbering.
+//! - **Arity**: each node has the operands its op takes; a `Sum` has at least one.
+//! - **Nothing dead**: every other node is needed by an output or the loss.
+//! - **Gradient cone closed**: the loss needs a gradient, and the operands of a non-leaf
+//!   node that needs one need one too. Backward visits exactly these nodes.
+
+use crate::error::{Error, Result};
+use crate::graph::{Graph, NodeId, Value};
+use crate::op::Op;
+
+/// A position in the tape and in its value and gradient buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Slot(pub u32);
+
+impl Slot {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct TapeNode {
+    op: Op,
+    args_start: u32,
+    args_len: u32,
+    needs_grad: bool,
+}
+
+/// A linearized graph. Build it with [`Tape::from_graph`]; backends run it.
+#[derive(Clone, Debug)]
+pub struct Tape {
+    graph_id: u64,
+    nodes: Vec<TapeNode>,
+    args: Vec<Slot>,
+    num_params: usize,
+    num_inputs: usize,
+    param_init: Vec<f64>,
+    outputs: Vec<Slot>,
+    loss: Option<Slot>,
+    /// Graph node id -> slot, `u32::MAX` for nodes that were dropped.
+    slot_of: Vec<u32>,
+}
+
+const DROPPED: u32 = u32::MAX;
+
+impl Tape {
+    /// Linearizes `graph`: keeps what an output or the loss depends on (and every param and
+    /// input), lays out params, then inputs, then the rest in build order.
+    pub fn from_graph(graph: &Graph) -> Result<Tape> {
+        let g = graph.data.borrow();
+        if let Some(e) = &g.poison {
+            return Err(e.clone());
+        }
+        let n = g.nodes.len();
+        let mut live = vec![false; n];
+        let mut needs_grad = vec![false; n];
+        for &o in &g.outputs {
+            live[o as usize] = true;
+        }
+        if let Some(l) = g.loss {
+            live[l as usize] = true;
+            needs_grad[l as usize] = true;
+        }
+        // The arena is topologically ordered, so one reverse sweep propagates liveness.
+        for i in (0..n).rev() {
+            let node = &g.nodes[i];
+            if node.op.is_leaf() {
+                live[i] |= matches!(node.op, Op::Param(_) | Op::Input(_));
+                continue;
+            }
+            if live[i] {
+                for &a in g.args_of(node) {
+                    live[a as usize] = true;
+                    needs_grad[a as usize] |= needs_grad[i];
+                }
+            }
+        }
+
+        let num_params = g.param_init.len();
+        let num_inputs = g.num_inputs as usize;
+        let mut slot_of = vec![DROPPED; n];
+        let mut order: Vec<NodeId> = Vec::with_capacity(n);
+        let leaf_rank = |op: Op| match op {
+            Op::Param(_) => 0,
+            Op::Input(_) => 1,
+            _ => 2,
+        };
+        // Params and inputs are created in index order, so three stable passes lay them out.
+        for rank in 0..3 {
+            for i in 0..n {
+                if live[i] && leaf_rank(g.nodes[i].op) == rank {
+                    slot_of[i] = order.len() as u32;
+                    order.push(i as NodeId);
+                }
+            }
+        }
+
+        let mut nodes = Vec::with_capacity(order.len());
+        let mut args = Vec::new();
+        for &id in &order {
+            let node = &g.nodes[id as usize];
+            let args_start = args.len() as u32;
+            args.extend(g.args_of(node).iter().map(|&a| Slot(slot_of[a as usize])));
+            nodes.push(TapeNode {
+                op: node.op,
+                args_start,
+                args_len: node.args_len,
+                needs_grad: needs_grad[id as usize],
+            });
+        }
+        let tape = Tape {
+            graph_id: graph.id(),
+            nodes,
+            args,
+            num_params,
+            num_inputs,
+            param_init: g.param_init.clone(),
+            outputs: g.outputs.iter().map(|&o| Slot(slot_of[o as usize])).collect(),
+            loss: g.loss.map(|l| Slot(slot_of[l as usize])),
+            slot_of,
+        };
+        tape.verify()?;
+        Ok(tape)
+    }
+
+    /// Checks the invariants listed in the module docs.
+    pub fn verify(&self) -> Result<()> {
+        let bad = |slot: usize, what: String| Error::InvalidTape {
+            slot: slot as u32,
+            what,
+        };
+        let p = self.num_params;
+        let i = self.num_inputs;
+        if self.param_init.len() != p {
+            return Err(bad(0, format!("{} initial values for {p} params", self.param_init.len())));
+        }
+        if self.nodes.len() < p + i {
+            return Err(bad(0, "fewer slots than params and inputs".into()));
+        }
+        for (s, node) in self.nodes.iter().enumerate() {
+            match node.op {
+                Op::Param(k) if s < p && k as usize == s => {}
+                Op::Input(k) if (p..p + i).contains(&s) && k as usize == s - p => {}
+                Op::Param(_) | Op::Input(_) => {
+                    return Err(bad(s, format!("{:?} out of place", node.op)))
+                }
+                _ if s < p + i => return Err(bad(s, "a param or input slot holds another op".into())),
+                _ => {}
+            }
+            let args = self.args(Slot(s as u32));
+            match node.op.arity() {
+                Some(k) if k != args.len() => {
+                    return Err(bad(s, format!("{} takes {k} operands, has {}", node.op.name(), args.len())))
+                }
+                None if args.is_empty() => return Err(bad(s, "sum of no operands".into())),
+                _ => {}
+            }
+            for a in args {
+                if a.index() >= s {
+                    return Err(bad(s, format!("operand slot {} does not precede its user", a.0)));
+                }
+                if node.needs_grad && !self.nodes[a.index()].needs_grad {
+                    return Err(bad(s, format!("operand slot {} is outside the gradient cone", a.0)));
+                }
+            }
+        }
+        for &o in self.outputs.iter().chain(&self.loss) {
+            if o.index() >= self.nodes.len() {
+                return Err(bad(o.index(), "output or loss beyond the tape".into()));
+            }
+        }
+        if let Some(l) = self.loss {
+            if !self.nodes[l.index()].needs_grad {
+                return Err(bad(l.index(), "the loss is outside the gradient cone".into()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Number of slots (= nodes).
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    pub fn op(&self, s: Slot) -> Op {
+        self.nodes[s.index()].op
+    }
+
+    pub fn args(&self, s: Slot) -> &[Slot] {
+        let n = &self.nodes[s.index()];
+        &self.args[n.args_start as usize..(n.args_start + n.args_len) as usize]
+    }
+
+    /// Whether backward computes a gradient for this slot (the loss depends on it).
+    pub fn needs_grad(&self, s: Slot) -> bool {
+        self.nodes[s.index()].needs_grad
+    }
+
+    /// All slots in forward order.
+    pub fn slots(&self) -> impl DoubleEndedIterator<Item = Slot> + ExactSizeIterator {
+        (0..self.nodes.len() as u32).map(Slot)
+    }
+
+    pub fn num_params(&self) -> usize {
+        self.num_params
+    }
+
+    pub fn num_inputs(&self) -> usize {
+        self.num_inputs
+    }
+
+    /// Slot of input 0; inputs occupy `input_base..input_base + num_inputs`.
+    pub fn input_base(&self) -> usize {
+        self.num_params
+    }
+
+    pub fn param_init(&self) -> &[f64] {
+        &self.param_init
+    }
+
+    pub fn outputs(&self) -> &[Slot] {
+        &self.outputs
+    }
+
+    pub fn loss(&self) -> Option<Slot> {
+        self.loss
+    }
+
+    pub fn graph_id(&self) -> u64 {
+        self.graph_id
+    }
+
+    /// The slot of a value of the graph this tape was built from.
+    pub fn slot(&self, v: Value<'_>) -> Result<Slot> {
+        if v.graph().id() != self.graph_id {
+            return Err(Error::ForeignValue {
+                node: v.id(),
+                value_graph: v.graph().id(),
+                graph: self.graph_id,
+                context: "tape lookup",
+            });
+        }
+        match self.slot_of.get(v.id() as usize) {
+            Some(&s) if s != DROPPED => Ok(Slot(s)),
+            _ => Err(Error::NotOnTape { node: v.id() }),
+        }
+    }
+}
