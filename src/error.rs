@@ -23,9 +23,13 @@ pub enum Error {
         expected: usize,
         got: usize,
     },
-    /// An input was NaN or infinite.
-    #[error("input {index} is not finite ({value})")]
-    NonFiniteInput { index: usize, value: f64 },
+    /// An input or param was NaN or infinite.
+    #[error("{what} {index} is not finite ({value})")]
+    NonFinite {
+        what: &'static str,
+        index: usize,
+        value: f64,
+    },
     /// A value the tape does not keep: created after compilation, or not needed by any output
     /// or the loss (dead code is dropped).
     #[error("value #{node} is not on the tape (created after compiling, or no output or the loss depends on it)")]

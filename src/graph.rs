@@ -122,10 +122,7 @@ impl Graph {
         if values.is_empty() {
             return self.constant(0.0);
         }
-        let ids: Vec<NodeId> = values
-            .iter()
-            .map(|v| self.own_id(*v, "sum"))
-            .collect();
+        let ids: Vec<NodeId> = values.iter().map(|v| self.own_id(*v, "sum")).collect();
         self.push_ids(Op::Sum, &ids)
     }
 
@@ -243,6 +240,10 @@ impl<'g> Value<'g> {
     /// `0 if self < 0 else self`.
     pub fn relu(self) -> Value<'g> {
         self.unary(Op::Relu)
+    }
+    /// The larger of the two; the gradient flows to the one picked (`self` on ties).
+    pub fn max(self, other: Value<'_>) -> Value<'g> {
+        self.binary(Op::Max, other)
     }
     /// `1 / (1 + exp(-self))`.
     pub fn sigmoid(self) -> Value<'g> {

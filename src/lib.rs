@@ -20,4 +20,10 @@ pub use op::Op;
 pub use program::Program;
 pub use tape::{Slot, Tape};
 pub mod jit;
-pub use jit::{Jit, JitBuilder, OptLevel};
+pub mod nn;
+pub use jit::{Jit, JitBuilder, JitStats, OptLevel};
+
+/// The README's examples are compiled and run as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

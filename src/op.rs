@@ -23,10 +23,8 @@ pub trait Arith {
     fn log(&mut self, a: Self::V) -> Self::V;
     fn tanh(&mut self, a: Self::V) -> Self::V;
     fn powf(&mut self, a: Self::V, c: f64) -> Self::V;
-    /// micrograd's relu: `0 if a < 0 else a`.
-    fn relu(&mut self, a: Self::V) -> Self::V;
-    /// `1.0 if a > 0 else 0.0`, micrograd's `(out.data > 0)` as a number.
-    fn is_positive(&mut self, a: Self::V) -> Self::V;
+    /// `then if a > b else otherwise` (false when either is NaN).
+    fn select_gt(&mut self, a: Self::V, b: Self::V, then: Self::V, otherwise: Self::V) -> Self::V;
 }
 
 /// An operation of the graph. Leaves (`Input`, `Param`, `Const`) have no operands; `Sum` has
@@ -49,8 +47,11 @@ pub enum Op {
     Exp,
     Log,
     Tanh,
+    /// micrograd's relu: `0 if a < 0 else a`.
     Relu,
     Sigmoid,
+    /// `b if b > a else a`.
+    Max,
     /// `((a0 + a1) + a2) + ...`, left to right.
     Sum,
 }
@@ -63,7 +64,7 @@ impl Op {
             Op::Neg | Op::Powf(_) | Op::Exp | Op::Log | Op::Tanh | Op::Relu | Op::Sigmoid => {
                 Some(1)
             }
-            Op::Add | Op::Sub | Op::Mul | Op::Div => Some(2),
+            Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Max => Some(2),
             Op::Sum => None,
         }
     }
@@ -89,6 +90,7 @@ impl Op {
             Op::Tanh => "tanh",
             Op::Relu => "relu",
             Op::Sigmoid => "sigmoid",
+            Op::Max => "max",
             Op::Sum => "sum",
         }
     }
@@ -110,7 +112,10 @@ impl Op {
             Op::Exp => ar.exp(x[0]),
             Op::Log => ar.log(x[0]),
             Op::Tanh => ar.tanh(x[0]),
-            Op::Relu => ar.relu(x[0]),
+            Op::Relu => {
+                let zero = ar.constant(0.0);
+                ar.select_gt(zero, x[0], zero, x[0])
+            }
             Op::Sigmoid => {
                 // 1 / (1 + e^-x)
                 let minus_x = ar.neg(x[0]);
@@ -119,6 +124,7 @@ impl Op {
                 let denom = ar.add(one, e);
                 ar.div(one, denom)
             }
+            Op::Max => ar.select_gt(x[1], x[0], x[1], x[0]),
             Op::Sum => {
                 let mut acc = x[0];
                 for &xi in &x[1..] {
@@ -182,7 +188,9 @@ impl Op {
                 local.push(ar.mul(d, g));
             }
             Op::Relu => {
-                let d = ar.is_positive(out);
+                // micrograd: (out.data > 0) * out.grad
+                let (zero, one) = (ar.constant(0.0), ar.constant(1.0));
+                let d = ar.select_gt(out, zero, one, zero);
                 local.push(ar.mul(d, g));
             }
             Op::Sigmoid => {
@@ -191,6 +199,14 @@ impl Op {
                 let one_minus = ar.sub(one, out);
                 let d = ar.mul(out, one_minus);
                 local.push(ar.mul(d, g));
+            }
+            Op::Max => {
+                // the gradient goes to the operand max picked
+                let (zero, one) = (ar.constant(0.0), ar.constant(1.0));
+                let da = ar.select_gt(x[1], x[0], zero, one);
+                let db = ar.select_gt(x[1], x[0], one, zero);
+                let (da, db) = (ar.mul(da, g), ar.mul(db, g));
+                local.extend([da, db]);
             }
             Op::Sum => local.extend(x.iter().map(|_| g)),
         }
@@ -250,18 +266,11 @@ impl Arith for F64 {
     fn powf(&mut self, a: f64, c: f64) -> f64 {
         libm::powf(a, c)
     }
-    fn relu(&mut self, a: f64) -> f64 {
-        if a < 0.0 {
-            0.0
+    fn select_gt(&mut self, a: f64, b: f64, then: f64, otherwise: f64) -> f64 {
+        if a > b {
+            then
         } else {
-            a
-        }
-    }
-    fn is_positive(&mut self, a: f64) -> f64 {
-        if a > 0.0 {
-            1.0
-        } else {
-            0.0
+            otherwise
         }
     }
 }

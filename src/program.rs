@@ -10,10 +10,14 @@ use crate::tape::Tape;
 
 /// A compiled (or interpreted) tape with its buffers: the interpreter and the JIT both are one.
 ///
-/// Semantics follow micrograd: `backward` seeds the loss's gradient with 1 and accumulates
+/// Semantics follow micrograd: `backward` sets the loss's gradient to 1 and accumulates
 /// `grad += local * out_grad` in reverse tape order. Gradients of params accumulate across
 /// `backward` calls until `zero_grad`; every other node's gradient is recomputed from 0 by
-/// each `backward` (in micrograd those nodes are rebuilt fresh every step).
+/// each `backward` (in micrograd those nodes are rebuilt fresh every step). As in micrograd,
+/// a loss that is itself a param gets gradient 1, not an accumulated one.
+///
+/// Every backend produces bit-identical values and gradients, with one exception IEEE leaves
+/// open: when two NaNs meet, which one comes out (its sign and payload) may differ.
 pub trait Program {
     /// The tape being run.
     fn tape(&self) -> &Tape;
@@ -42,14 +46,13 @@ pub trait Program {
                 got: inputs.len(),
             });
         }
-        if let Some((index, &value)) = inputs.iter().enumerate().find(|(_, x)| !x.is_finite()) {
-            return Err(Error::NonFiniteInput { index, value });
-        }
+        check_finite("input", inputs)?;
         self.buffers_mut().0[base..base + n].copy_from_slice(inputs);
         Ok(())
     }
 
-    /// Runs forward and returns the loss (`NaN` if the graph has no loss).
+    /// Runs forward and returns the loss; a graph with only outputs returns `NaN` here (read
+    /// them with `outputs`; `loss()` tells the two cases apart).
     fn forward(&mut self) -> f64 {
         self.run_forward();
         self.loss().unwrap_or(f64::NAN)
@@ -101,7 +104,8 @@ pub trait Program {
         &self.values()[..self.tape().num_params()]
     }
 
-    /// Overwrites every param.
+    /// Overwrites every param. Wrong length or a non-finite number is an error and leaves the
+    /// params unchanged.
     fn set_params(&mut self, params: &[f64]) -> Result<()> {
         let n = self.tape().num_params();
         if params.len() != n {
@@ -111,6 +115,7 @@ pub trait Program {
                 got: params.len(),
             });
         }
+        check_finite("param", params)?;
         self.buffers_mut().0[..n].copy_from_slice(params);
         Ok(())
     }
@@ -128,6 +133,13 @@ pub trait Program {
     /// The gradient of `v` as of the last `backward` (0 for nodes the loss does not depend on).
     fn grad(&self, v: Value<'_>) -> Result<f64> {
         Ok(self.grads()[self.tape().slot(v)?.index()])
+    }
+}
+
+fn check_finite(what: &'static str, xs: &[f64]) -> Result<()> {
+    match xs.iter().enumerate().find(|(_, x)| !x.is_finite()) {
+        Some((index, &value)) => Err(Error::NonFinite { what, index, value }),
+        None => Ok(()),
     }
 }
 

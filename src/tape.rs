@@ -125,7 +125,11 @@ impl Tape {
             num_params,
             num_inputs,
             param_init: g.param_init.clone(),
-            outputs: g.outputs.iter().map(|&o| Slot(slot_of[o as usize])).collect(),
+            outputs: g
+                .outputs
+                .iter()
+                .map(|&o| Slot(slot_of[o as usize]))
+                .collect(),
             loss: g.loss.map(|l| Slot(slot_of[l as usize])),
             slot_of,
         };
@@ -142,7 +146,10 @@ impl Tape {
         let p = self.num_params;
         let i = self.num_inputs;
         if self.param_init.len() != p {
-            return Err(bad(0, format!("{} initial values for {p} params", self.param_init.len())));
+            return Err(bad(
+                0,
+                format!("{} initial values for {p} params", self.param_init.len()),
+            ));
         }
         if self.nodes.len() < p + i {
             return Err(bad(0, "fewer slots than params and inputs".into()));
@@ -154,23 +161,34 @@ impl Tape {
                 Op::Param(_) | Op::Input(_) => {
                     return Err(bad(s, format!("{:?} out of place", node.op)))
                 }
-                _ if s < p + i => return Err(bad(s, "a param or input slot holds another op".into())),
+                _ if s < p + i => {
+                    return Err(bad(s, "a param or input slot holds another op".into()))
+                }
                 _ => {}
             }
             let args = self.args(Slot(s as u32));
             match node.op.arity() {
                 Some(k) if k != args.len() => {
-                    return Err(bad(s, format!("{} takes {k} operands, has {}", node.op.name(), args.len())))
+                    return Err(bad(
+                        s,
+                        format!("{} takes {k} operands, has {}", node.op.name(), args.len()),
+                    ))
                 }
                 None if args.is_empty() => return Err(bad(s, "sum of no operands".into())),
                 _ => {}
             }
             for a in args {
                 if a.index() >= s {
-                    return Err(bad(s, format!("operand slot {} does not precede its user", a.0)));
+                    return Err(bad(
+                        s,
+                        format!("operand slot {} does not precede its user", a.0),
+                    ));
                 }
                 if node.needs_grad && !self.nodes[a.index()].needs_grad {
-                    return Err(bad(s, format!("operand slot {} is outside the gradient cone", a.0)));
+                    return Err(bad(
+                        s,
+                        format!("operand slot {} is outside the gradient cone", a.0),
+                    ));
                 }
             }
         }
@@ -181,7 +199,10 @@ impl Tape {
         }
         if let Some(l) = self.loss {
             if !self.nodes[l.index()].needs_grad {
-                return Err(bad(l.index(), "the loss is outside the gradient cone".into()));
+                return Err(bad(
+                    l.index(),
+                    "the loss is outside the gradient cone".into(),
+                ));
             }
         }
         Ok(())

@@ -1,0 +1,106 @@
+//! Compile time and step time of an MNIST-shaped MLP (784-h-10, softmax cross-entropy) at each
+//! level: the table in the README.
+//!
+//! cargo run --release --example compile_times -- [--hidden 25,50,100] [--levels O0,O1,O2,O3]
+//!     [--chunk N] [--pipeline P] [--steps N]
+
+use std::time::Instant;
+
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use tapejit::nn::{softmax_cross_entropy, MLP};
+use tapejit::{Graph, Interpreter, Jit, OptLevel, Program};
+
+fn parse_level(s: &str) -> OptLevel {
+    match s {
+        "O0" => OptLevel::O0,
+        "O1" => OptLevel::O1,
+        "O2" => OptLevel::O2,
+        "O3" => OptLevel::O3,
+        _ => panic!("unknown level {s}; use O0..O3"),
+    }
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let opt = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1).cloned())
+    };
+    let hidden: Vec<usize> = opt("--hidden")
+        .unwrap_or("25,50,100".into())
+        .split(',')
+        .map(|h| h.parse().expect("--hidden takes numbers"))
+        .collect();
+    let levels: Vec<OptLevel> = opt("--levels")
+        .unwrap_or("O0,O1,O2,O3".into())
+        .split(',')
+        .map(parse_level)
+        .collect();
+    let steps: usize = opt("--steps").map_or(200, |s| s.parse().expect("--steps"));
+
+    println!("| model | level | tape nodes | IR instr | build s | optimize s | codegen s | total s | us/step |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for &h in &hidden {
+        let g = Graph::new();
+        let mut rng = StdRng::seed_from_u64(1);
+        let x = g.inputs(784);
+        let y = g.inputs(10);
+        let mlp = MLP::new(&g, 784, &[h, 10], &mut rng);
+        let logits = mlp.call(&x)?;
+        g.set_loss(softmax_cross_entropy(&logits, &y)?)?;
+        let samples: Vec<Vec<f64>> = (0..16)
+            .map(|i| {
+                let mut s: Vec<f64> = (0..784).map(|_| rng.gen_range(0.0..1.0)).collect();
+                s.extend((0..10).map(|k| if k == i % 10 { 1.0 } else { 0.0 }));
+                s
+            })
+            .collect();
+        let mut interp = Interpreter::new(&g)?;
+        let reference: Vec<f64> = samples
+            .iter()
+            .take(3)
+            .map(|s| interp.step(s, 0.01).unwrap())
+            .collect();
+        for &level in &levels {
+            let mut b = Jit::builder().opt_level(level);
+            if let Some(c) = opt("--chunk") {
+                b = b.chunk_size(c.parse()?);
+            }
+            if let Some(c) = opt("--codegen") {
+                b = b.codegen(parse_level(&c));
+            }
+            if let Some(p) = opt("--pipeline") {
+                b = b.pipeline(p);
+            }
+            let mut jit = b.compile(&g)?;
+            let got: Vec<f64> = samples
+                .iter()
+                .take(3)
+                .map(|s| jit.step(s, 0.01).unwrap())
+                .collect();
+            assert_eq!(
+                got.iter().map(|l| l.to_bits()).collect::<Vec<_>>(),
+                reference.iter().map(|l| l.to_bits()).collect::<Vec<_>>(),
+                "JIT and interpreter disagree"
+            );
+            let start = Instant::now();
+            for i in 0..steps {
+                jit.step(&samples[i % samples.len()], 0.01)?;
+            }
+            let us = start.elapsed().as_secs_f64() * 1e6 / steps as f64;
+            let s = jit.stats();
+            println!(
+                "| 784-{h}-10 | {level} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} |",
+                s.tape_nodes,
+                s.ir_instructions,
+                s.ir_build_secs,
+                s.optimize_secs,
+                s.codegen_secs,
+                s.total_secs(),
+                us
+            );
+        }
+    }
+    Ok(())
+}

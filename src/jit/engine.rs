@@ -1,0 +1,254 @@
+//! The JIT boundary: host target, LLVM passes, the execution engine, and the native
+//! functions. This is the only module with `unsafe` code.
+//!
+//! **Invariant:** a [`Native`] owns the LLVM context, module and engine its function pointers
+//! point into, and drops them only when it is dropped itself; the pointers are private and
+//! called only through `&mut Native`, so no compiled function can run after its engine is gone.
+
+use std::mem::ManuallyDrop;
+use std::ptr::NonNull;
+use std::sync::Once;
+use std::time::Instant;
+
+use inkwell::context::Context;
+use inkwell::execution_engine::ExecutionEngine;
+use inkwell::module::Module;
+use inkwell::passes::PassBuilderOptions;
+use inkwell::targets::{CodeModel, InitializationConfig, RelocMode, Target, TargetMachine};
+use inkwell::OptimizationLevel;
+
+use super::lower::{libm_symbols, HostCpu, Lowerer, BACKWARD, FORWARD, UPDATE};
+use super::{JitBuilder, JitStats};
+use crate::error::{Error, Result};
+use crate::program::initial_buffers;
+use crate::tape::Tape;
+
+type PassFn = unsafe extern "C" fn(*mut f64, *mut f64);
+type UpdateFn = unsafe extern "C" fn(*mut f64, *mut f64, f64);
+
+fn llvm_error(stage: &'static str, message: impl ToString) -> Error {
+    Error::Llvm {
+        stage,
+        message: message.to_string(),
+    }
+}
+
+/// Initializes the native target and sets LLVM's global codegen options, once per process.
+///
+/// Both options are about compile time on long straight-line blocks: the post-RA scheduler and
+/// SelectionDAG's huge-region handling are superlinear there and buy no run time on this code.
+fn initialize_llvm() -> Result<()> {
+    static INIT: Once = Once::new();
+    static mut INIT_ERROR: Option<String> = None;
+    INIT.call_once(|| {
+        if let Err(e) = Target::initialize_native(&InitializationConfig::default()) {
+            // SAFETY: written only here, inside call_once, before any read below.
+            unsafe { INIT_ERROR = Some(e) };
+            return;
+        }
+        let args = [
+            c"tapejit",
+            c"-post-RA-scheduler=false",
+            c"-dag-maps-huge-region=64",
+        ];
+        let argv: Vec<_> = args.iter().map(|a| a.as_ptr()).collect();
+        // SAFETY: argv holds NUL-terminated static strings; called once, before any pass runs.
+        unsafe {
+            inkwell::llvm_sys::support::LLVMParseCommandLineOptions(
+                argv.len() as i32,
+                argv.as_ptr(),
+                std::ptr::null(),
+            )
+        };
+    });
+    // SAFETY: call_once has completed, so INIT_ERROR is no longer written.
+    match unsafe { (*std::ptr::addr_of!(INIT_ERROR)).clone() } {
+        Some(e) => Err(llvm_error("target initialization", e)),
+        None => Ok(()),
+    }
+}
+
+fn host_cpu() -> HostCpu {
+    HostCpu {
+        name: TargetMachine::get_host_cpu_name().to_string(),
+        features: TargetMachine::get_host_cpu_features().to_string(),
+    }
+}
+
+fn host_target_machine(cpu: &HostCpu, level: OptimizationLevel) -> Result<TargetMachine> {
+    let triple = TargetMachine::get_default_triple();
+    let target = Target::from_triple(&triple).map_err(|e| llvm_error("target lookup", e))?;
+    target
+        .create_target_machine(
+            &triple,
+            &cpu.name,
+            &cpu.features,
+            level,
+            RelocMode::Default,
+            CodeModel::JITDefault,
+        )
+        .ok_or_else(|| llvm_error("target machine", "cannot create a machine for the host"))
+}
+
+/// Compiled native code and everything it lives in.
+pub struct Native {
+    /// One value and one gradient per slot; the only memory the native code touches.
+    pub vals: Vec<f64>,
+    pub grads: Vec<f64>,
+    forward: PassFn,
+    backward: PassFn,
+    update: UpdateFn,
+    // Dropped in this order by `Drop`: module handle, engine (which frees the module), context.
+    module: ManuallyDrop<Module<'static>>,
+    engine: ManuallyDrop<ExecutionEngine<'static>>,
+    context: NonNull<Context>,
+}
+
+// SAFETY: the LLVM context, module and engine are used by one thread at a time (every use
+// goes through `&mut Native` or `&Native` for read-only printing) and hold no thread-locals.
+unsafe impl Send for Native {}
+
+impl Drop for Native {
+    fn drop(&mut self) {
+        // SAFETY: each field is dropped exactly once, users before what they borrow: the module
+        // handle and the engine both borrow the context, which was leaked from a Box in
+        // `compile` and is reclaimed last. The function pointers die with `self`.
+        unsafe {
+            ManuallyDrop::drop(&mut self.module);
+            ManuallyDrop::drop(&mut self.engine);
+            drop(Box::from_raw(self.context.as_ptr()));
+        }
+    }
+}
+
+impl Native {
+    /// Lowers, verifies, optimizes and JITs `tape`, filling in `stats`.
+    pub fn compile(tape: &Tape, options: &JitBuilder, stats: &mut JitStats) -> Result<Native> {
+        initialize_llvm()?;
+        let context = NonNull::from(Box::leak(Box::new(Context::create())));
+        // SAFETY: the context lives until `Native::drop` (or the error path below) frees it,
+        // after everything that borrows it; 'static is never observable outside this module.
+        let ctx: &'static Context = unsafe { context.as_ref() };
+        let built = Self::build(ctx, tape, options, stats);
+        match built {
+            Ok((module, engine, forward, backward, update)) => {
+                let (vals, grads) = initial_buffers(tape);
+                Ok(Native {
+                    vals,
+                    grads,
+                    forward,
+                    backward,
+                    update,
+                    module: ManuallyDrop::new(module),
+                    engine: ManuallyDrop::new(engine),
+                    context,
+                })
+            }
+            Err(e) => {
+                // SAFETY: `build` has returned and dropped everything that borrowed the context.
+                drop(unsafe { Box::from_raw(context.as_ptr()) });
+                Err(e)
+            }
+        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn build(
+        ctx: &'static Context,
+        tape: &Tape,
+        options: &JitBuilder,
+        stats: &mut JitStats,
+    ) -> Result<(
+        Module<'static>,
+        ExecutionEngine<'static>,
+        PassFn,
+        PassFn,
+        UpdateFn,
+    )> {
+        let cpu = host_cpu();
+        let start = Instant::now();
+        let module = Lowerer::new(ctx, tape, &cpu)
+            .lower(options.chunk_size)
+            .map_err(|e| llvm_error("IR emission", e))?;
+        module
+            .verify()
+            .map_err(|e| llvm_error("module verification", e))?;
+        stats.ir_build_secs = start.elapsed().as_secs_f64();
+
+        let start = Instant::now();
+        let machine = host_target_machine(&cpu, options.codegen_level())?;
+        module.set_triple(&machine.get_triple());
+        module.set_data_layout(&machine.get_target_data().get_data_layout());
+        if let Some(pipeline) = options.effective_pipeline() {
+            module
+                .run_passes(&pipeline, &machine, PassBuilderOptions::create())
+                .map_err(|e| llvm_error("optimization", e))?;
+        }
+        stats.optimize_secs = start.elapsed().as_secs_f64();
+        stats.ir_instructions = count_instructions(&module);
+        stats.functions = module
+            .get_functions()
+            .filter(|f| f.count_basic_blocks() > 0)
+            .count();
+
+        let start = Instant::now();
+        let engine = module
+            .create_jit_execution_engine(options.codegen_level())
+            .map_err(|e| llvm_error("execution engine", e))?;
+        for (name, address) in libm_symbols() {
+            if let Some(f) = module.get_function(name) {
+                engine.add_global_mapping(&f, address);
+            }
+        }
+        let address = |name| {
+            engine
+                .get_function_address(name)
+                .map_err(|e| llvm_error("symbol lookup", e))
+        };
+        // MCJIT generates machine code for the whole module on the first lookup.
+        let (forward, backward, update) = (address(FORWARD)?, address(BACKWARD)?, address(UPDATE)?);
+        stats.codegen_secs = start.elapsed().as_secs_f64();
+        // SAFETY: the addresses are of functions the lowering defined with exactly these
+        // signatures (see `lower`), and they stay valid while `engine` lives.
+        let (forward, backward, update) = unsafe {
+            (
+                std::mem::transmute::<usize, PassFn>(forward),
+                std::mem::transmute::<usize, PassFn>(backward),
+                std::mem::transmute::<usize, UpdateFn>(update),
+            )
+        };
+        Ok((module, engine, forward, backward, update))
+    }
+
+    /// Runs `forward` over the buffers.
+    pub fn forward(&mut self) {
+        // SAFETY: the code reads and writes slots below the tape length only, both buffers
+        // have that length (they are never resized), and the engine is alive (owned by self).
+        unsafe { (self.forward)(self.vals.as_mut_ptr(), self.grads.as_mut_ptr()) }
+    }
+
+    /// Runs `backward` over the buffers.
+    pub fn backward(&mut self) {
+        // SAFETY: as in `forward`.
+        unsafe { (self.backward)(self.vals.as_mut_ptr(), self.grads.as_mut_ptr()) }
+    }
+
+    /// Runs `update` over the buffers.
+    pub fn update(&mut self, lr: f64) {
+        // SAFETY: as in `forward`.
+        unsafe { (self.update)(self.vals.as_mut_ptr(), self.grads.as_mut_ptr(), lr) }
+    }
+
+    /// The module's IR, after optimization.
+    pub fn ir(&self) -> String {
+        self.module.print_to_string().to_string()
+    }
+}
+
+fn count_instructions(module: &Module<'_>) -> usize {
+    module
+        .get_functions()
+        .flat_map(|f| f.get_basic_block_iter())
+        .map(|b| b.get_instructions().count())
+        .sum()
+}

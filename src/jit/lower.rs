@@ -1,0 +1,554 @@
+//! Lowering: tape -> LLVM IR module with `forward`, `backward` and `update` functions.
+//!
+//! Straight-line lowering in chunks. The tape is cut into chunks of about
+//! [`super::JitBuilder::chunk_size`] operand-weighted nodes; each chunk becomes one `noinline`
+//! function, so every LLVM pass sees functions of bounded size and compile time stays linear
+//! in tape size. Inside a chunk values live in SSA registers: an operand from an earlier chunk
+//! is loaded once, constants are immediates, and every computed value (and gradient) is
+//! stored once, because users may read any slot.
+//!
+//! The arithmetic itself is [`crate::op`]'s formulas, instantiated with [`IrArith`]: the IR
+//! performs exactly the interpreter's IEEE operations in the interpreter's order.
+//!
+//! Native signatures (all buffers have one `f64` per slot):
+//! - `forward(ptr vals, ptr grads)`
+//! - `backward(ptr vals, ptr grads)`
+//! - `update(ptr vals, ptr grads, double lr)`
+
+use std::collections::HashMap;
+use std::ops::Range;
+
+use inkwell::attributes::{Attribute, AttributeLoc};
+use inkwell::builder::{Builder, BuilderError};
+use inkwell::context::Context;
+use inkwell::module::Module;
+use inkwell::types::FloatType;
+use inkwell::values::{FloatValue, FunctionValue, InstructionOpcode, Operand, PointerValue};
+use inkwell::FloatPredicate;
+
+use crate::op::{libm, Arith, Op};
+use crate::tape::{Slot, Tape};
+
+/// Names of the generated entry points.
+pub const FORWARD: &str = "forward";
+pub const BACKWARD: &str = "backward";
+pub const UPDATE: &str = "update";
+
+/// Math functions the IR calls, with the addresses the engine must map them to. Their names
+/// are private so that LLVM does not recognize (and rewrite) them as libm calls.
+pub fn libm_symbols() -> [(&'static str, usize); 4] {
+    [
+        ("tapejit_exp", libm::exp as *const () as usize),
+        ("tapejit_log", libm::log as *const () as usize),
+        ("tapejit_tanh", libm::tanh as *const () as usize),
+        ("tapejit_pow", libm::powf as *const () as usize),
+    ]
+}
+
+/// The host CPU, stamped on every function so codegen uses its features (AVX2, FMA, ...).
+pub struct HostCpu {
+    pub name: String,
+    pub features: String,
+}
+
+type Emit<T> = Result<T, BuilderError>;
+
+/// Builds the module for one tape.
+pub struct Lowerer<'ctx, 't> {
+    context: &'ctx Context,
+    module: Module<'ctx>,
+    builder: Builder<'ctx>,
+    f64_type: FloatType<'ctx>,
+    libm: [FunctionValue<'ctx>; 4],
+    fn_attributes: Vec<Attribute>,
+    tape: &'t Tape,
+    /// Whether an earlier-emitted backward chunk has stored this slot's gradient.
+    grad_stored: Vec<bool>,
+}
+
+impl<'ctx, 't> Lowerer<'ctx, 't> {
+    pub fn new(context: &'ctx Context, tape: &'t Tape, cpu: &HostCpu) -> Self {
+        let module = context.create_module("tapejit");
+        let f64_type = context.f64_type();
+        let unary = f64_type.fn_type(&[f64_type.into()], false);
+        let binary = f64_type.fn_type(&[f64_type.into(), f64_type.into()], false);
+        let [exp, log, tanh, pow] = libm_symbols().map(|(name, _)| {
+            let ty = if name == "tapejit_pow" { binary } else { unary };
+            let f = module.add_function(name, ty, None);
+            // memory(none): pure, so LLVM may CSE, hoist or drop calls, never reorder results.
+            for (attr, val) in [("memory", 0), ("nounwind", 0), ("willreturn", 0)] {
+                let kind = Attribute::get_named_enum_kind_id(attr);
+                f.add_attribute(
+                    AttributeLoc::Function,
+                    context.create_enum_attribute(kind, val),
+                );
+            }
+            f
+        });
+        let fn_attributes = vec![
+            context.create_string_attribute("target-cpu", &cpu.name),
+            context.create_string_attribute("target-features", &cpu.features),
+            context.create_enum_attribute(Attribute::get_named_enum_kind_id("nounwind"), 0),
+        ];
+        Lowerer {
+            context,
+            module,
+            builder: context.create_builder(),
+            f64_type,
+            libm: [exp, log, tanh, pow],
+            fn_attributes,
+            tape,
+            grad_stored: vec![false; tape.len()],
+        }
+    }
+
+    /// Emits the whole program and hands the module over.
+    pub fn lower(mut self, chunk_size: usize) -> Emit<Module<'ctx>> {
+        let chunks = chunk_ranges(self.tape, chunk_size);
+        let mut forward_chunks = Vec::with_capacity(chunks.len());
+        for (k, range) in chunks.iter().enumerate() {
+            forward_chunks.push(self.lower_forward_chunk(k, range.clone())?);
+        }
+        self.lower_driver(FORWARD, &forward_chunks, |vals, _| vals)?;
+
+        let mut backward_chunks = Vec::new();
+        if self.tape.loss().is_some() {
+            for (k, range) in chunks.iter().enumerate().rev() {
+                backward_chunks.push(self.lower_backward_chunk(k, range.clone())?);
+            }
+            backward_chunks.push(self.lower_backward_rest()?);
+        }
+        self.lower_driver(BACKWARD, &backward_chunks, |_, grads| grads)?;
+        self.lower_update()?;
+        Ok(self.module)
+    }
+
+    /// A `void name(ptr noalias vals, ptr noalias grads [, double lr])` with its entry block
+    /// selected.
+    fn begin_function(&self, name: &str, with_lr: bool, inline: bool) -> FunctionValue<'ctx> {
+        let ptr = self.context.ptr_type(Default::default());
+        let mut params = vec![ptr.into(), ptr.into()];
+        if with_lr {
+            params.push(self.f64_type.into());
+        }
+        let ty = self.context.void_type().fn_type(&params, false);
+        let f = self.module.add_function(name, ty, None);
+        for &a in &self.fn_attributes {
+            f.add_attribute(AttributeLoc::Function, a);
+        }
+        if !inline {
+            let kind = Attribute::get_named_enum_kind_id("noinline");
+            f.add_attribute(
+                AttributeLoc::Function,
+                self.context.create_enum_attribute(kind, 0),
+            );
+        }
+        let noalias = Attribute::get_named_enum_kind_id("noalias");
+        for i in 0..2 {
+            f.add_attribute(
+                AttributeLoc::Param(i),
+                self.context.create_enum_attribute(noalias, 0),
+            );
+        }
+        f.get_nth_param(0).unwrap().set_name("vals");
+        f.get_nth_param(1).unwrap().set_name("grads");
+        let entry = self.context.append_basic_block(f, "entry");
+        self.builder.position_at_end(entry);
+        f
+    }
+
+    fn buffers(&self, f: FunctionValue<'ctx>) -> (PointerValue<'ctx>, PointerValue<'ctx>) {
+        let vals = f.get_nth_param(0).unwrap().into_pointer_value();
+        let grads = f.get_nth_param(1).unwrap().into_pointer_value();
+        (vals, grads)
+    }
+
+    /// `&buf[slot]`
+    fn slot_ptr(&self, buf: PointerValue<'ctx>, slot: Slot) -> Emit<PointerValue<'ctx>> {
+        let index = self.context.i64_type().const_int(slot.0 as u64, false);
+        // SAFETY: (of the GEP, not of Rust code) every slot is < tape.len(), the buffer length.
+        unsafe {
+            self.builder
+                .build_in_bounds_gep(self.f64_type, buf, &[index], "")
+        }
+    }
+
+    fn load_slot(&self, buf: PointerValue<'ctx>, slot: Slot, name: &str) -> Emit<FloatValue<'ctx>> {
+        let ptr = self.slot_ptr(buf, slot)?;
+        Ok(self
+            .builder
+            .build_load(self.f64_type, ptr, name)?
+            .into_float_value())
+    }
+
+    fn store_slot(&self, buf: PointerValue<'ctx>, slot: Slot, v: FloatValue<'ctx>) -> Emit<()> {
+        let ptr = self.slot_ptr(buf, slot)?;
+        self.builder.build_store(ptr, v)?;
+        Ok(())
+    }
+
+    /// The value of `slot` inside the current chunk: cached, an immediate, or loaded once.
+    fn value_of(
+        &self,
+        cache: &mut HashMap<Slot, FloatValue<'ctx>>,
+        vals: PointerValue<'ctx>,
+        slot: Slot,
+    ) -> Emit<FloatValue<'ctx>> {
+        if let Some(&v) = cache.get(&slot) {
+            return Ok(v);
+        }
+        let v = match self.tape.op(slot) {
+            Op::Const(c) => self.f64_type.const_float(c),
+            _ => self.load_slot(vals, slot, &format!("n{}", slot.0))?,
+        };
+        cache.insert(slot, v);
+        Ok(v)
+    }
+
+    fn operands(
+        &self,
+        cache: &mut HashMap<Slot, FloatValue<'ctx>>,
+        vals: PointerValue<'ctx>,
+        slot: Slot,
+    ) -> Emit<Vec<FloatValue<'ctx>>> {
+        self.tape
+            .args(slot)
+            .iter()
+            .map(|&a| self.value_of(cache, vals, a))
+            .collect()
+    }
+
+    fn ir_arith(&self) -> IrArith<'_, 'ctx> {
+        IrArith {
+            builder: &self.builder,
+            f64_type: self.f64_type,
+            libm: &self.libm,
+            error: None,
+        }
+    }
+
+    /// `fwd{k}`: computes and stores the values of the chunk's slots, in slot order.
+    fn lower_forward_chunk(&mut self, k: usize, range: Range<u32>) -> Emit<FunctionValue<'ctx>> {
+        let f = self.begin_function(&format!("fwd{k}"), false, false);
+        // The driver passes `vals` twice: loads go through the first pointer (slots before
+        // the chunk), stores through the second (the chunk's own slots). The two sets are
+        // disjoint, so both may be `noalias`, and alias analysis answers at once instead of
+        // comparing offsets for every load/store pair (SLP asks that quadratically often).
+        let (vals, out) = self.buffers(f);
+        f.get_nth_param(1).unwrap().set_name("out");
+        let mut cache = HashMap::new();
+        for slot in range.map(Slot) {
+            let op = self.tape.op(slot);
+            if op.is_leaf() {
+                continue;
+            }
+            let x = self.operands(&mut cache, vals, slot)?;
+            let mut ar = self.ir_arith();
+            let v = op.forward(&mut ar, &x);
+            ar.finish()?;
+            v.set_name(&format!("n{}", slot.0));
+            self.store_slot(out, slot, v)?;
+            cache.insert(slot, v);
+        }
+        self.builder.build_return(None)?;
+        Ok(f)
+    }
+
+    /// `bwd{k}`: the backward walk over the chunk's slots in reverse order, gradients in
+    /// registers, each touched gradient stored once at the end.
+    fn lower_backward_chunk(&mut self, k: usize, range: Range<u32>) -> Emit<FunctionValue<'ctx>> {
+        let f = self.begin_function(&format!("bwd{k}"), false, false);
+        let (vals, grads) = self.buffers(f);
+        let mut values = HashMap::new();
+        let mut grad: HashMap<Slot, FloatValue<'ctx>> = HashMap::new();
+        let mut local = Vec::new();
+        for slot in range.map(Slot).rev() {
+            let op = self.tape.op(slot);
+            if op.is_leaf() || !self.tape.needs_grad(slot) {
+                continue;
+            }
+            let g = self.grad_of(&mut grad, grads, slot)?;
+            let x = self.operands(&mut values, vals, slot)?;
+            let out = self.value_of(&mut values, vals, slot)?;
+            let mut ar = self.ir_arith();
+            op.local_grads(&mut ar, &x, out, g, &mut local);
+            ar.finish()?;
+            for (&a, &d) in self.tape.args(slot).iter().zip(&local) {
+                let before = self.grad_of(&mut grad, grads, a)?;
+                let after = self
+                    .builder
+                    .build_float_add(before, d, &format!("g{}", a.0))?;
+                grad.insert(a, after);
+            }
+        }
+        erase_unused_loads(values.values());
+        let mut touched: Vec<_> = grad.into_iter().collect();
+        touched.sort_by_key(|(s, _)| *s);
+        for (slot, g) in touched {
+            self.store_slot(grads, slot, g)?;
+            self.grad_stored[slot.index()] = true;
+        }
+        self.builder.build_return(None)?;
+        Ok(f)
+    }
+
+    /// The gradient of `slot` so far: from this chunk, or its value on entry to the chunk.
+    /// On entry, a gradient no earlier chunk stored is the interpreter's starting value: 1 for
+    /// the loss, the accumulated gradient for a param, 0 for anything else.
+    fn grad_of(
+        &self,
+        grad: &mut HashMap<Slot, FloatValue<'ctx>>,
+        grads: PointerValue<'ctx>,
+        slot: Slot,
+    ) -> Emit<FloatValue<'ctx>> {
+        if let Some(&g) = grad.get(&slot) {
+            return Ok(g);
+        }
+        let is_param = slot.index() < self.tape.num_params();
+        let g = if self.grad_stored[slot.index()] || (is_param && Some(slot) != self.tape.loss()) {
+            self.load_slot(grads, slot, &format!("g{}", slot.0))?
+        } else if Some(slot) == self.tape.loss() {
+            self.f64_type.const_float(1.0)
+        } else {
+            self.f64_type.const_float(0.0)
+        };
+        grad.insert(slot, g);
+        Ok(g)
+    }
+
+    /// `bwd_rest`: what the chunks did not store: 1 for a loss no node computes (a leaf), 0
+    /// for every other non-param slot outside the gradient cone.
+    fn lower_backward_rest(&mut self) -> Emit<FunctionValue<'ctx>> {
+        let f = self.begin_function("bwd_rest", false, false);
+        let (_, grads) = self.buffers(f);
+        if let Some(loss) = self.tape.loss() {
+            if !self.grad_stored[loss.index()] {
+                self.store_slot(grads, loss, self.f64_type.const_float(1.0))?;
+                self.grad_stored[loss.index()] = true;
+            }
+        }
+        let i8 = self.context.i8_type().const_zero();
+        let mut s = self.tape.num_params();
+        while s < self.tape.len() {
+            if self.grad_stored[s] {
+                s += 1;
+                continue;
+            }
+            let start = s;
+            while s < self.tape.len() && !self.grad_stored[s] {
+                s += 1;
+            }
+            let ptr = self.slot_ptr(grads, Slot(start as u32))?;
+            let bytes = self
+                .context
+                .i64_type()
+                .const_int(8 * (s - start) as u64, false);
+            self.builder.build_memset(ptr, 8, i8, bytes)?;
+        }
+        self.builder.build_return(None)?;
+        Ok(f)
+    }
+
+    /// An entry point that calls `parts` in order, each with `(vals, second(vals, grads))`.
+    fn lower_driver(
+        &mut self,
+        name: &str,
+        parts: &[FunctionValue<'ctx>],
+        second: impl Fn(PointerValue<'ctx>, PointerValue<'ctx>) -> PointerValue<'ctx>,
+    ) -> Emit<()> {
+        let f = self.begin_function(name, false, true);
+        let (vals, grads) = self.buffers(f);
+        let args = [vals.into(), second(vals, grads).into()];
+        for &part in parts {
+            self.builder.build_call(part, &args, "")?;
+        }
+        self.builder.build_return(None)?;
+        Ok(())
+    }
+
+    /// `update`: `vals[p] -= lr * grads[p]` for every param, as a loop LLVM may vectorize
+    /// (each param is independent, so vectorizing keeps every result exact).
+    fn lower_update(&mut self) -> Emit<()> {
+        let f = self.begin_function(UPDATE, true, true);
+        let (vals, grads) = self.buffers(f);
+        let lr = f.get_nth_param(2).unwrap().into_float_value();
+        lr.set_name("lr");
+        let n = self.tape.num_params() as u64;
+        let i64t = self.context.i64_type();
+        let entry = self.builder.get_insert_block().unwrap();
+        let body = self.context.append_basic_block(f, "body");
+        let done = self.context.append_basic_block(f, "done");
+        let has_params = self.builder.build_int_compare(
+            inkwell::IntPredicate::NE,
+            i64t.const_int(n, false),
+            i64t.const_zero(),
+            "has_params",
+        )?;
+        self.builder
+            .build_conditional_branch(has_params, body, done)?;
+
+        self.builder.position_at_end(body);
+        let i = self.builder.build_phi(i64t, "i")?;
+        // SAFETY: (of the GEPs) i < num_params <= buffer length.
+        let (pv, pg) = unsafe {
+            let i = i.as_basic_value().into_int_value();
+            (
+                self.builder
+                    .build_in_bounds_gep(self.f64_type, vals, &[i], "pv")?,
+                self.builder
+                    .build_in_bounds_gep(self.f64_type, grads, &[i], "pg")?,
+            )
+        };
+        let p = self
+            .builder
+            .build_load(self.f64_type, pv, "p")?
+            .into_float_value();
+        let g = self
+            .builder
+            .build_load(self.f64_type, pg, "g")?
+            .into_float_value();
+        let step = self.builder.build_float_mul(lr, g, "step")?;
+        let p_new = self.builder.build_float_sub(p, step, "p_new")?;
+        self.builder.build_store(pv, p_new)?;
+        let next = self.builder.build_int_add(
+            i.as_basic_value().into_int_value(),
+            i64t.const_int(1, false),
+            "next",
+        )?;
+        let more = self.builder.build_int_compare(
+            inkwell::IntPredicate::ULT,
+            next,
+            i64t.const_int(n, false),
+            "more",
+        )?;
+        self.builder.build_conditional_branch(more, body, done)?;
+        i.add_incoming(&[(&i64t.const_zero(), entry), (&next, body)]);
+
+        self.builder.position_at_end(done);
+        self.builder.build_return(None)?;
+        Ok(())
+    }
+}
+
+/// Drops the operand loads a chunk turned out not to need (`add` and `sum` do not read their
+/// operands' values in backward), with their address computations, so even O0 code is lean.
+fn erase_unused_loads<'a, 'ctx: 'a>(values: impl Iterator<Item = &'a FloatValue<'ctx>>) {
+    for v in values {
+        let Some(load) = v.as_instruction() else {
+            continue;
+        };
+        if load.get_opcode() != InstructionOpcode::Load || load.get_first_use().is_some() {
+            continue;
+        }
+        let address = load.get_operand(0).and_then(|op| match op {
+            Operand::Value(v) => v.into_pointer_value().as_instruction(),
+            Operand::Block(_) => None,
+        });
+        load.erase_from_basic_block();
+        if let Some(gep) = address.filter(|g| g.get_first_use().is_none()) {
+            gep.erase_from_basic_block();
+        }
+    }
+}
+
+/// Cuts the non-leaf part of the tape into contiguous ranges of about `chunk_size` nodes,
+/// counting each node's operands, so one wide `Sum` weighs what it emits.
+fn chunk_ranges(tape: &Tape, chunk_size: usize) -> Vec<Range<u32>> {
+    let first = (tape.num_params() + tape.num_inputs()) as u32;
+    let end = tape.len() as u32;
+    let mut ranges = Vec::new();
+    let (mut start, mut weight) = (first, 0);
+    for s in first..end {
+        weight += 1 + tape.args(Slot(s)).len();
+        if weight >= chunk_size.max(1) {
+            ranges.push(start..s + 1);
+            (start, weight) = (s + 1, 0);
+        }
+    }
+    if start < end {
+        ranges.push(start..end);
+    }
+    ranges
+}
+
+/// [`Arith`] over an LLVM builder: each method emits the one instruction (or libm call) the
+/// interpreter performs. Builder errors (an unpositioned builder, a bug of ours) are kept and
+/// reported by [`IrArith::finish`].
+struct IrArith<'a, 'ctx> {
+    builder: &'a Builder<'ctx>,
+    f64_type: FloatType<'ctx>,
+    libm: &'a [FunctionValue<'ctx>; 4],
+    error: Option<BuilderError>,
+}
+
+impl<'ctx> IrArith<'_, 'ctx> {
+    fn finish(self) -> Emit<()> {
+        self.error.map_or(Ok(()), Err)
+    }
+
+    fn emit(&mut self, r: Emit<FloatValue<'ctx>>) -> FloatValue<'ctx> {
+        r.unwrap_or_else(|e| {
+            self.error.get_or_insert(e);
+            self.f64_type.get_undef()
+        })
+    }
+
+    fn call(&mut self, f: FunctionValue<'ctx>, args: &[FloatValue<'ctx>]) -> FloatValue<'ctx> {
+        let args: Vec<_> = args.iter().map(|&a| a.into()).collect();
+        let r = self.builder.build_call(f, &args, "").map(|c| {
+            c.try_as_basic_value()
+                .basic()
+                .map(|v| v.into_float_value())
+                .unwrap_or_else(|| self.f64_type.get_undef())
+        });
+        self.emit(r)
+    }
+}
+
+impl<'ctx> Arith for IrArith<'_, 'ctx> {
+    type V = FloatValue<'ctx>;
+    fn constant(&mut self, c: f64) -> Self::V {
+        self.f64_type.const_float(c)
+    }
+    fn add(&mut self, a: Self::V, b: Self::V) -> Self::V {
+        let r = self.builder.build_float_add(a, b, "");
+        self.emit(r)
+    }
+    fn sub(&mut self, a: Self::V, b: Self::V) -> Self::V {
+        let r = self.builder.build_float_sub(a, b, "");
+        self.emit(r)
+    }
+    fn mul(&mut self, a: Self::V, b: Self::V) -> Self::V {
+        let r = self.builder.build_float_mul(a, b, "");
+        self.emit(r)
+    }
+    fn div(&mut self, a: Self::V, b: Self::V) -> Self::V {
+        let r = self.builder.build_float_div(a, b, "");
+        self.emit(r)
+    }
+    fn neg(&mut self, a: Self::V) -> Self::V {
+        let r = self.builder.build_float_neg(a, "");
+        self.emit(r)
+    }
+    fn exp(&mut self, a: Self::V) -> Self::V {
+        self.call(self.libm[0], &[a])
+    }
+    fn log(&mut self, a: Self::V) -> Self::V {
+        self.call(self.libm[1], &[a])
+    }
+    fn tanh(&mut self, a: Self::V) -> Self::V {
+        self.call(self.libm[2], &[a])
+    }
+    fn powf(&mut self, a: Self::V, c: f64) -> Self::V {
+        let c = self.f64_type.const_float(c);
+        self.call(self.libm[3], &[a, c])
+    }
+    fn select_gt(&mut self, a: Self::V, b: Self::V, then: Self::V, otherwise: Self::V) -> Self::V {
+        let r = self
+            .builder
+            .build_float_compare(FloatPredicate::OGT, a, b, "")
+            .and_then(|c| self.builder.build_select(c, then, otherwise, ""))
+            .map(|v| v.into_float_value());
+        self.emit(r)
+    }
+}

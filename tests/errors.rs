@@ -1,0 +1,424 @@
+//! Every `Error` the public API can produce, on every path that produces it, with a Display
+//! message that locates the problem. Misuse must be a typed error, never a panic or a wrong
+//! answer.
+
+mod common;
+
+use common::semantics_backends;
+use tapejit::{Error, Graph, Interpreter, Jit, OptLevel, Program, Tape, Value};
+
+/// Asserts that `error` is `expected` and that its message mentions every fragment.
+fn assert_error(context: &str, error: Error, expected: &Error, fragments: &[&str]) {
+    assert_eq!(&error, expected, "{context}");
+    let message = error.to_string();
+    for fragment in fragments {
+        assert!(
+            message.contains(fragment),
+            "{context}: message {message:?} does not mention {fragment:?}"
+        );
+    }
+}
+
+/// Every way of turning a graph into something runnable, so each error is checked on all.
+fn compile_everywhere(graph: &Graph) -> Vec<(String, Result<(), Error>)> {
+    let mut results = vec![
+        (
+            "Tape::from_graph".to_string(),
+            Tape::from_graph(graph).map(drop),
+        ),
+        (
+            "Interpreter::new".to_string(),
+            Interpreter::new(graph).map(drop),
+        ),
+        ("Jit::compile".to_string(), Jit::compile(graph).map(drop)),
+    ];
+    for level in OptLevel::ALL {
+        let result = Jit::builder().opt_level(level).compile(graph).map(drop);
+        results.push((format!("Jit at {level:?}"), result));
+    }
+    results
+}
+
+// ---------------------------------------------------------------------------------------------
+// ForeignValue
+// ---------------------------------------------------------------------------------------------
+
+/// Operators cannot return errors, so mixing graphs poisons the graph and compiling it fails.
+#[test]
+fn combining_values_of_two_graphs_fails_to_compile() {
+    let (ours, theirs) = (Graph::new(), Graph::new());
+    let x = ours.input();
+    let _padding = theirs.input();
+    let foreign = theirs.param(1.0);
+    let mixed = x + foreign;
+    ours.set_loss(mixed).unwrap();
+    let expected = Error::ForeignValue {
+        node: foreign.id(),
+        value_graph: theirs.id(),
+        graph: ours.id(),
+        context: "add",
+    };
+    let fragments = [
+        "#1",
+        &theirs.id().to_string(),
+        &ours.id().to_string(),
+        "add",
+    ];
+    for (path, result) in compile_everywhere(&ours) {
+        assert_error(&path, result.unwrap_err(), &expected, &fragments);
+    }
+    // The other graph is not affected.
+    theirs.set_loss(foreign * 2.0).unwrap();
+    assert!(Interpreter::new(&theirs).is_ok());
+}
+
+/// The first misuse is the one reported, whichever operator or method made it.
+#[test]
+fn every_operator_reports_mixing_graphs() {
+    type Mix = for<'g> fn(Value<'g>, Value<'g>) -> Value<'g>;
+    let cases: [(&str, Mix); 5] = [
+        ("sub", |a, b| a - b),
+        ("mul", |a, b| a * b),
+        ("div", |a, b| a / b),
+        ("sum", |a, b| a.graph().sum(&[a, b])),
+        ("add", |mut a, b| {
+            a += b;
+            a * b // a second misuse, not reported
+        }),
+    ];
+    for (op, mix) in cases {
+        let (ours, theirs) = (Graph::new(), Graph::new());
+        let (a, b) = (ours.input(), theirs.input());
+        mix(a, b);
+        let error = Tape::from_graph(&ours).unwrap_err();
+        let expected = Error::ForeignValue {
+            node: b.id(),
+            value_graph: theirs.id(),
+            graph: ours.id(),
+            context: op,
+        };
+        assert_error(op, error, &expected, &[op]);
+    }
+}
+
+#[test]
+fn set_loss_and_add_output_reject_a_foreign_value() {
+    let (ours, theirs) = (Graph::new(), Graph::new());
+    ours.input();
+    let foreign = theirs.input();
+    let expected = |context| Error::ForeignValue {
+        node: foreign.id(),
+        value_graph: theirs.id(),
+        graph: ours.id(),
+        context,
+    };
+    let error = ours.set_loss(foreign).unwrap_err();
+    assert_error("set_loss", error, &expected("set_loss"), &["set_loss"]);
+    let error = ours.add_output(foreign).unwrap_err();
+    assert_error(
+        "add_output",
+        error,
+        &expected("add_output"),
+        &["add_output"],
+    );
+    // A rejected call changes nothing: the graph still compiles, without loss or outputs.
+    let tape = Tape::from_graph(&ours).unwrap();
+    assert_eq!((tape.loss(), tape.outputs().len()), (None, 0));
+}
+
+#[test]
+fn looking_up_a_foreign_value_fails() {
+    let (ours, theirs) = (Graph::new(), Graph::new());
+    let p = ours.param(1.0);
+    ours.set_loss(p * p).unwrap();
+    let foreign = theirs.param(1.0);
+    let expected = Error::ForeignValue {
+        node: foreign.id(),
+        value_graph: theirs.id(),
+        graph: ours.id(),
+        context: "tape lookup",
+    };
+    for (backend, compile) in semantics_backends() {
+        let mut program = compile(&ours);
+        program.forward();
+        program.backward().unwrap();
+        // Same node id as a value of ours: only the graph tells them apart.
+        assert_eq!(foreign.id(), p.id());
+        let error = program.value(foreign).unwrap_err();
+        assert_error(
+            &format!("{backend}: value"),
+            error,
+            &expected,
+            &["tape lookup"],
+        );
+        let error = program.grad(foreign).unwrap_err();
+        assert_error(
+            &format!("{backend}: grad"),
+            error,
+            &expected,
+            &["tape lookup"],
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// NoLoss
+// ---------------------------------------------------------------------------------------------
+
+/// A graph without a loss compiles (forward-only programs are useful), but cannot be
+/// differentiated.
+#[test]
+fn backward_step_and_loss_without_a_loss_fail() {
+    let g = Graph::new();
+    let x = g.input();
+    let p = g.param(2.0);
+    g.add_output(p * x).unwrap();
+    for (backend, compile) in semantics_backends() {
+        let mut program = compile(&g);
+        program.set_inputs(&[3.0]).unwrap();
+        assert!(
+            program.forward().is_nan(),
+            "{backend}: forward returns NaN for no loss"
+        );
+        assert_eq!(
+            program.outputs(),
+            [6.0],
+            "{backend}: forward still computes outputs"
+        );
+        let fragments = ["no loss", "set_loss"];
+        let error = program.backward().unwrap_err();
+        assert_error(
+            &format!("{backend}: backward"),
+            error,
+            &Error::NoLoss,
+            &fragments,
+        );
+        let error = program.loss().unwrap_err();
+        assert_error(
+            &format!("{backend}: loss"),
+            error,
+            &Error::NoLoss,
+            &fragments,
+        );
+        let error = program.step(&[3.0], 0.1).unwrap_err();
+        assert_error(
+            &format!("{backend}: step"),
+            error,
+            &Error::NoLoss,
+            &fragments,
+        );
+        // The failed step changed nothing.
+        assert_eq!(program.params(), &[2.0], "{backend}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// WrongLength and NonFinite
+// ---------------------------------------------------------------------------------------------
+
+fn two_inputs_three_params(g: &Graph) {
+    let x = g.inputs(2);
+    let p = [g.param(1.0), g.param(2.0), g.param(3.0)];
+    g.set_loss(g.sum(&[x[0] * p[0], x[1] * p[1], p[2]]))
+        .unwrap();
+}
+
+#[test]
+fn wrong_number_of_inputs_or_params_fails_and_changes_nothing() {
+    let g = Graph::new();
+    two_inputs_three_params(&g);
+    for (backend, compile) in semantics_backends() {
+        let mut program = compile(&g);
+        program.set_inputs(&[1.0, 1.0]).unwrap();
+        let before = program.values().to_vec();
+        for wrong in [vec![], vec![5.0], vec![5.0, 5.0, 5.0]] {
+            let expected = Error::WrongLength {
+                what: "inputs",
+                expected: 2,
+                got: wrong.len(),
+            };
+            let error = program.set_inputs(&wrong).unwrap_err();
+            let fragments = ["inputs", "expected 2", &format!("got {}", wrong.len())];
+            assert_error(
+                &format!("{backend}: set_inputs"),
+                error,
+                &expected,
+                &fragments,
+            );
+        }
+        for wrong in [vec![], vec![5.0, 5.0], vec![5.0; 4]] {
+            let expected = Error::WrongLength {
+                what: "params",
+                expected: 3,
+                got: wrong.len(),
+            };
+            let error = program.set_params(&wrong).unwrap_err();
+            let fragments = ["params", "expected 3", &format!("got {}", wrong.len())];
+            assert_error(
+                &format!("{backend}: set_params"),
+                error,
+                &expected,
+                &fragments,
+            );
+        }
+        let error = program.step(&[1.0], 0.1).unwrap_err();
+        assert!(
+            matches!(error, Error::WrongLength { what: "inputs", .. }),
+            "{backend}: step"
+        );
+        assert_eq!(
+            program.values(),
+            before.as_slice(),
+            "{backend}: nothing changed"
+        );
+    }
+}
+
+#[test]
+fn non_finite_inputs_and_params_are_rejected_and_change_nothing() {
+    let g = Graph::new();
+    two_inputs_three_params(&g);
+    for (backend, compile) in semantics_backends() {
+        let mut program = compile(&g);
+        program.set_inputs(&[1.0, 1.0]).unwrap();
+        let before = program.values().to_vec();
+        let cases = [
+            ([f64::NAN, 0.0], 0, "NaN"),
+            ([0.0, f64::INFINITY], 1, "inf"),
+            ([f64::NEG_INFINITY, f64::NAN], 0, "-inf"),
+        ];
+        for (inputs, index, shown) in cases {
+            let context = format!("{backend}: set_inputs({inputs:?})");
+            let error = program.set_inputs(&inputs).unwrap_err();
+            match error {
+                Error::NonFinite {
+                    what: "input",
+                    index: i,
+                    value,
+                } => {
+                    assert_eq!(i, index, "{context}");
+                    assert_eq!(value.to_bits(), inputs[index].to_bits(), "{context}");
+                }
+                other => panic!("{context}: expected NonFinite, got {other:?}"),
+            }
+            let message = error.to_string();
+            let fragments = [format!("input {index}"), shown.to_string(), "finite".into()];
+            for fragment in &fragments {
+                assert!(
+                    message.contains(fragment.as_str()),
+                    "{context}: {message:?} lacks {fragment:?}"
+                );
+            }
+            let error = program.step(&inputs, 0.1).unwrap_err();
+            assert!(
+                matches!(error, Error::NonFinite { what: "input", .. }),
+                "{context}: step"
+            );
+        }
+        let params = program.params().to_vec();
+        let mut bad = params.clone();
+        bad[2] = f64::INFINITY;
+        let error = program.set_params(&bad).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                Error::NonFinite {
+                    what: "param",
+                    index: 2,
+                    ..
+                }
+            ),
+            "{backend}: set_params with inf gave {error:?}"
+        );
+        assert!(error.to_string().contains("param 2"), "{error}");
+        assert_eq!(
+            program.params(),
+            params.as_slice(),
+            "{backend}: params kept"
+        );
+        assert_eq!(
+            program.values(),
+            before.as_slice(),
+            "{backend}: nothing changed"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// NotOnTape
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn values_not_on_the_tape_cannot_be_looked_up() {
+    let g = Graph::new();
+    let x = g.input();
+    let p = g.param(1.0);
+    let dead = (x * 2.0).exp();
+    g.set_loss(p * x).unwrap();
+    let programs: Vec<(&str, Box<dyn Program>)> = semantics_backends()
+        .into_iter()
+        .map(|(name, compile)| (name, compile(&g)))
+        .collect();
+    let created_after_compiling = p + 1.0;
+    for (backend, program) in &programs {
+        for (why, v) in [
+            ("dead", dead),
+            ("created after compiling", created_after_compiling),
+        ] {
+            let context = format!("{backend}: {why}");
+            let expected = Error::NotOnTape { node: v.id() };
+            let fragment = format!("#{}", v.id());
+            let error = program.value(v).unwrap_err();
+            assert_error(
+                &format!("{context} value"),
+                error,
+                &expected,
+                &[&fragment, "not on the tape"],
+            );
+            let error = program.grad(v).unwrap_err();
+            assert_error(&format!("{context} grad"), error, &expected, &[&fragment]);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Variants the public API cannot produce
+// ---------------------------------------------------------------------------------------------
+
+/// `InvalidTape` reports a broken tape invariant, a bug in a pass. `Tape` has no public
+/// constructor but `from_graph` (which verifies) and no way to modify a tape, so from the
+/// outside it is unreachable: a tape built from any graph verifies. The message is checked
+/// on a hand-made value.
+#[test]
+fn invalid_tape_is_unreachable_but_well_described() {
+    let g = Graph::new();
+    two_inputs_three_params(&g);
+    let tape = Tape::from_graph(&g).unwrap();
+    assert_eq!(tape.verify(), Ok(()));
+    assert!(Jit::builder().compile_tape(tape).is_ok());
+
+    let error = Error::InvalidTape {
+        slot: 17,
+        what: "operand slot 20 does not precede its user".into(),
+    };
+    let message = error.to_string();
+    assert!(
+        message.contains("slot 17") && message.contains("operand slot 20"),
+        "{message}"
+    );
+}
+
+/// `Llvm` reports LLVM failing to initialize the host, verify, optimize or JIT; no graph
+/// makes valid IR fail, so it is not reachable here. The message is checked on a hand-made
+/// value.
+#[test]
+fn llvm_failure_is_well_described() {
+    let error = Error::Llvm {
+        stage: "module verification",
+        message: "Instruction does not dominate all uses!".into(),
+    };
+    let message = error.to_string();
+    assert!(message.contains("LLVM"), "{message}");
+    assert!(message.contains("module verification"), "{message}");
+    assert!(message.contains("does not dominate"), "{message}");
+}

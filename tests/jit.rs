@@ -1,0 +1,105 @@
+//! The JIT as an owned object: lifetimes, introspection, options.
+
+use tapejit::{Graph, Interpreter, Jit, OptLevel, Program};
+
+fn small_graph(g: &Graph) {
+    let x = g.input();
+    let w = g.param(0.75);
+    let b = g.param(-0.25);
+    let y = (w * x + b).tanh();
+    g.add_output(y).unwrap();
+    g.set_loss((y - 0.5).powf(2.0)).unwrap();
+}
+
+fn compiled(level: OptLevel) -> Jit {
+    let g = Graph::new();
+    small_graph(&g);
+    Jit::builder().opt_level(level).compile(&g).unwrap()
+    // The graph is dropped here: the Jit owns everything it runs.
+}
+
+#[test]
+fn a_jit_outlives_its_graph_and_runs_after_others_are_dropped() {
+    let mut keep = compiled(OptLevel::O2);
+    for level in OptLevel::ALL {
+        // Engines created and destroyed around `keep` do not disturb it.
+        let mut other = compiled(level);
+        other.step(&[1.0], 0.1).unwrap();
+        drop(other);
+    }
+    let loss = keep.step(&[1.0], 0.1).unwrap();
+    assert!(loss.is_finite());
+}
+
+#[test]
+fn a_jit_can_move_to_another_thread() {
+    let mut jit = compiled(OptLevel::O1);
+    let loss = std::thread::spawn(move || jit.step(&[0.5], 0.1).unwrap())
+        .join()
+        .unwrap();
+    assert!(loss.is_finite());
+}
+
+#[test]
+fn stats_and_ir_describe_the_compilation() {
+    let jit = compiled(OptLevel::O0);
+    let s = jit.stats();
+    assert_eq!(s.tape_nodes, jit.tape().len());
+    assert!(s.ir_instructions > 0 && s.functions >= 3);
+    assert!(s.ir_build_secs >= 0.0 && s.optimize_secs >= 0.0 && s.codegen_secs > 0.0);
+    let ir = jit.ir();
+    for needle in [
+        "define void @forward",
+        "define void @backward",
+        "define void @update",
+    ] {
+        assert!(ir.contains(needle), "IR lacks {needle}");
+    }
+    // Values are named after slots, and the host CPU is stamped on every function.
+    assert!(ir.contains("%n") && ir.contains("%g"));
+    assert!(ir.contains("\"target-cpu\"") && ir.contains("\"target-features\""));
+    // Strict numerics: no fast-math flags anywhere.
+    for flag in [" fast ", " contract ", " reassoc ", " nnan ", " afn "] {
+        assert!(!ir.contains(flag), "IR carries {flag}");
+    }
+}
+
+#[test]
+fn chunk_size_and_pipeline_options_keep_results_identical() {
+    let g = Graph::new();
+    small_graph(&g);
+    let mut interp = Interpreter::new(&g).unwrap();
+    let want = interp.step(&[0.3], 0.1).unwrap();
+    let builders = [
+        Jit::builder().chunk_size(1),
+        Jit::builder().chunk_size(1_000_000),
+        Jit::builder().pipeline("function(instcombine,gvn)"),
+        Jit::builder().opt_level(OptLevel::O3).codegen(OptLevel::O0),
+    ];
+    for b in builders {
+        let mut jit = b.compile(&g).unwrap();
+        assert_eq!(jit.step(&[0.3], 0.1).unwrap().to_bits(), want.to_bits());
+        assert_eq!(jit.params(), interp.params());
+    }
+}
+
+#[test]
+fn a_bad_pipeline_is_an_llvm_error() {
+    let g = Graph::new();
+    small_graph(&g);
+    let err = Jit::builder()
+        .pipeline("no-such-pass")
+        .compile(&g)
+        .err()
+        .unwrap();
+    assert!(
+        matches!(
+            err,
+            tapejit::Error::Llvm {
+                stage: "optimization",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
