@@ -7,7 +7,7 @@
 use std::time::Instant;
 
 use rand::{rngs::StdRng, Rng, SeedableRng};
-use tapejit::nn::{softmax_cross_entropy, MLP};
+use tapejit::nn::Classifier;
 use tapejit::{Graph, Interpreter, Jit, OptLevel, Program};
 
 fn parse_level(s: &str) -> OptLevel {
@@ -44,11 +44,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for &h in &hidden {
         let g = Graph::new();
         let mut rng = StdRng::seed_from_u64(1);
-        let x = g.inputs(784);
-        let y = g.inputs(10);
-        let mlp = MLP::new(&g, 784, &[h, 10], &mut rng);
-        let logits = mlp.call(&x)?;
-        g.set_loss(softmax_cross_entropy(&logits, &y)?)?;
+        Classifier::new(&g, 784, &[h], 10, &mut rng)?;
         let samples: Vec<Vec<f64>> = (0..16)
             .map(|i| {
                 let mut s: Vec<f64> = (0..784).map(|_| rng.gen_range(0.0..1.0)).collect();

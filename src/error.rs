@@ -37,6 +37,15 @@ pub enum Error {
     /// A tape failed `Tape::verify`; this is a bug in a pass, reported rather than run.
     #[error("tape invariant broken at slot {slot}: {what}")]
     InvalidTape { slot: u32, what: String },
+    /// A missing, unreadable or malformed IDX file (MNIST's format).
+    #[error("{file}: {problem}")]
+    Idx {
+        file: String,
+        problem: crate::idx::IdxProblem,
+    },
+    /// A missing, unreadable or malformed params file, or one saved for another architecture.
+    #[error("{file}: {problem}")]
+    Checkpoint { file: String, problem: String },
     /// LLVM could not initialize the host target, verify a module, optimize or JIT it.
     #[error("LLVM {stage} failed: {message}")]
     Llvm {

@@ -6,8 +6,10 @@
 //! same tape as the reference every backend must match bit for bit; both implement
 //! [`Program`], so a training loop is written once.
 
+pub mod checkpoint;
 pub mod error;
 pub mod graph;
+pub mod idx;
 pub mod interp;
 pub mod op;
 pub mod program;

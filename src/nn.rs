@@ -204,3 +204,41 @@ pub fn max_margin<'g>(
         Ok(data_loss)
     }
 }
+
+/// An MLP classifier graph ready to train per sample: `nin` inputs, then one-hot label
+/// inputs, micrograd's MLP (relu hidden layers) with one linear output per class, the logits
+/// marked as outputs (in class order) and softmax cross-entropy as the loss.
+///
+/// The graph's input vector is `[x_0 .. x_{nin-1}, onehot_0 .. onehot_{classes-1}]`; params
+/// are created layer by layer, neuron by neuron, weights then bias.
+pub struct Classifier<'g> {
+    pub model: MLP<'g>,
+    pub logits: Vec<Value<'g>>,
+    pub loss: Value<'g>,
+}
+
+impl<'g> Classifier<'g> {
+    pub fn new(
+        g: &'g Graph,
+        nin: usize,
+        hidden: &[usize],
+        classes: usize,
+        rng: &mut impl Rng,
+    ) -> Result<Self> {
+        let x = g.inputs(nin);
+        let y = g.inputs(classes);
+        let sizes: Vec<usize> = hidden.iter().copied().chain([classes]).collect();
+        let model = MLP::new(g, nin, &sizes, rng);
+        let logits = model.call(&x)?;
+        for &l in &logits {
+            g.add_output(l)?;
+        }
+        let loss = softmax_cross_entropy(&logits, &y)?;
+        g.set_loss(loss)?;
+        Ok(Classifier {
+            model,
+            logits,
+            loss,
+        })
+    }
+}

