@@ -4,6 +4,7 @@
 //! node to its graph's arena, so operands always precede their users: the arena is already in
 //! topological order, and nothing here (or later) needs recursion.
 
+use std::borrow::Borrow;
 use std::cell::RefCell;
 use std::fmt;
 use std::ops::{Add, AddAssign, Div, DivAssign, Mul, MulAssign, Neg, Sub, SubAssign};
@@ -118,11 +119,21 @@ impl Graph {
     }
 
     /// `((v0 + v1) + v2) + ...` as one node; the empty sum is the constant 0.
-    pub fn sum(&self, values: &[Value<'_>]) -> Value<'_> {
-        if values.is_empty() {
+    ///
+    /// Takes a slice, a `Vec` or any iterator of values:
+    /// `g.sum(&terms)`, `g.sum(xs.iter().map(|&x| x * x))`.
+    pub fn sum<'v, I>(&self, values: I) -> Value<'_>
+    where
+        I: IntoIterator,
+        I::Item: Borrow<Value<'v>>,
+    {
+        let ids: Vec<NodeId> = values
+            .into_iter()
+            .map(|v| self.own_id(*v.borrow(), "sum"))
+            .collect();
+        if ids.is_empty() {
             return self.constant(0.0);
         }
-        let ids: Vec<NodeId> = values.iter().map(|v| self.own_id(*v, "sum")).collect();
         self.push_ids(Op::Sum, &ids)
     }
 

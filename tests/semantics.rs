@@ -497,3 +497,22 @@ fn programs_of_the_same_graph_are_independent() {
     second.backward().unwrap();
     assert_eq!(second.param_grads(), &[10.0]);
 }
+
+#[test]
+fn sum_takes_slices_vecs_and_iterators() {
+    let g = Graph::new();
+    let xs = g.inputs(3);
+    let by_slice = g.sum(&xs);
+    let by_vec = g.sum(xs.clone());
+    let by_iter = g.sum(xs.iter().map(|&x| x * x));
+    let empty = g.sum(Vec::<Value>::new());
+    for v in [by_slice, by_vec, by_iter, empty] {
+        g.add_output(v).unwrap();
+    }
+    for (backend, compile) in semantics_backends() {
+        let mut program = compile(&g);
+        program.set_inputs(&[1.0, 2.0, 3.0]).unwrap();
+        program.forward();
+        assert_eq!(program.outputs(), [6.0, 6.0, 14.0, 0.0], "{backend}");
+    }
+}
