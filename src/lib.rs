@@ -12,6 +12,7 @@ pub mod graph;
 pub mod idx;
 pub mod interp;
 pub mod op;
+pub mod passes;
 pub mod program;
 pub mod tape;
 

@@ -20,6 +20,7 @@ use inkwell::OptimizationLevel;
 use super::lower::{libm_symbols, HostCpu, Lowerer, BACKWARD, FORWARD, UPDATE};
 use super::{JitBuilder, JitStats};
 use crate::error::{Error, Result};
+use crate::passes::loops;
 use crate::program::initial_buffers;
 use crate::tape::Tape;
 
@@ -167,8 +168,11 @@ impl Native {
     )> {
         let cpu = host_cpu();
         let start = Instant::now();
+        let schedule = loops::schedule(tape, options.loop_recovery);
+        stats.loops = schedule.loops;
+        stats.loop_nodes = schedule.loop_nodes;
         let module = Lowerer::new(ctx, tape, &cpu)
-            .lower(options.chunk_size)
+            .lower(&schedule, options.chunk_size)
             .map_err(|e| llvm_error("IR emission", e))?;
         module
             .verify()

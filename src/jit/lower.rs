@@ -27,6 +27,7 @@ use inkwell::values::{FloatValue, FunctionValue, InstructionOpcode, Operand, Poi
 use inkwell::FloatPredicate;
 
 use crate::op::{libm, Arith, Op};
+use crate::passes::loops::{Item, Schedule};
 use crate::tape::{Slot, Tape};
 
 /// Names of the generated entry points.
@@ -51,19 +52,19 @@ pub struct HostCpu {
     pub features: String,
 }
 
-type Emit<T> = Result<T, BuilderError>;
+pub(super) type Emit<T> = Result<T, BuilderError>;
 
 /// Builds the module for one tape.
 pub struct Lowerer<'ctx, 't> {
-    context: &'ctx Context,
-    module: Module<'ctx>,
-    builder: Builder<'ctx>,
-    f64_type: FloatType<'ctx>,
-    libm: [FunctionValue<'ctx>; 4],
+    pub(super) context: &'ctx Context,
+    pub(super) module: Module<'ctx>,
+    pub(super) builder: Builder<'ctx>,
+    pub(super) f64_type: FloatType<'ctx>,
+    pub(super) libm: [FunctionValue<'ctx>; 4],
     fn_attributes: Vec<Attribute>,
-    tape: &'t Tape,
+    pub(super) tape: &'t Tape,
     /// Whether an earlier-emitted backward chunk has stored this slot's gradient.
-    grad_stored: Vec<bool>,
+    pub(super) grad_stored: Vec<bool>,
 }
 
 impl<'ctx, 't> Lowerer<'ctx, 't> {
@@ -103,29 +104,44 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
     }
 
     /// Emits the whole program and hands the module over.
-    pub fn lower(mut self, chunk_size: usize) -> Emit<Module<'ctx>> {
-        let chunks = chunk_ranges(self.tape, chunk_size);
-        let mut forward_chunks = Vec::with_capacity(chunks.len());
-        for (k, range) in chunks.iter().enumerate() {
-            forward_chunks.push(self.lower_forward_chunk(k, range.clone())?);
+    pub fn lower(mut self, schedule: &Schedule, chunk_size: usize) -> Emit<Module<'ctx>> {
+        let units = units(self.tape, schedule, chunk_size);
+        let mut forward = Vec::with_capacity(units.len());
+        for (k, unit) in units.iter().enumerate() {
+            forward.push(match unit {
+                Item::Straight(range) => (self.lower_forward_chunk(k, range.clone())?, Buf::Vals),
+                Item::Map(run) => (self.lower_map_forward(k, run)?, Buf::Grads),
+                Item::Sum(sum) => (self.lower_sum_forward(k, sum)?, Buf::Grads),
+            });
         }
-        self.lower_driver(FORWARD, &forward_chunks, |vals, _| vals)?;
+        self.lower_driver(FORWARD, &forward)?;
 
-        let mut backward_chunks = Vec::new();
+        let mut backward = Vec::new();
         if self.tape.loss().is_some() {
-            for (k, range) in chunks.iter().enumerate().rev() {
-                backward_chunks.push(self.lower_backward_chunk(k, range.clone())?);
+            backward.push((self.lower_backward_init(&units)?, Buf::Grads));
+            for (k, unit) in units.iter().enumerate().rev() {
+                let part = match unit {
+                    Item::Straight(range) => Some(self.lower_backward_chunk(k, range.clone())?),
+                    Item::Map(run) => self.lower_map_backward(k, run)?,
+                    Item::Sum(sum) => self.lower_sum_backward(k, sum)?,
+                };
+                backward.extend(part.map(|f| (f, Buf::Grads)));
             }
-            backward_chunks.push(self.lower_backward_rest()?);
+            backward.push((self.lower_backward_rest()?, Buf::Grads));
         }
-        self.lower_driver(BACKWARD, &backward_chunks, |_, grads| grads)?;
+        self.lower_driver(BACKWARD, &backward)?;
         self.lower_update()?;
         Ok(self.module)
     }
 
     /// A `void name(ptr noalias vals, ptr noalias grads [, double lr])` with its entry block
     /// selected.
-    fn begin_function(&self, name: &str, with_lr: bool, inline: bool) -> FunctionValue<'ctx> {
+    pub(super) fn begin_function(
+        &self,
+        name: &str,
+        with_lr: bool,
+        inline: bool,
+    ) -> FunctionValue<'ctx> {
         let ptr = self.context.ptr_type(Default::default());
         let mut params = vec![ptr.into(), ptr.into()];
         if with_lr {
@@ -157,14 +173,17 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
         f
     }
 
-    fn buffers(&self, f: FunctionValue<'ctx>) -> (PointerValue<'ctx>, PointerValue<'ctx>) {
+    pub(super) fn buffers(
+        &self,
+        f: FunctionValue<'ctx>,
+    ) -> (PointerValue<'ctx>, PointerValue<'ctx>) {
         let vals = f.get_nth_param(0).unwrap().into_pointer_value();
         let grads = f.get_nth_param(1).unwrap().into_pointer_value();
         (vals, grads)
     }
 
     /// `&buf[slot]`
-    fn slot_ptr(&self, buf: PointerValue<'ctx>, slot: Slot) -> Emit<PointerValue<'ctx>> {
+    pub(super) fn slot_ptr(&self, buf: PointerValue<'ctx>, slot: Slot) -> Emit<PointerValue<'ctx>> {
         let index = self.context.i64_type().const_int(slot.0 as u64, false);
         // SAFETY: (of the GEP, not of Rust code) every slot is < tape.len(), the buffer length.
         unsafe {
@@ -173,7 +192,12 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
         }
     }
 
-    fn load_slot(&self, buf: PointerValue<'ctx>, slot: Slot, name: &str) -> Emit<FloatValue<'ctx>> {
+    pub(super) fn load_slot(
+        &self,
+        buf: PointerValue<'ctx>,
+        slot: Slot,
+        name: &str,
+    ) -> Emit<FloatValue<'ctx>> {
         let ptr = self.slot_ptr(buf, slot)?;
         Ok(self
             .builder
@@ -181,7 +205,12 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
             .into_float_value())
     }
 
-    fn store_slot(&self, buf: PointerValue<'ctx>, slot: Slot, v: FloatValue<'ctx>) -> Emit<()> {
+    pub(super) fn store_slot(
+        &self,
+        buf: PointerValue<'ctx>,
+        slot: Slot,
+        v: FloatValue<'ctx>,
+    ) -> Emit<()> {
         let ptr = self.slot_ptr(buf, slot)?;
         self.builder.build_store(ptr, v)?;
         Ok(())
@@ -218,7 +247,7 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
             .collect()
     }
 
-    fn ir_arith(&self) -> IrArith<'_, 'ctx> {
+    pub(super) fn ir_arith(&self) -> IrArith<'_, 'ctx> {
         IrArith {
             builder: &self.builder,
             f64_type: self.f64_type,
@@ -327,15 +356,49 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
                 self.grad_stored[loss.index()] = true;
             }
         }
-        let i8 = self.context.i8_type().const_zero();
+        let unstored: Vec<bool> = self.grad_stored.iter().map(|&s| !s).collect();
+        self.zero_grads_where(grads, &unstored)?;
+        self.builder.build_return(None)?;
+        Ok(f)
+    }
+
+    /// `bwd_init`: zeroes the non-param gradients that loops accumulate in memory (loops have
+    /// no registers to start from 0 in), and sets the loss's to 1 if it is among them. From
+    /// then on memory holds those gradients' running values, as if stored by a chunk.
+    fn lower_backward_init(&mut self, units: &[Item]) -> Emit<FunctionValue<'ctx>> {
+        let f = self.begin_function("bwd_init", false, false);
+        let (_, grads) = self.buffers(f);
+        let mut in_memory = vec![false; self.tape.len()];
+        for unit in units {
+            for span in loop_spans(unit) {
+                for s in span {
+                    in_memory[s as usize] = true;
+                }
+            }
+        }
+        in_memory[..self.tape.num_params()].fill(false);
+        self.zero_grads_where(grads, &in_memory)?;
+        if let Some(loss) = self.tape.loss().filter(|l| in_memory[l.index()]) {
+            self.store_slot(grads, loss, self.f64_type.const_float(1.0))?;
+        }
+        for (stored, &m) in self.grad_stored.iter_mut().zip(&in_memory) {
+            *stored |= m;
+        }
+        self.builder.build_return(None)?;
+        Ok(f)
+    }
+
+    /// Zeroes the gradients of the non-param slots where `which` is true, one memset per run.
+    fn zero_grads_where(&self, grads: PointerValue<'ctx>, which: &[bool]) -> Emit<()> {
+        let zero = self.context.i8_type().const_zero();
         let mut s = self.tape.num_params();
         while s < self.tape.len() {
-            if self.grad_stored[s] {
+            if !which[s] {
                 s += 1;
                 continue;
             }
             let start = s;
-            while s < self.tape.len() && !self.grad_stored[s] {
+            while s < self.tape.len() && which[s] {
                 s += 1;
             }
             let ptr = self.slot_ptr(grads, Slot(start as u32))?;
@@ -343,24 +406,22 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
                 .context
                 .i64_type()
                 .const_int(8 * (s - start) as u64, false);
-            self.builder.build_memset(ptr, 8, i8, bytes)?;
+            self.builder.build_memset(ptr, 8, zero, bytes)?;
         }
-        self.builder.build_return(None)?;
-        Ok(f)
+        Ok(())
     }
 
-    /// An entry point that calls `parts` in order, each with `(vals, second(vals, grads))`.
-    fn lower_driver(
-        &mut self,
-        name: &str,
-        parts: &[FunctionValue<'ctx>],
-        second: impl Fn(PointerValue<'ctx>, PointerValue<'ctx>) -> PointerValue<'ctx>,
-    ) -> Emit<()> {
+    /// An entry point that calls `parts` in order, each with `vals` and the buffer it names.
+    fn lower_driver(&mut self, name: &str, parts: &[(FunctionValue<'ctx>, Buf)]) -> Emit<()> {
         let f = self.begin_function(name, false, true);
         let (vals, grads) = self.buffers(f);
-        let args = [vals.into(), second(vals, grads).into()];
-        for &part in parts {
-            self.builder.build_call(part, &args, "")?;
+        for &(part, second) in parts {
+            let second = match second {
+                Buf::Vals => vals,
+                Buf::Grads => grads,
+            };
+            self.builder
+                .build_call(part, &[vals.into(), second.into()], "")?;
         }
         self.builder.build_return(None)?;
         Ok(())
@@ -451,30 +512,58 @@ fn erase_unused_loads<'a, 'ctx: 'a>(values: impl Iterator<Item = &'a FloatValue<
     }
 }
 
-/// Cuts the non-leaf part of the tape into contiguous ranges of about `chunk_size` nodes,
+/// Which buffer a function takes as its second argument.
+#[derive(Clone, Copy)]
+enum Buf {
+    /// `vals` again: forward chunks load through one pointer and store through the other.
+    Vals,
+    Grads,
+}
+
+/// The schedule with its straight-line ranges cut into chunks of about `chunk_size` nodes,
 /// counting each node's operands, so one wide `Sum` weighs what it emits.
-fn chunk_ranges(tape: &Tape, chunk_size: usize) -> Vec<Range<u32>> {
-    let first = (tape.num_params() + tape.num_inputs()) as u32;
-    let end = tape.len() as u32;
-    let mut ranges = Vec::new();
-    let (mut start, mut weight) = (first, 0);
-    for s in first..end {
-        weight += 1 + tape.args(Slot(s)).len();
-        if weight >= chunk_size.max(1) {
-            ranges.push(start..s + 1);
-            (start, weight) = (s + 1, 0);
+fn units(tape: &Tape, schedule: &Schedule, chunk_size: usize) -> Vec<Item> {
+    let mut units = Vec::with_capacity(schedule.items.len());
+    for item in &schedule.items {
+        let Item::Straight(range) = item else {
+            units.push(item.clone());
+            continue;
+        };
+        let (mut start, mut weight) = (range.start, 0);
+        for s in range.clone() {
+            weight += 1 + tape.args(Slot(s)).len();
+            if weight >= chunk_size.max(1) {
+                units.push(Item::Straight(start..s + 1));
+                (start, weight) = (s + 1, 0);
+            }
+        }
+        if start < range.end {
+            units.push(Item::Straight(start..range.end));
         }
     }
-    if start < end {
-        ranges.push(start..end);
+    units
+}
+
+/// The slots whose gradients a loop reads or accumulates in memory.
+fn loop_spans(unit: &Item) -> Vec<Range<u32>> {
+    match unit {
+        Item::Straight(_) => Vec::new(),
+        Item::Map(run) => std::iter::once(run.out)
+            .chain(run.args.iter().copied())
+            .map(|a| a.span(run.len))
+            .collect(),
+        Item::Sum(sum) => vec![
+            sum.slot.0..sum.slot.0 + 1,
+            sum.first.0..sum.first.0 + 1,
+            sum.tail.span(sum.tail_len),
+        ],
     }
-    ranges
 }
 
 /// [`Arith`] over an LLVM builder: each method emits the one instruction (or libm call) the
 /// interpreter performs. Builder errors (an unpositioned builder, a bug of ours) are kept and
 /// reported by [`IrArith::finish`].
-struct IrArith<'a, 'ctx> {
+pub(super) struct IrArith<'a, 'ctx> {
     builder: &'a Builder<'ctx>,
     f64_type: FloatType<'ctx>,
     libm: &'a [FunctionValue<'ctx>; 4],
@@ -482,7 +571,7 @@ struct IrArith<'a, 'ctx> {
 }
 
 impl<'ctx> IrArith<'_, 'ctx> {
-    fn finish(self) -> Emit<()> {
+    pub(super) fn finish(self) -> Emit<()> {
         self.error.map_or(Ok(()), Err)
     }
 

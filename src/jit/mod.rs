@@ -4,6 +4,7 @@
 //! the machine code; [`Jit`] ties them to the [`Program`] API.
 
 mod engine;
+mod loops;
 mod lower;
 
 use inkwell::OptimizationLevel;
@@ -34,20 +35,22 @@ impl OptLevel {
     /// analysis, LICM) spend quadratic alias queries on loads and stores that the lowering
     /// already made non-redundant, and the SelectionDAG chokes on unvectorized blocks. What
     /// pays here is the SLP vectorizer, which merges the per-slot loads and stores of
-    /// neighbouring slots into vector ones (4x fewer instructions, faster codegen), plus
-    /// instruction combining and, at O3, GVN. None of these passes changes a result: no pass
-    /// gets fast-math flags.
+    /// neighbouring slots into vector ones (4x fewer instructions, faster codegen), the loop
+    /// vectorizer for recovered loops, instruction combining and, at O3, GVN. None of these
+    /// passes changes a result: no pass gets fast-math flags.
     pub fn pipeline(self) -> Option<&'static str> {
         match self {
             OptLevel::O0 => None,
-            OptLevel::O1 => Some("function(instcombine<no-verify-fixpoint>,slp-vectorizer)"),
+            OptLevel::O1 => {
+                Some("function(instcombine<no-verify-fixpoint>,loop-vectorize,slp-vectorizer)")
+            }
             OptLevel::O2 => Some(
-                "function(early-cse<memssa>,instcombine<no-verify-fixpoint>,slp-vectorizer,\
-                 instcombine<no-verify-fixpoint>)",
+                "function(early-cse<memssa>,instcombine<no-verify-fixpoint>,loop-vectorize,\
+                 slp-vectorizer,instcombine<no-verify-fixpoint>,simplifycfg)",
             ),
             OptLevel::O3 => Some(
-                "function(early-cse<memssa>,instcombine<no-verify-fixpoint>,gvn,slp-vectorizer,\
-                 instcombine<no-verify-fixpoint>,simplifycfg)",
+                "function(early-cse<memssa>,instcombine<no-verify-fixpoint>,gvn,loop-vectorize,\
+                 slp-vectorizer,instcombine<no-verify-fixpoint>,simplifycfg)",
             ),
         }
     }
@@ -84,6 +87,10 @@ pub struct JitStats {
     pub optimize_secs: f64,
     /// Seconds spent generating machine code.
     pub codegen_secs: f64,
+    /// Loops the loop-recovery pass made (0 with recovery off).
+    pub loops: usize,
+    /// Tape nodes those loops cover.
+    pub loop_nodes: usize,
 }
 
 impl JitStats {
@@ -99,6 +106,7 @@ pub struct JitBuilder {
     chunk_size: usize,
     pipeline: Option<String>,
     codegen: Option<OptLevel>,
+    loop_recovery: bool,
 }
 
 impl Default for JitBuilder {
@@ -108,6 +116,7 @@ impl Default for JitBuilder {
             chunk_size: 250,
             pipeline: None,
             codegen: None,
+            loop_recovery: true,
         }
     }
 }
@@ -131,6 +140,14 @@ impl JitBuilder {
     /// `"function(instcombine,gvn)"`; the code generator still runs at the level's setting.
     pub fn pipeline(mut self, pipeline: impl Into<String>) -> Self {
         self.pipeline = Some(pipeline.into());
+        self
+    }
+
+    /// Whether to re-roll the tape's repeated patterns into loops (default on; see
+    /// [`crate::passes::loops`]). Results are bit-identical either way; off, every node is
+    /// lowered as straight-line code.
+    pub fn loop_recovery(mut self, on: bool) -> Self {
+        self.loop_recovery = on;
         self
     }
 

@@ -27,20 +27,34 @@ pub fn interpreter(graph: &Graph) -> Backend {
 }
 
 pub fn jit(graph: &Graph, level: OptLevel) -> Backend {
+    jit_with(graph, level, true)
+}
+
+/// The JIT at `level`, with loop recovery on or off.
+pub fn jit_with(graph: &Graph, level: OptLevel, loop_recovery: bool) -> Backend {
     let jit = Jit::builder()
         .opt_level(level)
+        .loop_recovery(loop_recovery)
         .compile(graph)
         .unwrap_or_else(|e| panic!("JIT at {level:?} rejected the graph: {e}"));
+    let lowering = if loop_recovery { "loops" } else { "straight" };
     Backend {
-        name: format!("jit {level:?}"),
+        name: format!("jit {level:?} {lowering}"),
         program: Box::new(jit),
     }
 }
 
-/// The reference first, then the JIT at every level: what the differential tests compare.
+/// The reference first, then the JIT at every level with loop recovery on and off: what the
+/// differential tests compare.
 pub fn interpreter_and_every_jit_level(graph: &Graph) -> Vec<Backend> {
     let mut backends = vec![interpreter(graph)];
-    backends.extend(OptLevel::ALL.iter().map(|&level| jit(graph, level)));
+    for recovery in [true, false] {
+        backends.extend(
+            OptLevel::ALL
+                .iter()
+                .map(|&level| jit_with(graph, level, recovery)),
+        );
+    }
     backends
 }
 

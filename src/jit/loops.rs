@@ -1,0 +1,253 @@
+//! Lowering of recovered loops ([`crate::passes::loops`]): each loop becomes one function
+//! with one LLVM loop over memory, in the interpreter's order (forward by increasing `t`,
+//! backward by decreasing `t`; a sum's operands left to right). LLVM may vectorize such a
+//! loop only where that cannot change a result: no fast-math flags reach it.
+
+use inkwell::values::{FloatValue, FunctionValue, IntValue, PointerValue};
+use inkwell::IntPredicate;
+
+use super::lower::{Emit, Lowerer};
+use crate::passes::loops::{Affine, MapLoop, SumLoop};
+
+impl<'ctx> Lowerer<'ctx, '_> {
+    /// `map{k}`: `vals[out(t)] = op(vals[args(t)]...)` for `t` in `0..len`.
+    pub(super) fn lower_map_forward(
+        &mut self,
+        k: usize,
+        run: &MapLoop,
+    ) -> Emit<FunctionValue<'ctx>> {
+        let f = self.begin_function(&format!("map{k}"), false, false);
+        let (vals, _) = self.buffers(f);
+        self.emit_loop(run.len, false, None, |this, t, _| {
+            let x = run
+                .args
+                .iter()
+                .map(|&a| this.load_at(vals, a, t))
+                .collect::<Emit<Vec<_>>>()?;
+            let mut ar = this.ir_arith();
+            let v = run.op.forward(&mut ar, &x);
+            ar.finish()?;
+            this.store_at(vals, run.out, t, v)?;
+            Ok(None)
+        })?;
+        self.builder.build_return(None)?;
+        Ok(f)
+    }
+
+    /// `map{k}_bwd`: for `t` from `len - 1` down to 0, each operand's gradient `+=` its local
+    /// gradient, in operand order. `None` if the run needs no gradient.
+    pub(super) fn lower_map_backward(
+        &mut self,
+        k: usize,
+        run: &MapLoop,
+    ) -> Emit<Option<FunctionValue<'ctx>>> {
+        if !run.needs_grad {
+            return Ok(None);
+        }
+        let f = self.begin_function(&format!("map{k}_bwd"), false, false);
+        let (vals, grads) = self.buffers(f);
+        let mut local = Vec::new();
+        self.emit_loop(run.len, true, None, |this, t, _| {
+            let g = this.load_at(grads, run.out, t)?;
+            let out = this.load_at(vals, run.out, t)?;
+            let x = run
+                .args
+                .iter()
+                .map(|&a| this.load_at(vals, a, t))
+                .collect::<Emit<Vec<_>>>()?;
+            let mut ar = this.ir_arith();
+            run.op.local_grads(&mut ar, &x, out, g, &mut local);
+            ar.finish()?;
+            for (&a, &d) in run.args.iter().zip(&local) {
+                this.accumulate_at(grads, a, t, d)?;
+            }
+            Ok(None)
+        })?;
+        self.builder.build_return(None)?;
+        Ok(Some(f))
+    }
+
+    /// `sum{k}`: `vals[slot] = vals[first] + vals[tail(0)] + ...`, left to right.
+    pub(super) fn lower_sum_forward(
+        &mut self,
+        k: usize,
+        sum: &SumLoop,
+    ) -> Emit<FunctionValue<'ctx>> {
+        let f = self.begin_function(&format!("sum{k}"), false, false);
+        let (vals, _) = self.buffers(f);
+        let first = self.load_slot(vals, sum.first, &format!("n{}", sum.first.0))?;
+        let total = self.emit_loop(sum.tail_len, false, Some(first), |this, t, acc| {
+            let x = this.load_at(vals, sum.tail, t)?;
+            let acc = acc.expect("the loop carries the sum");
+            Ok(Some(this.builder.build_float_add(acc, x, "acc")?))
+        })?;
+        let total = total.expect("the loop carries the sum");
+        total.set_name(&format!("n{}", sum.slot.0));
+        self.store_slot(vals, sum.slot, total)?;
+        self.builder.build_return(None)?;
+        Ok(f)
+    }
+
+    /// `sum{k}_bwd`: every operand's gradient `+=` the sum's, left to right. `None` if the
+    /// sum needs no gradient.
+    pub(super) fn lower_sum_backward(
+        &mut self,
+        k: usize,
+        sum: &SumLoop,
+    ) -> Emit<Option<FunctionValue<'ctx>>> {
+        if !self.tape.needs_grad(sum.slot) {
+            return Ok(None);
+        }
+        let f = self.begin_function(&format!("sum{k}_bwd"), false, false);
+        let (_, grads) = self.buffers(f);
+        let g = self.load_slot(grads, sum.slot, &format!("g{}", sum.slot.0))?;
+        let first = Affine {
+            base: sum.first.0 as i64,
+            stride: 0,
+        };
+        let zero = self.context.i64_type().const_zero();
+        self.accumulate_at(grads, first, zero, g)?;
+        self.emit_loop(sum.tail_len, false, None, |this, t, _| {
+            this.accumulate_at(grads, sum.tail, t, g)?;
+            Ok(None)
+        })?;
+        self.builder.build_return(None)?;
+        Ok(Some(f))
+    }
+
+    /// `&buf[a.base + a.stride * t]`
+    fn ptr_at(
+        &self,
+        buf: PointerValue<'ctx>,
+        a: Affine,
+        t: IntValue<'ctx>,
+    ) -> Emit<PointerValue<'ctx>> {
+        let i64t = self.context.i64_type();
+        let scaled = self
+            .builder
+            .build_int_mul(t, i64t.const_int(a.stride as u64, true), "")?;
+        let index =
+            self.builder
+                .build_int_add(scaled, i64t.const_int(a.base as u64, true), "slot")?;
+        // SAFETY: (of the GEP) the pass only forms affine sequences of existing slots.
+        unsafe {
+            self.builder
+                .build_in_bounds_gep(self.f64_type, buf, &[index], "")
+        }
+    }
+
+    fn load_at(
+        &self,
+        buf: PointerValue<'ctx>,
+        a: Affine,
+        t: IntValue<'ctx>,
+    ) -> Emit<FloatValue<'ctx>> {
+        let ptr = self.ptr_at(buf, a, t)?;
+        Ok(self
+            .builder
+            .build_load(self.f64_type, ptr, "")?
+            .into_float_value())
+    }
+
+    fn store_at(
+        &self,
+        buf: PointerValue<'ctx>,
+        a: Affine,
+        t: IntValue<'ctx>,
+        v: FloatValue<'ctx>,
+    ) -> Emit<()> {
+        let ptr = self.ptr_at(buf, a, t)?;
+        self.builder.build_store(ptr, v)?;
+        Ok(())
+    }
+
+    /// `grads[a(t)] += d`
+    fn accumulate_at(
+        &self,
+        grads: PointerValue<'ctx>,
+        a: Affine,
+        t: IntValue<'ctx>,
+        d: FloatValue<'ctx>,
+    ) -> Emit<()> {
+        let ptr = self.ptr_at(grads, a, t)?;
+        let before = self
+            .builder
+            .build_load(self.f64_type, ptr, "")?
+            .into_float_value();
+        let after = self.builder.build_float_add(before, d, "")?;
+        self.builder.build_store(ptr, after)?;
+        Ok(())
+    }
+
+    /// Emits `for t in 0..len` (or `(0..len).rev()`) around `body`, which must not create
+    /// blocks; `body` gets `t` and an optional carried value and returns its next value.
+    /// Returns the carried value after the last iteration. `len` must be at least 1.
+    fn emit_loop(
+        &self,
+        len: u32,
+        descending: bool,
+        carried: Option<FloatValue<'ctx>>,
+        mut body: impl FnMut(
+            &Self,
+            IntValue<'ctx>,
+            Option<FloatValue<'ctx>>,
+        ) -> Emit<Option<FloatValue<'ctx>>>,
+    ) -> Emit<Option<FloatValue<'ctx>>> {
+        let i64t = self.context.i64_type();
+        let entry = self
+            .builder
+            .get_insert_block()
+            .expect("positioned in a function");
+        let f = entry.get_parent().expect("the block is in a function");
+        let header = self.context.append_basic_block(f, "loop");
+        let exit = self.context.append_basic_block(f, "exit");
+        self.builder.build_unconditional_branch(header)?;
+
+        self.builder.position_at_end(header);
+        let t = self.builder.build_phi(i64t, "t")?;
+        let acc = match carried {
+            Some(_) => Some(self.builder.build_phi(self.f64_type, "carried")?),
+            None => None,
+        };
+        let t_value = t.as_basic_value().into_int_value();
+        let acc_value = acc.map(|p| p.as_basic_value().into_float_value());
+        let next_acc = body(self, t_value, acc_value)?;
+        let one = i64t.const_int(1, false);
+        let (start, next, more) = if descending {
+            let next = self.builder.build_int_sub(t_value, one, "t_next")?;
+            let more = self.builder.build_int_compare(
+                IntPredicate::NE,
+                t_value,
+                i64t.const_zero(),
+                "more",
+            )?;
+            (i64t.const_int(len as u64 - 1, false), next, more)
+        } else {
+            let next = self.builder.build_int_add(t_value, one, "t_next")?;
+            let more = self.builder.build_int_compare(
+                IntPredicate::ULT,
+                next,
+                i64t.const_int(len as u64, false),
+                "more",
+            )?;
+            (i64t.const_zero(), next, more)
+        };
+        let latch = self.builder.get_insert_block().expect("positioned");
+        self.builder.build_conditional_branch(more, header, exit)?;
+        t.add_incoming(&[(&start, entry), (&next, latch)]);
+        if let (Some(phi), Some(init), Some(next)) = (acc, carried, next_acc) {
+            phi.add_incoming(&[(&init, entry), (&next, latch)]);
+        }
+
+        self.builder.position_at_end(exit);
+        match next_acc {
+            // LCSSA: the carried value leaves the loop through a phi of the exit block.
+            Some(v) => {
+                let out = self.builder.build_phi(self.f64_type, "total")?;
+                out.add_incoming(&[(&v, latch)]);
+                Ok(Some(out.as_basic_value().into_float_value()))
+            }
+            None => Ok(None),
+        }
+    }
+}

@@ -1,0 +1,3 @@
+//! Tape-to-schedule transformations run before lowering.
+
+pub mod loops;

@@ -1,0 +1,169 @@
+//! Loop recovery: graph families built to exercise the pass, run bit for bit against the
+//! interpreter with recovery on and off at every level, and the schedules the pass makes.
+
+mod common;
+
+use common::{assert_backends_agree, interpreter_and_every_jit_level};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tapejit::nn::{Activation, Classifier, Layer};
+use tapejit::passes::loops::{schedule, Item, MIN_RUN};
+use tapejit::{Graph, Jit, Tape, Value};
+
+/// Checks every backend against the interpreter and returns the loops the JIT made.
+fn check(name: &str, g: &Graph) -> usize {
+    let mut backends = interpreter_and_every_jit_level(g);
+    assert_backends_agree(name, &mut backends, &mut StdRng::seed_from_u64(7));
+    Jit::compile(g).unwrap().stats().loops
+}
+
+#[test]
+fn mlps_of_several_shapes_become_loops() {
+    for (i, (nin, hidden)) in [
+        (10, vec![12]),
+        (16, vec![9, 7]),
+        (30, vec![1]),
+        (8, vec![8, 8, 8]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let g = Graph::new();
+        Classifier::new(&g, nin, &hidden, 3, &mut StdRng::seed_from_u64(i as u64)).unwrap();
+        let loops = check(&format!("MLP {nin}-{hidden:?}-3"), &g);
+        assert!(loops > 0, "MLP {nin}-{hidden:?}: no loops recovered");
+    }
+}
+
+#[test]
+fn a_shared_layer_applied_to_several_inputs() {
+    let g = Graph::new();
+    let mut rng = StdRng::seed_from_u64(3);
+    let layer = Layer::new(&g, 12, 4, Activation::Tanh, &mut rng);
+    let mut outs = Vec::new();
+    for _ in 0..3 {
+        let x = g.inputs(12);
+        outs.extend(layer.call(&x).unwrap());
+    }
+    g.set_loss(g.sum(outs.iter().map(|&o| o * o))).unwrap();
+    assert!(check("shared layer", &g) > 0);
+}
+
+/// `n` products `w_i * x_i` with the pattern broken by `interrupt` at `at`.
+fn products<'g>(
+    g: &'g Graph,
+    n: usize,
+    interrupt: impl Fn(usize) -> Option<Value<'g>>,
+) -> Vec<Value<'g>> {
+    let w: Vec<_> = (0..n).map(|i| g.param(0.1 * i as f64 - 0.7)).collect();
+    let x = g.inputs(n);
+    (0..n)
+        .map(|i| interrupt(i).unwrap_or_else(|| w[i] * x[i]))
+        .collect()
+}
+
+#[test]
+fn a_run_interrupted_by_another_op() {
+    let g = Graph::new();
+    let extra = g.input();
+    let terms = products(&g, 40, |i| (i == 17).then(|| extra.tanh()));
+    g.set_loss(g.sum(&terms).powf(2.0)).unwrap();
+    assert!(check("interrupted run", &g) >= 2);
+}
+
+#[test]
+fn a_stride_change_midway() {
+    let g = Graph::new();
+    let w: Vec<_> = (0..60).map(|i| g.param(0.01 * i as f64)).collect();
+    let x = g.inputs(60);
+    // Operand strides 1 for the first 20 products, then 2.
+    let mut terms: Vec<Value> = (0..20).map(|i| w[i] * x[i]).collect();
+    terms.extend((0..20).map(|i| w[20 + 2 * i] * x[20 + 2 * i]));
+    g.set_loss(g.sum(&terms).tanh()).unwrap();
+    assert!(check("stride change", &g) >= 2);
+}
+
+#[test]
+fn a_chain_whose_iterations_depend_on_each_other() {
+    let g = Graph::new();
+    let w = g.param(0.97);
+    let mut v = g.input();
+    for _ in 0..50 {
+        v *= w;
+    }
+    g.add_output(v).unwrap();
+    g.set_loss(v.tanh()).unwrap();
+    assert!(check("dependent chain", &g) > 0);
+}
+
+#[test]
+fn constants_between_run_members_and_repeated_operands() {
+    let g = Graph::new();
+    let x = g.inputs(30);
+    // `x * 2.0` puts a constant between every two products: output stride 2.
+    let doubled: Vec<Value> = x.iter().map(|&xi| xi * 2.0).collect();
+    let squares: Vec<Value> = x.iter().map(|&xi| xi * xi).collect();
+    let p = g.param(0.5);
+    let scaled: Vec<Value> = squares.iter().map(|&s| s * p).collect();
+    g.set_loss(g.sum(doubled.iter().chain(&scaled)).sigmoid())
+        .unwrap();
+    assert!(check("constants and repeats", &g) >= 3);
+}
+
+#[test]
+fn a_graph_without_any_pattern() {
+    let g = Graph::new();
+    let mut rng = StdRng::seed_from_u64(11);
+    let x = g.inputs(5);
+    let mut v = x[0];
+    for i in 0..40 {
+        let other = x[rng.gen_range(0..5)];
+        v = match i % 5 {
+            0 => v + other,
+            1 => (v * other).tanh(),
+            2 => v - other.exp(),
+            3 => v.sigmoid() * other,
+            _ => v / (other * other + 1.0),
+        };
+    }
+    g.set_loss(v).unwrap();
+    assert_eq!(check("no pattern", &g), 0);
+}
+
+#[test]
+fn schedules_cover_every_node_once_in_order() {
+    let g = Graph::new();
+    Classifier::new(&g, 20, &[6], 4, &mut StdRng::seed_from_u64(0)).unwrap();
+    let tape = Tape::from_graph(&g).unwrap();
+    let first = (tape.num_params() + tape.num_inputs()) as u32;
+    for recover in [false, true] {
+        let s = schedule(&tape, recover);
+        let mut covered = Vec::new();
+        for item in &s.items {
+            match item {
+                Item::Straight(r) => covered.extend(r.clone()),
+                Item::Map(m) => {
+                    assert!(m.len >= MIN_RUN);
+                    let (a, b) = (m.out.at(0).0, m.out.at(m.len - 1).0);
+                    covered.extend(a..=b);
+                }
+                Item::Sum(sum) => covered.push(sum.slot.0),
+            }
+        }
+        assert_eq!(
+            covered,
+            (first..tape.len() as u32).collect::<Vec<_>>(),
+            "recover {recover}"
+        );
+        if recover {
+            // Per hidden neuron: its 20 products and its sum; per output: 6 products are too
+            // few for a map, but the sums of the outputs are short too.
+            let maps = s.items.iter().filter(|i| matches!(i, Item::Map(_))).count();
+            let sums = s.items.iter().filter(|i| matches!(i, Item::Sum(_))).count();
+            assert_eq!((maps, sums), (6, 6), "{:?}", s.items);
+            assert_eq!(s.loops, maps + sums);
+        } else {
+            assert_eq!(s.loops, 0);
+        }
+    }
+}
