@@ -2,7 +2,7 @@
 //! level: the table in the README.
 //!
 //! cargo run --release --example compile_times -- [--hidden 25,50,100] [--levels O0,O1,O2,O3]
-//!     [--chunk N] [--pipeline P] [--steps N]
+//!     [--chunk N] [--pipeline P] [--codegen O0..O3] [--lowering loops|straight] [--steps N]
 
 use std::time::Instant;
 
@@ -39,8 +39,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect();
     let steps: usize = opt("--steps").map_or(200, |s| s.parse().expect("--steps"));
 
-    println!("| model | level | tape nodes | IR instr | build s | optimize s | codegen s | total s | us/step |");
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("| model | level | tape nodes | loops | functions | IR instr | build s | optimize s | codegen s | total s | us/step |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for &h in &hidden {
         let g = Graph::new();
         let mut rng = StdRng::seed_from_u64(1);
@@ -62,6 +62,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let mut b = Jit::builder().opt_level(level);
             if let Some(c) = opt("--chunk") {
                 b = b.chunk_size(c.parse()?);
+            }
+            if opt("--lowering").as_deref() == Some("straight") {
+                b = b.loop_recovery(false);
             }
             if let Some(c) = opt("--codegen") {
                 b = b.codegen(parse_level(&c));
@@ -87,8 +90,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let us = start.elapsed().as_secs_f64() * 1e6 / steps as f64;
             let s = jit.stats();
             println!(
-                "| 784-{h}-10 | {level} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} |",
+                "| 784-{h}-10 | {level} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} |",
                 s.tape_nodes,
+                s.loops,
+                s.functions,
                 s.ir_instructions,
                 s.ir_build_secs,
                 s.optimize_secs,

@@ -3,21 +3,15 @@
 //! backward by decreasing `t`; a sum's operands left to right). LLVM may vectorize such a
 //! loop only where that cannot change a result: no fast-math flags reach it.
 
-use inkwell::values::{FloatValue, FunctionValue, IntValue, PointerValue};
+use inkwell::values::{FloatValue, IntValue, PointerValue};
 use inkwell::IntPredicate;
 
 use super::lower::{Emit, Lowerer};
 use crate::passes::loops::{Affine, MapLoop, SumLoop};
 
 impl<'ctx> Lowerer<'ctx, '_> {
-    /// `map{k}`: `vals[out(t)] = op(vals[args(t)]...)` for `t` in `0..len`.
-    pub(super) fn lower_map_forward(
-        &mut self,
-        k: usize,
-        run: &MapLoop,
-    ) -> Emit<FunctionValue<'ctx>> {
-        let f = self.begin_function(&format!("map{k}"), false, false);
-        let (vals, _) = self.buffers(f);
+    /// `vals[out(t)] = op(vals[args(t)]...)` for `t` in `0..len`.
+    pub(super) fn emit_map_forward(&self, vals: PointerValue<'ctx>, run: &MapLoop) -> Emit<()> {
         self.emit_loop(run.len, false, None, |this, t, _| {
             let x = run
                 .args
@@ -30,22 +24,20 @@ impl<'ctx> Lowerer<'ctx, '_> {
             this.store_at(vals, run.out, t, v)?;
             Ok(None)
         })?;
-        self.builder.build_return(None)?;
-        Ok(f)
+        Ok(())
     }
 
-    /// `map{k}_bwd`: for `t` from `len - 1` down to 0, each operand's gradient `+=` its local
-    /// gradient, in operand order. `None` if the run needs no gradient.
-    pub(super) fn lower_map_backward(
-        &mut self,
-        k: usize,
+    /// For `t` from `len - 1` down to 0, each operand's gradient `+=` its local gradient, in
+    /// operand order. Nothing if the run needs no gradient.
+    pub(super) fn emit_map_backward(
+        &self,
+        vals: PointerValue<'ctx>,
+        grads: PointerValue<'ctx>,
         run: &MapLoop,
-    ) -> Emit<Option<FunctionValue<'ctx>>> {
+    ) -> Emit<()> {
         if !run.needs_grad {
-            return Ok(None);
+            return Ok(());
         }
-        let f = self.begin_function(&format!("map{k}_bwd"), false, false);
-        let (vals, grads) = self.buffers(f);
         let mut local = Vec::new();
         self.emit_loop(run.len, true, None, |this, t, _| {
             let g = this.load_at(grads, run.out, t)?;
@@ -63,18 +55,11 @@ impl<'ctx> Lowerer<'ctx, '_> {
             }
             Ok(None)
         })?;
-        self.builder.build_return(None)?;
-        Ok(Some(f))
+        Ok(())
     }
 
-    /// `sum{k}`: `vals[slot] = vals[first] + vals[tail(0)] + ...`, left to right.
-    pub(super) fn lower_sum_forward(
-        &mut self,
-        k: usize,
-        sum: &SumLoop,
-    ) -> Emit<FunctionValue<'ctx>> {
-        let f = self.begin_function(&format!("sum{k}"), false, false);
-        let (vals, _) = self.buffers(f);
+    /// `vals[slot] = vals[first] + vals[tail(0)] + ...`, left to right.
+    pub(super) fn emit_sum_forward(&self, vals: PointerValue<'ctx>, sum: &SumLoop) -> Emit<()> {
         let first = self.load_slot(vals, sum.first, &format!("n{}", sum.first.0))?;
         let total = self.emit_loop(sum.tail_len, false, Some(first), |this, t, acc| {
             let x = this.load_at(vals, sum.tail, t)?;
@@ -83,23 +68,15 @@ impl<'ctx> Lowerer<'ctx, '_> {
         })?;
         let total = total.expect("the loop carries the sum");
         total.set_name(&format!("n{}", sum.slot.0));
-        self.store_slot(vals, sum.slot, total)?;
-        self.builder.build_return(None)?;
-        Ok(f)
+        self.store_slot(vals, sum.slot, total)
     }
 
-    /// `sum{k}_bwd`: every operand's gradient `+=` the sum's, left to right. `None` if the
-    /// sum needs no gradient.
-    pub(super) fn lower_sum_backward(
-        &mut self,
-        k: usize,
-        sum: &SumLoop,
-    ) -> Emit<Option<FunctionValue<'ctx>>> {
+    /// Every operand's gradient `+=` the sum's, left to right. Nothing if the sum needs no
+    /// gradient.
+    pub(super) fn emit_sum_backward(&self, grads: PointerValue<'ctx>, sum: &SumLoop) -> Emit<()> {
         if !self.tape.needs_grad(sum.slot) {
-            return Ok(None);
+            return Ok(());
         }
-        let f = self.begin_function(&format!("sum{k}_bwd"), false, false);
-        let (_, grads) = self.buffers(f);
         let g = self.load_slot(grads, sum.slot, &format!("g{}", sum.slot.0))?;
         let first = Affine {
             base: sum.first.0 as i64,
@@ -111,8 +88,7 @@ impl<'ctx> Lowerer<'ctx, '_> {
             this.accumulate_at(grads, sum.tail, t, g)?;
             Ok(None)
         })?;
-        self.builder.build_return(None)?;
-        Ok(Some(f))
+        Ok(())
     }
 
     /// `&buf[a.base + a.stride * t]`

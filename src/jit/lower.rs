@@ -105,29 +105,20 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
 
     /// Emits the whole program and hands the module over.
     pub fn lower(mut self, schedule: &Schedule, chunk_size: usize) -> Emit<Module<'ctx>> {
-        let units = units(self.tape, schedule, chunk_size);
-        let mut forward = Vec::with_capacity(units.len());
-        for (k, unit) in units.iter().enumerate() {
-            forward.push(match unit {
-                Item::Straight(range) => (self.lower_forward_chunk(k, range.clone())?, Buf::Vals),
-                Item::Map(run) => (self.lower_map_forward(k, run)?, Buf::Grads),
-                Item::Sum(sum) => (self.lower_sum_forward(k, sum)?, Buf::Grads),
-            });
+        let groups = function_groups(self.tape, schedule, chunk_size);
+        let mut forward = Vec::with_capacity(groups.len());
+        for (k, group) in groups.iter().enumerate() {
+            forward.push(self.lower_forward_group(k, group)?);
         }
         self.lower_driver(FORWARD, &forward)?;
 
         let mut backward = Vec::new();
         if self.tape.loss().is_some() {
-            backward.push((self.lower_backward_init(&units)?, Buf::Grads));
-            for (k, unit) in units.iter().enumerate().rev() {
-                let part = match unit {
-                    Item::Straight(range) => Some(self.lower_backward_chunk(k, range.clone())?),
-                    Item::Map(run) => self.lower_map_backward(k, run)?,
-                    Item::Sum(sum) => self.lower_sum_backward(k, sum)?,
-                };
-                backward.extend(part.map(|f| (f, Buf::Grads)));
+            backward.push(self.lower_backward_init(&groups)?);
+            for (k, group) in groups.iter().enumerate().rev() {
+                backward.push(self.lower_backward_group(k, group)?);
             }
-            backward.push((self.lower_backward_rest()?, Buf::Grads));
+            backward.push(self.lower_backward_rest()?);
         }
         self.lower_driver(BACKWARD, &backward)?;
         self.lower_update()?;
@@ -256,69 +247,121 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
         }
     }
 
-    /// `fwd{k}`: computes and stores the values of the chunk's slots, in slot order.
-    fn lower_forward_chunk(&mut self, k: usize, range: Range<u32>) -> Emit<FunctionValue<'ctx>> {
+    /// `fwd{k}`: computes and stores the values of the group's slots, in slot order.
+    fn lower_forward_group(&mut self, k: usize, group: &[Item]) -> Emit<FunctionValue<'ctx>> {
         let f = self.begin_function(&format!("fwd{k}"), false, false);
-        // The driver passes `vals` twice: loads go through the first pointer (slots before
-        // the chunk), stores through the second (the chunk's own slots). The two sets are
-        // disjoint, so both may be `noalias`, and alias analysis answers at once instead of
-        // comparing offsets for every load/store pair (SLP asks that quadratically often).
-        let (vals, out) = self.buffers(f);
-        f.get_nth_param(1).unwrap().set_name("out");
-        let mut cache = HashMap::new();
-        for slot in range.map(Slot) {
-            let op = self.tape.op(slot);
-            if op.is_leaf() {
-                continue;
+        let (vals, _) = self.buffers(f);
+        // Values stay valid across loops: a loop only writes slots nothing has read yet.
+        let mut values = HashMap::new();
+        for unit in group {
+            match unit {
+                Item::Straight(range) => self.emit_forward_nodes(&mut values, vals, range)?,
+                Item::Map(run) => self.emit_map_forward(vals, run)?,
+                Item::Sum(sum) => self.emit_sum_forward(vals, sum)?,
             }
-            let x = self.operands(&mut cache, vals, slot)?;
-            let mut ar = self.ir_arith();
-            let v = op.forward(&mut ar, &x);
-            ar.finish()?;
-            v.set_name(&format!("n{}", slot.0));
-            self.store_slot(out, slot, v)?;
-            cache.insert(slot, v);
         }
         self.builder.build_return(None)?;
         Ok(f)
     }
 
-    /// `bwd{k}`: the backward walk over the chunk's slots in reverse order, gradients in
-    /// registers, each touched gradient stored once at the end.
-    fn lower_backward_chunk(&mut self, k: usize, range: Range<u32>) -> Emit<FunctionValue<'ctx>> {
+    /// Straight-line forward: each node's value from its operands' registers, stored once.
+    fn emit_forward_nodes(
+        &mut self,
+        values: &mut HashMap<Slot, FloatValue<'ctx>>,
+        vals: PointerValue<'ctx>,
+        range: &Range<u32>,
+    ) -> Emit<()> {
+        for slot in range.clone().map(Slot) {
+            let op = self.tape.op(slot);
+            if op.is_leaf() {
+                continue;
+            }
+            let x = self.operands(values, vals, slot)?;
+            let mut ar = self.ir_arith();
+            let v = op.forward(&mut ar, &x);
+            ar.finish()?;
+            v.set_name(&format!("n{}", slot.0));
+            self.store_slot(vals, slot, v)?;
+            values.insert(slot, v);
+        }
+        Ok(())
+    }
+
+    /// `bwd{k}`: the backward walk over the group in reverse order. Straight-line gradients
+    /// live in registers until a loop (which works on memory) or the end of the function
+    /// needs them stored.
+    fn lower_backward_group(&mut self, k: usize, group: &[Item]) -> Emit<FunctionValue<'ctx>> {
         let f = self.begin_function(&format!("bwd{k}"), false, false);
         let (vals, grads) = self.buffers(f);
         let mut values = HashMap::new();
-        let mut grad: HashMap<Slot, FloatValue<'ctx>> = HashMap::new();
+        let mut grad = HashMap::new();
+        for unit in group.iter().rev() {
+            match unit {
+                Item::Straight(range) => {
+                    self.emit_backward_nodes(&mut values, &mut grad, vals, grads, range)?
+                }
+                Item::Map(run) => {
+                    self.store_grads(&mut grad, grads)?;
+                    self.emit_map_backward(vals, grads, run)?;
+                }
+                Item::Sum(sum) => {
+                    self.store_grads(&mut grad, grads)?;
+                    self.emit_sum_backward(grads, sum)?;
+                }
+            }
+        }
+        self.store_grads(&mut grad, grads)?;
+        erase_unused_loads(values.values());
+        self.builder.build_return(None)?;
+        Ok(f)
+    }
+
+    /// Straight-line backward over `range` in reverse slot order.
+    fn emit_backward_nodes(
+        &mut self,
+        values: &mut HashMap<Slot, FloatValue<'ctx>>,
+        grad: &mut HashMap<Slot, FloatValue<'ctx>>,
+        vals: PointerValue<'ctx>,
+        grads: PointerValue<'ctx>,
+        range: &Range<u32>,
+    ) -> Emit<()> {
         let mut local = Vec::new();
-        for slot in range.map(Slot).rev() {
+        for slot in range.clone().map(Slot).rev() {
             let op = self.tape.op(slot);
             if op.is_leaf() || !self.tape.needs_grad(slot) {
                 continue;
             }
-            let g = self.grad_of(&mut grad, grads, slot)?;
-            let x = self.operands(&mut values, vals, slot)?;
-            let out = self.value_of(&mut values, vals, slot)?;
+            let g = self.grad_of(grad, grads, slot)?;
+            let x = self.operands(values, vals, slot)?;
+            let out = self.value_of(values, vals, slot)?;
             let mut ar = self.ir_arith();
             op.local_grads(&mut ar, &x, out, g, &mut local);
             ar.finish()?;
             for (&a, &d) in self.tape.args(slot).iter().zip(&local) {
-                let before = self.grad_of(&mut grad, grads, a)?;
+                let before = self.grad_of(grad, grads, a)?;
                 let after = self
                     .builder
                     .build_float_add(before, d, &format!("g{}", a.0))?;
                 grad.insert(a, after);
             }
         }
-        erase_unused_loads(values.values());
-        let mut touched: Vec<_> = grad.into_iter().collect();
+        Ok(())
+    }
+
+    /// Stores every gradient held in registers, in slot order, and forgets them: from here
+    /// on memory holds their running values.
+    fn store_grads(
+        &mut self,
+        grad: &mut HashMap<Slot, FloatValue<'ctx>>,
+        grads: PointerValue<'ctx>,
+    ) -> Emit<()> {
+        let mut touched: Vec<_> = grad.drain().collect();
         touched.sort_by_key(|(s, _)| *s);
         for (slot, g) in touched {
             self.store_slot(grads, slot, g)?;
             self.grad_stored[slot.index()] = true;
         }
-        self.builder.build_return(None)?;
-        Ok(f)
+        Ok(())
     }
 
     /// The gradient of `slot` so far: from this chunk, or its value on entry to the chunk.
@@ -365,11 +408,11 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
     /// `bwd_init`: zeroes the non-param gradients that loops accumulate in memory (loops have
     /// no registers to start from 0 in), and sets the loss's to 1 if it is among them. From
     /// then on memory holds those gradients' running values, as if stored by a chunk.
-    fn lower_backward_init(&mut self, units: &[Item]) -> Emit<FunctionValue<'ctx>> {
+    fn lower_backward_init(&mut self, groups: &[Vec<Item>]) -> Emit<FunctionValue<'ctx>> {
         let f = self.begin_function("bwd_init", false, false);
         let (_, grads) = self.buffers(f);
         let mut in_memory = vec![false; self.tape.len()];
-        for unit in units {
+        for unit in groups.iter().flatten() {
             for span in loop_spans(unit) {
                 for s in span {
                     in_memory[s as usize] = true;
@@ -411,17 +454,13 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
         Ok(())
     }
 
-    /// An entry point that calls `parts` in order, each with `vals` and the buffer it names.
-    fn lower_driver(&mut self, name: &str, parts: &[(FunctionValue<'ctx>, Buf)]) -> Emit<()> {
+    /// An entry point that calls `parts` in order.
+    fn lower_driver(&mut self, name: &str, parts: &[FunctionValue<'ctx>]) -> Emit<()> {
         let f = self.begin_function(name, false, true);
         let (vals, grads) = self.buffers(f);
-        for &(part, second) in parts {
-            let second = match second {
-                Buf::Vals => vals,
-                Buf::Grads => grads,
-            };
+        for &part in parts {
             self.builder
-                .build_call(part, &[vals.into(), second.into()], "")?;
+                .build_call(part, &[vals.into(), grads.into()], "")?;
         }
         self.builder.build_return(None)?;
         Ok(())
@@ -512,36 +551,43 @@ fn erase_unused_loads<'a, 'ctx: 'a>(values: impl Iterator<Item = &'a FloatValue<
     }
 }
 
-/// Which buffer a function takes as its second argument.
-#[derive(Clone, Copy)]
-enum Buf {
-    /// `vals` again: forward chunks load through one pointer and store through the other.
-    Vals,
-    Grads,
-}
+/// What a loop weighs against [`super::JitBuilder::chunk_size`]: its body is a few nodes.
+const LOOP_WEIGHT: usize = 16;
 
-/// The schedule with its straight-line ranges cut into chunks of about `chunk_size` nodes,
-/// counting each node's operands, so one wide `Sum` weighs what it emits.
-fn units(tape: &Tape, schedule: &Schedule, chunk_size: usize) -> Vec<Item> {
-    let mut units = Vec::with_capacity(schedule.items.len());
+/// The schedule cut into functions of about `chunk_size` weight: straight-line nodes count
+/// with their operands (one wide `Sum` weighs what it emits), loops count [`LOOP_WEIGHT`].
+fn function_groups(tape: &Tape, schedule: &Schedule, chunk_size: usize) -> Vec<Vec<Item>> {
+    let limit = chunk_size.max(1);
+    let mut groups = Vec::new();
+    let mut group = Vec::new();
+    let mut weight = 0;
     for item in &schedule.items {
         let Item::Straight(range) = item else {
-            units.push(item.clone());
+            group.push(item.clone());
+            weight += LOOP_WEIGHT;
+            if weight >= limit {
+                groups.push(std::mem::take(&mut group));
+                weight = 0;
+            }
             continue;
         };
-        let (mut start, mut weight) = (range.start, 0);
+        let mut start = range.start;
         for s in range.clone() {
             weight += 1 + tape.args(Slot(s)).len();
-            if weight >= chunk_size.max(1) {
-                units.push(Item::Straight(start..s + 1));
+            if weight >= limit {
+                group.push(Item::Straight(start..s + 1));
+                groups.push(std::mem::take(&mut group));
                 (start, weight) = (s + 1, 0);
             }
         }
         if start < range.end {
-            units.push(Item::Straight(start..range.end));
+            group.push(Item::Straight(start..range.end));
         }
     }
-    units
+    if !group.is_empty() {
+        groups.push(group);
+    }
+    groups
 }
 
 /// The slots whose gradients a loop reads or accumulates in memory.
