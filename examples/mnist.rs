@@ -1,7 +1,7 @@
 //! Train an MLP on MNIST with per-sample SGD, on the JIT or the interpreter.
 //!
 //! cargo run --release --example mnist -- [--data DIR] [--epochs N] [--lr F] [--hidden 50[,H2...]]
-//!     [--opt O0|O1|O2|O3|interp] [--limit N] [--seed S] [--save FILE] [--load FILE]
+//!     [--opt O0|O1|O2|O3|interp] [--limit N] [--seed S] [--save FILE] [--load FILE] [--fast-math]
 //!
 //! The graph is built once: 784 pixel inputs scaled to [0, 1] and 10 one-hot label inputs,
 //! micrograd's MLP (relu hidden layers, linear output), softmax cross-entropy loss.
@@ -18,7 +18,7 @@ use tapejit::nn::Classifier;
 use tapejit::{Graph, Interpreter, Jit, OptLevel, Program};
 
 const USAGE: &str = "usage: mnist [--data DIR] [--epochs N] [--lr F] [--hidden 50[,H2...]] \
-[--opt O0|O1|O2|O3|interp] [--limit N] [--seed S] [--save FILE] [--load FILE]";
+[--opt O0|O1|O2|O3|interp] [--limit N] [--seed S] [--save FILE] [--load FILE] [--fast-math]";
 
 struct Options {
     data: String,
@@ -30,6 +30,7 @@ struct Options {
     seed: u64,
     save: Option<String>,
     load: Option<String>,
+    fast_math: bool,
 }
 
 fn parse_options() -> Result<Options, String> {
@@ -43,11 +44,16 @@ fn parse_options() -> Result<Options, String> {
         seed: 0,
         save: None,
         load: None,
+        fast_math: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         if flag == "--help" || flag == "-h" {
             return Err(String::new());
+        }
+        if flag == "--fast-math" {
+            o.fast_math = true;
+            continue;
         }
         let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
         let bad = |e: &dyn std::fmt::Display| format!("{flag} {value}: {e}");
@@ -79,7 +85,7 @@ fn parse_options() -> Result<Options, String> {
     Ok(o)
 }
 
-fn backend(opt: &str, g: &Graph) -> Result<Box<dyn Program>, String> {
+fn backend(opt: &str, fast_math: bool, g: &Graph) -> Result<Box<dyn Program>, String> {
     let level = match opt {
         "interp" => return Ok(Box::new(Interpreter::new(g).map_err(|e| e.to_string())?)),
         "O0" => OptLevel::O0,
@@ -90,18 +96,21 @@ fn backend(opt: &str, g: &Graph) -> Result<Box<dyn Program>, String> {
     };
     let jit = Jit::builder()
         .opt_level(level)
+        .fast_math(fast_math)
         .compile(g)
         .map_err(|e| e.to_string())?;
     let s = jit.stats();
     println!(
         "compiled at {level} in {:.2} s: IR build {:.2} s, optimize {:.2} s, codegen {:.2} s \
-         ({} functions, {} IR instructions)",
+         ({} functions, {} IR instructions, {} loops covering {} nodes)",
         s.total_secs(),
         s.ir_build_secs,
         s.optimize_secs,
         s.codegen_secs,
         s.functions,
-        s.ir_instructions
+        s.ir_instructions,
+        s.loops,
+        s.loop_nodes
     );
     Ok(Box::new(jit))
 }
@@ -200,7 +209,7 @@ fn run(o: Options) -> Result<(), String> {
         Some(path) => Some(Checkpoint::load_for(path, &architecture).map_err(|e| e.to_string())?),
         None => None,
     };
-    let mut program = backend(&o.opt, &g)?;
+    let mut program = backend(&o.opt, o.fast_math, &g)?;
     println!("tape: {} nodes", program.tape().len());
     if let (Some(params), Some(path)) = (loaded, &o.load) {
         program.set_params(&params).map_err(|e| e.to_string())?;

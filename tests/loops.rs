@@ -8,7 +8,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tapejit::nn::{Activation, Classifier, Layer};
 use tapejit::passes::loops::{schedule, Item, MIN_RUN};
-use tapejit::{Graph, Jit, Tape, Value};
+use tapejit::{Graph, Jit, Program, Tape, Value};
 
 /// Checks every backend against the interpreter and returns the loops the JIT made.
 fn check(name: &str, g: &Graph) -> usize {
@@ -165,5 +165,29 @@ fn schedules_cover_every_node_once_in_order() {
         } else {
             assert_eq!(s.loops, 0);
         }
+    }
+}
+
+#[test]
+fn fast_math_agrees_to_rounding_and_is_off_by_default() {
+    let g = Graph::new();
+    Classifier::new(&g, 40, &[16], 4, &mut StdRng::seed_from_u64(5)).unwrap();
+    let mut interp = tapejit::Interpreter::new(&g).unwrap();
+    let mut exact = Jit::compile(&g).unwrap();
+    let mut fast = Jit::builder().fast_math(true).compile(&g).unwrap();
+    let mut rng = StdRng::seed_from_u64(9);
+    for step in 0..50 {
+        let mut inputs: Vec<f64> = (0..40).map(|_| rng.gen_range(0.0..1.0)).collect();
+        inputs.extend((0..4).map(|k| (k == step % 4) as u8 as f64));
+        let want = interp.step(&inputs, 0.05).unwrap();
+        assert_eq!(exact.step(&inputs, 0.05).unwrap().to_bits(), want.to_bits());
+        let got = fast.step(&inputs, 0.05).unwrap();
+        assert!(
+            ((got - want) / want).abs() < 1e-9,
+            "step {step}: {got} vs {want}"
+        );
+    }
+    for (p, q) in fast.params().iter().zip(interp.params()) {
+        assert!((p - q).abs() <= 1e-9 * q.abs().max(1.0), "{p} vs {q}");
     }
 }

@@ -171,7 +171,7 @@ impl Native {
         let schedule = loops::schedule(tape, options.loop_recovery);
         stats.loops = schedule.loops;
         stats.loop_nodes = schedule.loop_nodes;
-        let module = Lowerer::new(ctx, tape, &cpu)
+        let module = Lowerer::new(ctx, tape, &cpu, options.fast_math)
             .lower(&schedule, options.chunk_size)
             .map_err(|e| llvm_error("IR emission", e))?;
         module

@@ -3,7 +3,7 @@
 //! backward by decreasing `t`; a sum's operands left to right). LLVM may vectorize such a
 //! loop only where that cannot change a result: no fast-math flags reach it.
 
-use inkwell::values::{FloatValue, IntValue, PointerValue};
+use inkwell::values::{FastMathFlags, FloatValue, IntValue, PointerValue};
 use inkwell::IntPredicate;
 
 use super::lower::{Emit, Lowerer};
@@ -64,7 +64,15 @@ impl<'ctx> Lowerer<'ctx, '_> {
         let total = self.emit_loop(sum.tail_len, false, Some(first), |this, t, acc| {
             let x = this.load_at(vals, sum.tail, t)?;
             let acc = acc.expect("the loop carries the sum");
-            Ok(Some(this.builder.build_float_add(acc, x, "acc")?))
+            let next = this.builder.build_float_add(acc, x, "acc")?;
+            if this.fast_math {
+                let flags = FastMathFlags::AllowReassoc | FastMathFlags::NoSignedZeros;
+                if let Some(inst) = next.as_instruction() {
+                    // An fadd always takes fast-math flags.
+                    let _ = inst.set_fast_math_flags(flags);
+                }
+            }
+            Ok(Some(next))
         })?;
         let total = total.expect("the loop carries the sum");
         total.set_name(&format!("n{}", sum.slot.0));

@@ -65,10 +65,12 @@ pub struct Lowerer<'ctx, 't> {
     pub(super) tape: &'t Tape,
     /// Whether an earlier-emitted backward chunk has stored this slot's gradient.
     pub(super) grad_stored: Vec<bool>,
+    /// Whether recovered sums may be reassociated ([`super::JitBuilder::fast_math`]).
+    pub(super) fast_math: bool,
 }
 
 impl<'ctx, 't> Lowerer<'ctx, 't> {
-    pub fn new(context: &'ctx Context, tape: &'t Tape, cpu: &HostCpu) -> Self {
+    pub fn new(context: &'ctx Context, tape: &'t Tape, cpu: &HostCpu, fast_math: bool) -> Self {
         let module = context.create_module("tapejit");
         let f64_type = context.f64_type();
         let unary = f64_type.fn_type(&[f64_type.into()], false);
@@ -100,6 +102,7 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
             fn_attributes,
             tape,
             grad_stored: vec![false; tape.len()],
+            fast_math,
         }
     }
 
