@@ -7,7 +7,7 @@ use common::{assert_backends_agree, interpreter_and_every_jit_level};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tapejit::nn::{Activation, Classifier, Layer};
-use tapejit::passes::loops::{schedule, Item, MIN_RUN};
+use tapejit::passes::loops::{schedule, Item};
 use tapejit::{Graph, Jit, Program, Tape, Value};
 
 /// Checks every backend against the interpreter and returns the loops the JIT made.
@@ -139,15 +139,15 @@ fn schedules_cover_every_node_once_in_order() {
     for recover in [false, true] {
         let s = schedule(&tape, recover);
         let mut covered = Vec::new();
-        for item in &s.items {
+        for item in s.items.iter().flat_map(Item::flattened) {
             match item {
                 Item::Straight(r) => covered.extend(r.clone()),
                 Item::Map(m) => {
-                    assert!(m.len >= MIN_RUN);
                     let (a, b) = (m.out.at(0).0, m.out.at(m.len - 1).0);
                     covered.extend(a..=b);
                 }
-                Item::Sum(sum) => covered.push(sum.slot.0),
+                Item::Sum(sum) => covered.push(sum.slot.at(0).0),
+                Item::Nest(_) => unreachable!("flattened"),
             }
         }
         assert_eq!(
@@ -156,12 +156,20 @@ fn schedules_cover_every_node_once_in_order() {
             "recover {recover}"
         );
         if recover {
-            // Per hidden neuron: its 20 products and its sum; per output: 6 products are too
-            // few for a map, but the sums of the outputs are short too.
-            let maps = s.items.iter().filter(|i| matches!(i, Item::Map(_))).count();
-            let sums = s.items.iter().filter(|i| matches!(i, Item::Sum(_))).count();
-            assert_eq!((maps, sums), (6, 6), "{:?}", s.items);
-            assert_eq!(s.loops, maps + sums);
+            // One nest over the 6 hidden neurons: its 20 products, its sum, its relu. The 4
+            // outputs have 6 products each, too few for loops.
+            let nests: Vec<_> = s
+                .items
+                .iter()
+                .filter_map(|i| match i {
+                    Item::Nest(n) => Some(n),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(nests.len(), 1, "{:?}", s.items);
+            assert_eq!((nests[0].count, nests[0].body.len()), (6, 3));
+            assert_eq!(s.loops, 4);
+            assert_eq!(s.loop_nodes, 6 * (20 + 1 + 1));
         } else {
             assert_eq!(s.loops, 0);
         }

@@ -7,21 +7,88 @@ use inkwell::values::{FastMathFlags, FloatValue, IntValue, PointerValue};
 use inkwell::IntPredicate;
 
 use super::lower::{Emit, Lowerer};
-use crate::passes::loops::{Affine, MapLoop, SumLoop};
+use crate::passes::loops::{Affine, Item, MapLoop, Nest, SumLoop};
 
 impl<'ctx> Lowerer<'ctx, '_> {
+    /// Forward of a loop item outside any nest.
+    pub(super) fn emit_item_forward(&self, vals: PointerValue<'ctx>, item: &Item) -> Emit<()> {
+        let j = self.context.i64_type().const_zero();
+        match item {
+            Item::Map(run) => self.emit_map_forward(vals, run, j),
+            Item::Sum(sum) => self.emit_sum_forward(vals, sum, j),
+            Item::Nest(nest) => self.emit_nest_forward(vals, nest),
+            Item::Straight(_) => Ok(()),
+        }
+    }
+
+    /// Backward of a loop item outside any nest.
+    pub(super) fn emit_item_backward(
+        &self,
+        vals: PointerValue<'ctx>,
+        grads: PointerValue<'ctx>,
+        item: &Item,
+    ) -> Emit<()> {
+        let j = self.context.i64_type().const_zero();
+        match item {
+            Item::Map(run) => self.emit_map_backward(vals, grads, run, j),
+            Item::Sum(sum) => self.emit_sum_backward(grads, sum, j),
+            Item::Nest(nest) => self.emit_nest_backward(vals, grads, nest),
+            Item::Straight(_) => Ok(()),
+        }
+    }
+
+    /// `for j in 0..count { body }`, each body item forward in order.
+    fn emit_nest_forward(&self, vals: PointerValue<'ctx>, nest: &Nest) -> Emit<()> {
+        self.emit_loop(nest.count, false, None, |this, j, _| {
+            for item in &nest.body {
+                match item {
+                    Item::Map(run) => this.emit_map_forward(vals, run, j)?,
+                    Item::Sum(sum) => this.emit_sum_forward(vals, sum, j)?,
+                    Item::Straight(_) | Item::Nest(_) => {}
+                }
+            }
+            Ok(None)
+        })?;
+        Ok(())
+    }
+
+    /// `for j in (0..count).rev() { body reversed }`, each body item backward.
+    fn emit_nest_backward(
+        &self,
+        vals: PointerValue<'ctx>,
+        grads: PointerValue<'ctx>,
+        nest: &Nest,
+    ) -> Emit<()> {
+        self.emit_loop(nest.count, true, None, |this, j, _| {
+            for item in nest.body.iter().rev() {
+                match item {
+                    Item::Map(run) => this.emit_map_backward(vals, grads, run, j)?,
+                    Item::Sum(sum) => this.emit_sum_backward(grads, sum, j)?,
+                    Item::Straight(_) | Item::Nest(_) => {}
+                }
+            }
+            Ok(None)
+        })?;
+        Ok(())
+    }
+
     /// `vals[out(t)] = op(vals[args(t)]...)` for `t` in `0..len`.
-    pub(super) fn emit_map_forward(&self, vals: PointerValue<'ctx>, run: &MapLoop) -> Emit<()> {
+    fn emit_map_forward(
+        &self,
+        vals: PointerValue<'ctx>,
+        run: &MapLoop,
+        j: IntValue<'ctx>,
+    ) -> Emit<()> {
         self.emit_loop(run.len, false, None, |this, t, _| {
             let x = run
                 .args
                 .iter()
-                .map(|&a| this.load_at(vals, a, t))
+                .map(|&a| this.load_at(vals, a, t, j))
                 .collect::<Emit<Vec<_>>>()?;
             let mut ar = this.ir_arith();
             let v = run.op.forward(&mut ar, &x);
             ar.finish()?;
-            this.store_at(vals, run.out, t, v)?;
+            this.store_at(vals, run.out, t, j, v)?;
             Ok(None)
         })?;
         Ok(())
@@ -29,29 +96,30 @@ impl<'ctx> Lowerer<'ctx, '_> {
 
     /// For `t` from `len - 1` down to 0, each operand's gradient `+=` its local gradient, in
     /// operand order. Nothing if the run needs no gradient.
-    pub(super) fn emit_map_backward(
+    fn emit_map_backward(
         &self,
         vals: PointerValue<'ctx>,
         grads: PointerValue<'ctx>,
         run: &MapLoop,
+        j: IntValue<'ctx>,
     ) -> Emit<()> {
         if !run.needs_grad {
             return Ok(());
         }
         let mut local = Vec::new();
         self.emit_loop(run.len, true, None, |this, t, _| {
-            let g = this.load_at(grads, run.out, t)?;
-            let out = this.load_at(vals, run.out, t)?;
+            let g = this.load_at(grads, run.out, t, j)?;
+            let out = this.load_at(vals, run.out, t, j)?;
             let x = run
                 .args
                 .iter()
-                .map(|&a| this.load_at(vals, a, t))
+                .map(|&a| this.load_at(vals, a, t, j))
                 .collect::<Emit<Vec<_>>>()?;
             let mut ar = this.ir_arith();
             run.op.local_grads(&mut ar, &x, out, g, &mut local);
             ar.finish()?;
             for (&a, &d) in run.args.iter().zip(&local) {
-                this.accumulate_at(grads, a, t, d)?;
+                this.accumulate_at(grads, a, t, j, d)?;
             }
             Ok(None)
         })?;
@@ -59,10 +127,16 @@ impl<'ctx> Lowerer<'ctx, '_> {
     }
 
     /// `vals[slot] = vals[first] + vals[tail(0)] + ...`, left to right.
-    pub(super) fn emit_sum_forward(&self, vals: PointerValue<'ctx>, sum: &SumLoop) -> Emit<()> {
-        let first = self.load_slot(vals, sum.first, &format!("n{}", sum.first.0))?;
+    fn emit_sum_forward(
+        &self,
+        vals: PointerValue<'ctx>,
+        sum: &SumLoop,
+        j: IntValue<'ctx>,
+    ) -> Emit<()> {
+        let zero = self.context.i64_type().const_zero();
+        let first = self.load_at(vals, sum.first, zero, j)?;
         let total = self.emit_loop(sum.tail_len, false, Some(first), |this, t, acc| {
-            let x = this.load_at(vals, sum.tail, t)?;
+            let x = this.load_at(vals, sum.tail, t, j)?;
             let acc = acc.expect("the loop carries the sum");
             let next = this.builder.build_float_add(acc, x, "acc")?;
             if this.fast_math {
@@ -75,44 +149,49 @@ impl<'ctx> Lowerer<'ctx, '_> {
             Ok(Some(next))
         })?;
         let total = total.expect("the loop carries the sum");
-        total.set_name(&format!("n{}", sum.slot.0));
-        self.store_slot(vals, sum.slot, total)
+        self.store_at(vals, sum.slot, zero, j, total)
     }
 
     /// Every operand's gradient `+=` the sum's, left to right. Nothing if the sum needs no
     /// gradient.
-    pub(super) fn emit_sum_backward(&self, grads: PointerValue<'ctx>, sum: &SumLoop) -> Emit<()> {
-        if !self.tape.needs_grad(sum.slot) {
+    fn emit_sum_backward(
+        &self,
+        grads: PointerValue<'ctx>,
+        sum: &SumLoop,
+        j: IntValue<'ctx>,
+    ) -> Emit<()> {
+        if !sum.needs_grad {
             return Ok(());
         }
-        let g = self.load_slot(grads, sum.slot, &format!("g{}", sum.slot.0))?;
-        let first = Affine {
-            base: sum.first.0 as i64,
-            stride: 0,
-        };
         let zero = self.context.i64_type().const_zero();
-        self.accumulate_at(grads, first, zero, g)?;
+        let g = self.load_at(grads, sum.slot, zero, j)?;
+        self.accumulate_at(grads, sum.first, zero, j, g)?;
         self.emit_loop(sum.tail_len, false, None, |this, t, _| {
-            this.accumulate_at(grads, sum.tail, t, g)?;
+            this.accumulate_at(grads, sum.tail, t, j, g)?;
             Ok(None)
         })?;
         Ok(())
     }
 
-    /// `&buf[a.base + a.stride * t]`
+    /// `&buf[a.base + a.stride * t + a.outer * j]`
     fn ptr_at(
         &self,
         buf: PointerValue<'ctx>,
         a: Affine,
         t: IntValue<'ctx>,
+        j: IntValue<'ctx>,
     ) -> Emit<PointerValue<'ctx>> {
         let i64t = self.context.i64_type();
-        let scaled = self
+        let along = self
             .builder
             .build_int_mul(t, i64t.const_int(a.stride as u64, true), "")?;
+        let across = self
+            .builder
+            .build_int_mul(j, i64t.const_int(a.outer as u64, true), "")?;
+        let offset = self.builder.build_int_add(along, across, "")?;
         let index =
             self.builder
-                .build_int_add(scaled, i64t.const_int(a.base as u64, true), "slot")?;
+                .build_int_add(offset, i64t.const_int(a.base as u64, true), "slot")?;
         // SAFETY: (of the GEP) the pass only forms affine sequences of existing slots.
         unsafe {
             self.builder
@@ -125,8 +204,9 @@ impl<'ctx> Lowerer<'ctx, '_> {
         buf: PointerValue<'ctx>,
         a: Affine,
         t: IntValue<'ctx>,
+        j: IntValue<'ctx>,
     ) -> Emit<FloatValue<'ctx>> {
-        let ptr = self.ptr_at(buf, a, t)?;
+        let ptr = self.ptr_at(buf, a, t, j)?;
         Ok(self
             .builder
             .build_load(self.f64_type, ptr, "")?
@@ -138,22 +218,24 @@ impl<'ctx> Lowerer<'ctx, '_> {
         buf: PointerValue<'ctx>,
         a: Affine,
         t: IntValue<'ctx>,
+        j: IntValue<'ctx>,
         v: FloatValue<'ctx>,
     ) -> Emit<()> {
-        let ptr = self.ptr_at(buf, a, t)?;
+        let ptr = self.ptr_at(buf, a, t, j)?;
         self.builder.build_store(ptr, v)?;
         Ok(())
     }
 
-    /// `grads[a(t)] += d`
+    /// `grads[a(t, j)] += d`
     fn accumulate_at(
         &self,
         grads: PointerValue<'ctx>,
         a: Affine,
         t: IntValue<'ctx>,
+        j: IntValue<'ctx>,
         d: FloatValue<'ctx>,
     ) -> Emit<()> {
-        let ptr = self.ptr_at(grads, a, t)?;
+        let ptr = self.ptr_at(grads, a, t, j)?;
         let before = self
             .builder
             .build_load(self.f64_type, ptr, "")?
@@ -163,8 +245,8 @@ impl<'ctx> Lowerer<'ctx, '_> {
         Ok(())
     }
 
-    /// Emits `for t in 0..len` (or `(0..len).rev()`) around `body`, which must not create
-    /// blocks; `body` gets `t` and an optional carried value and returns its next value.
+    /// Emits `for t in 0..len` (or `(0..len).rev()`) around `body` (which may emit loops of
+    /// its own); `body` gets `t` and an optional carried value and returns its next value.
     /// Returns the carried value after the last iteration. `len` must be at least 1.
     fn emit_loop(
         &self,

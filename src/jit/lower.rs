@@ -259,8 +259,7 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
         for unit in group {
             match unit {
                 Item::Straight(range) => self.emit_forward_nodes(&mut values, vals, range)?,
-                Item::Map(run) => self.emit_map_forward(vals, run)?,
-                Item::Sum(sum) => self.emit_sum_forward(vals, sum)?,
+                loop_item => self.emit_item_forward(vals, loop_item)?,
             }
         }
         self.builder.build_return(None)?;
@@ -303,13 +302,9 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
                 Item::Straight(range) => {
                     self.emit_backward_nodes(&mut values, &mut grad, vals, grads, range)?
                 }
-                Item::Map(run) => {
+                loop_item => {
                     self.store_grads(&mut grad, grads)?;
-                    self.emit_map_backward(vals, grads, run)?;
-                }
-                Item::Sum(sum) => {
-                    self.store_grads(&mut grad, grads)?;
-                    self.emit_sum_backward(grads, sum)?;
+                    self.emit_item_backward(vals, grads, loop_item)?;
                 }
             }
         }
@@ -567,7 +562,7 @@ fn function_groups(tape: &Tape, schedule: &Schedule, chunk_size: usize) -> Vec<V
     for item in &schedule.items {
         let Item::Straight(range) = item else {
             group.push(item.clone());
-            weight += LOOP_WEIGHT;
+            weight += LOOP_WEIGHT * item.loops();
             if weight >= limit {
                 groups.push(std::mem::take(&mut group));
                 weight = 0;
@@ -595,18 +590,29 @@ fn function_groups(tape: &Tape, schedule: &Schedule, chunk_size: usize) -> Vec<V
 
 /// The slots whose gradients a loop reads or accumulates in memory.
 fn loop_spans(unit: &Item) -> Vec<Range<u32>> {
-    match unit {
-        Item::Straight(_) => Vec::new(),
-        Item::Map(run) => std::iter::once(run.out)
-            .chain(run.args.iter().copied())
-            .map(|a| a.span(run.len))
-            .collect(),
-        Item::Sum(sum) => vec![
-            sum.slot.0..sum.slot.0 + 1,
-            sum.first.0..sum.first.0 + 1,
-            sum.tail.span(sum.tail_len),
-        ],
+    fn spans(item: &Item, count: u32, out: &mut Vec<Range<u32>>) {
+        match item {
+            Item::Straight(_) => {}
+            Item::Map(run) => out.extend(
+                std::iter::once(run.out)
+                    .chain(run.args.iter().copied())
+                    .map(|a| a.span(run.len, count)),
+            ),
+            Item::Sum(sum) => out.extend([
+                sum.slot.span(1, count),
+                sum.first.span(1, count),
+                sum.tail.span(sum.tail_len, count),
+            ]),
+            Item::Nest(nest) => {
+                for body in &nest.body {
+                    spans(body, nest.count, out);
+                }
+            }
+        }
     }
+    let mut out = Vec::new();
+    spans(unit, 1, &mut out);
+    out
 }
 
 /// [`Arith`] over an LLVM builder: each method emits the one instruction (or libm call) the

@@ -8,10 +8,13 @@
 //! - [`MapLoop`]: a run of nodes with the same op whose own slots and every operand's slots
 //!   are affine in the run index `t` (`base + stride * t`), separated only by leaves.
 //! - [`SumLoop`]: a `sum` whose operands after the first are affine.
+//! - [`Nest`]: a sequence of such loops (and single nodes between them) repeated with every
+//!   slot advancing by a constant per repetition: a layer, neuron after neuron.
 //!
 //! **Invariant (exactness):** a loop performs its nodes' operations in the interpreter's
-//! order: forward by increasing `t`, backward by decreasing `t`, each node's operand
-//! gradients in operand order, a sum's operands left to right. Because a run contains no
+//! order: forward by increasing `t` (and nest repetition `j`), backward by decreasing `t`
+//! and `j` with a nest's body reversed, each node's operand gradients in operand order, a
+//! sum's operands left to right. Because a run contains no
 //! other non-leaf node, nothing else interleaves, so results are bit-identical to the
 //! straight-line walk whatever the backend does within IEEE semantics.
 
@@ -20,22 +23,46 @@ use std::ops::Range;
 use crate::op::Op;
 use crate::tape::{Slot, Tape};
 
-/// Slot `base + stride * t` of iteration `t`.
+/// Slot `base + stride * t + outer * j` of iteration `t` of a loop, in iteration `j` of its
+/// [`Nest`] (`j` = 0 outside nests).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Affine {
     pub base: i64,
     pub stride: i64,
+    pub outer: i64,
 }
 
 impl Affine {
-    pub fn at(self, t: u32) -> Slot {
-        Slot((self.base + self.stride * t as i64) as u32)
+    /// Slot `s` in every iteration.
+    pub fn fixed(s: Slot) -> Affine {
+        Affine {
+            base: s.0 as i64,
+            stride: 0,
+            outer: 0,
+        }
     }
 
-    /// Every slot of iterations `0..len`, as the span between the extremes.
-    pub fn span(self, len: u32) -> Range<u32> {
-        let (a, b) = (self.at(0).0, self.at(len.saturating_sub(1)).0);
-        a.min(b)..a.max(b) + 1
+    pub fn at(self, t: u32) -> Slot {
+        self.at_nested(t, 0)
+    }
+
+    pub fn at_nested(self, t: u32, j: u32) -> Slot {
+        Slot((self.base + self.stride * t as i64 + self.outer * j as i64) as u32)
+    }
+
+    /// The span between the extreme slots of iterations `0..len` of nest iterations
+    /// `0..count`.
+    pub fn span(self, len: u32, count: u32) -> Range<u32> {
+        let (t, j) = (len.saturating_sub(1), count.saturating_sub(1));
+        let corners = [
+            self.at_nested(0, 0),
+            self.at_nested(t, 0),
+            self.at_nested(0, j),
+            self.at_nested(t, j),
+        ];
+        let lo = corners.iter().map(|s| s.0).min().unwrap_or(0);
+        let hi = corners.iter().map(|s| s.0).max().unwrap_or(0);
+        lo..hi + 1
     }
 
     /// The affine sequence through `first` and `second`.
@@ -43,6 +70,7 @@ impl Affine {
         Affine {
             base: first.0 as i64,
             stride: second.0 as i64 - first.0 as i64,
+            outer: 0,
         }
     }
 }
@@ -62,10 +90,19 @@ pub struct MapLoop {
 /// The `sum` at `slot`: `first + tail.at(0) + ... + tail.at(tail_len - 1)`, left to right.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SumLoop {
-    pub slot: Slot,
-    pub first: Slot,
+    pub slot: Affine,
+    pub first: Affine,
     pub tail: Affine,
     pub tail_len: u32,
+    pub needs_grad: bool,
+}
+
+/// `count` repetitions of `body`, whose slots advance by each [`Affine::outer`] per
+/// repetition: a layer of neurons, each one a map and a sum and an activation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Nest {
+    pub count: u32,
+    pub body: Vec<Item>,
 }
 
 /// One step of the lowered program, in tape order.
@@ -75,6 +112,8 @@ pub enum Item {
     Straight(Range<u32>),
     Map(MapLoop),
     Sum(SumLoop),
+    /// Only `Map` and `Sum` items in its body.
+    Nest(Nest),
 }
 
 /// The tape as the lowering walks it: straight-line ranges and loops, covering every non-leaf
@@ -108,12 +147,11 @@ pub fn schedule(tape: &Tape, recover: bool) -> Schedule {
             s += 1;
             continue;
         }
-        let (item, next, nodes) = if let Some(run) = map_run_at(tape, slot) {
+        let (item, next) = if let Some(run) = map_run_at(tape, slot) {
             let next = run.out.at(run.len - 1).0 + 1;
-            let nodes = run.len as usize;
-            (Item::Map(run), next, nodes)
+            (Item::Map(run), next)
         } else if let Some(sum) = sum_loop_at(tape, slot) {
-            (Item::Sum(sum), s + 1, 1)
+            (Item::Sum(sum), s + 1)
         } else {
             s += 1;
             continue;
@@ -122,15 +160,230 @@ pub fn schedule(tape: &Tape, recover: bool) -> Schedule {
             out.items.push(Item::Straight(straight..s));
         }
         out.items.push(item);
-        out.loops += 1;
-        out.loop_nodes += nodes;
         s = next;
         straight = s;
     }
     if straight < end {
         out.items.push(Item::Straight(straight..end));
     }
+    out.items = nest_items(tape, split_edges(tape, std::mem::take(&mut out.items)));
+    out.loops = out.items.iter().map(Item::loops).sum();
+    out.loop_nodes = out.items.iter().map(Item::loop_nodes).sum();
     out
+}
+
+impl Item {
+    /// Tape nodes the item covers (0 for straight-line ranges).
+    pub fn loop_nodes(&self) -> usize {
+        match self {
+            Item::Straight(_) => 0,
+            Item::Map(m) => m.len as usize,
+            Item::Sum(_) => 1,
+            Item::Nest(n) => n.count as usize * n.body.iter().map(Item::loop_nodes).sum::<usize>(),
+        }
+    }
+
+    /// The item as the flat sequence of items it stands for: a nest unrolled into its
+    /// repetitions, anything else as it is.
+    pub fn flattened(&self) -> Vec<Item> {
+        match self {
+            Item::Nest(n) => (0..n.count as i64)
+                .flat_map(|j| n.body.iter().map(move |b| iteration(b, j)))
+                .collect(),
+            other => vec![other.clone()],
+        }
+    }
+
+    /// Loops the item lowers to.
+    pub fn loops(&self) -> usize {
+        match self {
+            Item::Straight(_) => 0,
+            Item::Map(_) | Item::Sum(_) => 1,
+            Item::Nest(n) => 1 + n.body.iter().map(Item::loops).sum::<usize>(),
+        }
+    }
+}
+
+/// Splits the first and last node off each straight-line range that touches a loop, so a
+/// repeated pattern such as "map, sum, one activation" can be nested even when the last
+/// activation runs straight into unrelated code.
+fn split_edges(tape: &Tape, items: Vec<Item>) -> Vec<Item> {
+    let is_loop = |i: Option<&Item>| i.is_some_and(|i| !matches!(i, Item::Straight(_)));
+    let mut out = Vec::with_capacity(items.len());
+    for (k, item) in items.iter().enumerate() {
+        let Item::Straight(range) = item else {
+            out.push(item.clone());
+            continue;
+        };
+        let nodes: Vec<u32> = range
+            .clone()
+            .filter(|&s| !tape.op(Slot(s)).is_leaf())
+            .collect();
+        let mut cuts = vec![range.start, range.end];
+        if nodes.len() > 1 && k > 0 && is_loop(items.get(k - 1)) {
+            cuts.push(nodes[0] + 1);
+        }
+        if nodes.len() > 1 && is_loop(items.get(k + 1)) {
+            cuts.push(nodes[nodes.len() - 1]);
+        }
+        cuts.sort_unstable();
+        cuts.dedup();
+        out.extend(cuts.windows(2).map(|w| Item::Straight(w[0]..w[1])));
+    }
+    out
+}
+
+/// Nests need at least this many repetitions.
+pub const MIN_NEST: u32 = 3;
+
+/// The longest body a nest may have, in items.
+const MAX_PERIOD: usize = 4;
+
+/// Groups repeated sequences of loops (and single nodes between them) into [`Nest`]s.
+fn nest_items(tape: &Tape, items: Vec<Item>) -> Vec<Item> {
+    let candidates: Vec<Option<Item>> = items.iter().map(|i| nestable(tape, i)).collect();
+    let mut out = Vec::with_capacity(items.len());
+    let mut i = 0;
+    while i < items.len() {
+        let best = (1..=MAX_PERIOD)
+            .filter_map(|period| nest_at(&candidates[i..], period))
+            .max_by_key(|n| n.count as usize * n.body.len());
+        match best {
+            Some(nest) => {
+                i += nest.count as usize * nest.body.len();
+                out.push(Item::Nest(nest));
+            }
+            None => {
+                out.push(items[i].clone());
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// `item` as a possible nest member: loops as they are, a single straight-line node as a
+/// map of one.
+fn nestable(tape: &Tape, item: &Item) -> Option<Item> {
+    match item {
+        Item::Map(_) | Item::Sum(_) => Some(item.clone()),
+        Item::Nest(_) => None,
+        Item::Straight(range) => {
+            let mut nodes = range.clone().map(Slot).filter(|&s| !tape.op(s).is_leaf());
+            let s = nodes.next()?;
+            if nodes.next().is_some() || tape.op(s).arity().is_none() {
+                return None;
+            }
+            Some(Item::Map(MapLoop {
+                op: tape.op(s),
+                out: Affine::fixed(s),
+                args: tape.args(s).iter().map(|&a| Affine::fixed(a)).collect(),
+                len: 1,
+                needs_grad: tape.needs_grad(s),
+            }))
+        }
+    }
+}
+
+/// The nest of body length `period` starting at `items[0]`, if it repeats [`MIN_NEST`]
+/// times.
+fn nest_at(items: &[Option<Item>], period: usize) -> Option<Nest> {
+    if items.len() < 2 * period {
+        return None;
+    }
+    let first: Vec<&Item> = items[..period]
+        .iter()
+        .map(Option::as_ref)
+        .collect::<Option<_>>()?;
+    let second: Vec<&Item> = items[period..2 * period]
+        .iter()
+        .map(Option::as_ref)
+        .collect::<Option<_>>()?;
+    let body: Vec<Item> = first
+        .iter()
+        .zip(&second)
+        .map(|(a, b)| with_outer(a, b))
+        .collect::<Option<_>>()?;
+    let mut count = 2;
+    while let Some(next) = items.get(count * period..(count + 1) * period) {
+        let fits = next
+            .iter()
+            .zip(&body)
+            .all(|(item, b)| item.as_ref() == Some(&iteration(b, count as i64)));
+        if !fits {
+            break;
+        }
+        count += 1;
+    }
+    (count as u32 >= MIN_NEST).then_some(Nest {
+        count: count as u32,
+        body,
+    })
+}
+
+/// The affine fields of an item, in a fixed order.
+fn affines(item: &Item) -> Vec<Affine> {
+    match item {
+        Item::Map(m) => std::iter::once(m.out)
+            .chain(m.args.iter().copied())
+            .collect(),
+        Item::Sum(s) => vec![s.slot, s.first, s.tail],
+        Item::Straight(_) | Item::Nest(_) => Vec::new(),
+    }
+}
+
+/// `item` with its affine fields replaced, in [`affines`] order.
+fn with_affines(item: &Item, mut fields: impl Iterator<Item = Affine>) -> Item {
+    let mut next = || fields.next().expect("one affine per field");
+    match item {
+        Item::Map(m) => Item::Map(MapLoop {
+            out: next(),
+            args: m.args.iter().map(|_| next()).collect(),
+            ..m.clone()
+        }),
+        Item::Sum(s) => Item::Sum(SumLoop {
+            slot: next(),
+            first: next(),
+            tail: next(),
+            ..s.clone()
+        }),
+        other => other.clone(),
+    }
+}
+
+/// `a` with outer strides that lead to `b`, if `b` is `a` one repetition later.
+fn with_outer(a: &Item, b: &Item) -> Option<Item> {
+    let same_shape = match (a, b) {
+        (Item::Map(x), Item::Map(y)) => {
+            x.op == y.op
+                && x.len == y.len
+                && x.needs_grad == y.needs_grad
+                && x.args.len() == y.args.len()
+        }
+        (Item::Sum(x), Item::Sum(y)) => x.tail_len == y.tail_len && x.needs_grad == y.needs_grad,
+        _ => false,
+    };
+    let (fa, fb) = (affines(a), affines(b));
+    let strides_agree = fa.iter().zip(&fb).all(|(x, y)| x.stride == y.stride);
+    (same_shape && strides_agree).then(|| {
+        with_affines(
+            a,
+            fa.iter().zip(&fb).map(|(x, y)| Affine {
+                outer: y.base - x.base,
+                ..*x
+            }),
+        )
+    })
+}
+
+/// Repetition `j` of a body item, as the flat item it stands for.
+fn iteration(item: &Item, j: i64) -> Item {
+    let fields = affines(item).into_iter().map(|a| Affine {
+        base: a.base + a.outer * j,
+        stride: a.stride,
+        outer: 0,
+    });
+    with_affines(item, fields)
 }
 
 /// The next non-leaf slot after `s`, if only leaves lie between.
@@ -190,9 +443,10 @@ fn sum_loop_at(tape: &Tape, s: Slot) -> Option<SumLoop> {
         .enumerate()
         .all(|(t, &a)| a == affine.at(t as u32));
     all_fit.then(|| SumLoop {
-        slot: s,
-        first: args[0],
+        slot: Affine::fixed(s),
+        first: Affine::fixed(args[0]),
         tail: affine,
         tail_len: tail.len() as u32,
+        needs_grad: tape.needs_grad(s),
     })
 }
