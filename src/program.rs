@@ -70,9 +70,12 @@ pub trait Program {
         self.tape().outputs().iter().map(|s| v[s.index()]).collect()
     }
 
-    /// Zeroes every gradient, params' included.
+    /// Zeroes the params' gradients, as micrograd's `Module.zero_grad` does. Every other
+    /// gradient is recomputed from 0 by each `backward`, so zeroing it here would be work
+    /// thrown away (on an MLP, as much memory traffic as the update).
     fn zero_grad(&mut self) {
-        self.buffers_mut().1.fill(0.0);
+        let n = self.tape().num_params();
+        self.buffers_mut().1[..n].fill(0.0);
     }
 
     /// Reverse-mode differentiation of the loss at the values of the last `forward`.

@@ -9,6 +9,10 @@ use inkwell::IntPredicate;
 use super::lower::{Emit, Lowerer};
 use crate::passes::loops::{Affine, Item, MapLoop, Nest, SumLoop};
 
+/// Repetitions of a sum computed side by side: enough independent chains of additions to
+/// keep the floating-point adders busy.
+const LANES: u32 = 8;
+
 impl<'ctx> Lowerer<'ctx, '_> {
     /// Forward of a loop item outside any nest.
     pub(super) fn emit_item_forward(&self, vals: PointerValue<'ctx>, item: &Item) -> Emit<()> {
@@ -37,18 +41,86 @@ impl<'ctx> Lowerer<'ctx, '_> {
         }
     }
 
-    /// `for j in 0..count { body }`, each body item forward in order.
+    /// A nest's forward. Independent repetitions run item by item, each for every
+    /// repetition, so that a sum runs for [`LANES`] repetitions at once; otherwise
+    /// `for j in 0..count { body }`.
     fn emit_nest_forward(&self, vals: PointerValue<'ctx>, nest: &Nest) -> Emit<()> {
-        self.emit_loop(nest.count, false, None, |this, j, _| {
+        if nest.independent {
             for item in &nest.body {
                 match item {
-                    Item::Map(run) => this.emit_map_forward(vals, run, j)?,
-                    Item::Sum(sum) => this.emit_sum_forward(vals, sum, j)?,
-                    Item::Straight(_) | Item::Nest(_) => {}
+                    Item::Sum(sum) => self.emit_sums_forward(vals, sum, nest.count)?,
+                    _ => {
+                        self.emit_loop(nest.count, false, &[], |this, j, _| {
+                            this.emit_body_item_forward(vals, item, j)?;
+                            Ok(Vec::new())
+                        })?;
+                    }
                 }
             }
-            Ok(None)
+            return Ok(());
+        }
+        self.emit_loop(nest.count, false, &[], |this, j, _| {
+            for item in &nest.body {
+                this.emit_body_item_forward(vals, item, j)?;
+            }
+            Ok(Vec::new())
         })?;
+        Ok(())
+    }
+
+    fn emit_body_item_forward(
+        &self,
+        vals: PointerValue<'ctx>,
+        item: &Item,
+        j: IntValue<'ctx>,
+    ) -> Emit<()> {
+        match item {
+            Item::Map(run) => self.emit_map_forward(vals, run, j),
+            Item::Sum(sum) => self.emit_sum_forward(vals, sum, j),
+            Item::Straight(_) | Item::Nest(_) => Ok(()),
+        }
+    }
+
+    /// The sum of repetitions `0..count`, [`LANES`] at a time: one pass over the operands
+    /// keeps `LANES` independent running sums, each still added left to right, so the CPU
+    /// overlaps them instead of waiting on one chain of additions.
+    fn emit_sums_forward(&self, vals: PointerValue<'ctx>, sum: &SumLoop, count: u32) -> Emit<()> {
+        let i64t = self.context.i64_type();
+        let zero = i64t.const_zero();
+        let blocks = count / LANES;
+        if blocks > 0 {
+            self.emit_loop(blocks, false, &[], |this, block, _| {
+                let j0 =
+                    this.builder
+                        .build_int_mul(block, i64t.const_int(LANES as u64, false), "j0")?;
+                let js = (0..LANES)
+                    .map(|u| {
+                        this.builder
+                            .build_int_add(j0, i64t.const_int(u as u64, false), "j")
+                    })
+                    .collect::<Emit<Vec<_>>>()?;
+                let firsts = js
+                    .iter()
+                    .map(|&j| this.load_at(vals, sum.first, zero, j))
+                    .collect::<Emit<Vec<_>>>()?;
+                let totals = this.emit_loop(sum.tail_len, false, &firsts, |this, t, accs| {
+                    js.iter()
+                        .zip(accs)
+                        .map(|(&j, &acc)| {
+                            let x = this.load_at(vals, sum.tail, t, j)?;
+                            this.add_to_sum(acc, x)
+                        })
+                        .collect()
+                })?;
+                for (&j, &total) in js.iter().zip(&totals) {
+                    this.store_at(vals, sum.slot, zero, j, total)?;
+                }
+                Ok(Vec::new())
+            })?;
+        }
+        for j in blocks * LANES..count {
+            self.emit_sum_forward(vals, sum, i64t.const_int(j as u64, false))?;
+        }
         Ok(())
     }
 
@@ -59,7 +131,7 @@ impl<'ctx> Lowerer<'ctx, '_> {
         grads: PointerValue<'ctx>,
         nest: &Nest,
     ) -> Emit<()> {
-        self.emit_loop(nest.count, true, None, |this, j, _| {
+        self.emit_loop(nest.count, true, &[], |this, j, _| {
             for item in nest.body.iter().rev() {
                 match item {
                     Item::Map(run) => this.emit_map_backward(vals, grads, run, j)?,
@@ -67,7 +139,7 @@ impl<'ctx> Lowerer<'ctx, '_> {
                     Item::Straight(_) | Item::Nest(_) => {}
                 }
             }
-            Ok(None)
+            Ok(Vec::new())
         })?;
         Ok(())
     }
@@ -79,7 +151,7 @@ impl<'ctx> Lowerer<'ctx, '_> {
         run: &MapLoop,
         j: IntValue<'ctx>,
     ) -> Emit<()> {
-        self.emit_loop(run.len, false, None, |this, t, _| {
+        self.emit_loop(run.len, false, &[], |this, t, _| {
             let x = run
                 .args
                 .iter()
@@ -89,7 +161,7 @@ impl<'ctx> Lowerer<'ctx, '_> {
             let v = run.op.forward(&mut ar, &x);
             ar.finish()?;
             this.store_at(vals, run.out, t, j, v)?;
-            Ok(None)
+            Ok(Vec::new())
         })?;
         Ok(())
     }
@@ -107,7 +179,7 @@ impl<'ctx> Lowerer<'ctx, '_> {
             return Ok(());
         }
         let mut local = Vec::new();
-        self.emit_loop(run.len, true, None, |this, t, _| {
+        self.emit_loop(run.len, true, &[], |this, t, _| {
             let g = this.load_at(grads, run.out, t, j)?;
             let out = this.load_at(vals, run.out, t, j)?;
             let x = run
@@ -121,7 +193,7 @@ impl<'ctx> Lowerer<'ctx, '_> {
             for (&a, &d) in run.args.iter().zip(&local) {
                 this.accumulate_at(grads, a, t, j, d)?;
             }
-            Ok(None)
+            Ok(Vec::new())
         })?;
         Ok(())
     }
@@ -135,20 +207,11 @@ impl<'ctx> Lowerer<'ctx, '_> {
     ) -> Emit<()> {
         let zero = self.context.i64_type().const_zero();
         let first = self.load_at(vals, sum.first, zero, j)?;
-        let total = self.emit_loop(sum.tail_len, false, Some(first), |this, t, acc| {
+        let total = self.emit_loop(sum.tail_len, false, &[first], |this, t, acc| {
             let x = this.load_at(vals, sum.tail, t, j)?;
-            let acc = acc.expect("the loop carries the sum");
-            let next = this.builder.build_float_add(acc, x, "acc")?;
-            if this.fast_math {
-                let flags = FastMathFlags::AllowReassoc | FastMathFlags::NoSignedZeros;
-                if let Some(inst) = next.as_instruction() {
-                    // An fadd always takes fast-math flags.
-                    let _ = inst.set_fast_math_flags(flags);
-                }
-            }
-            Ok(Some(next))
+            Ok(vec![this.add_to_sum(acc[0], x)?])
         })?;
-        let total = total.expect("the loop carries the sum");
+        let total = total[0];
         self.store_at(vals, sum.slot, zero, j, total)
     }
 
@@ -166,11 +229,24 @@ impl<'ctx> Lowerer<'ctx, '_> {
         let zero = self.context.i64_type().const_zero();
         let g = self.load_at(grads, sum.slot, zero, j)?;
         self.accumulate_at(grads, sum.first, zero, j, g)?;
-        self.emit_loop(sum.tail_len, false, None, |this, t, _| {
+        self.emit_loop(sum.tail_len, false, &[], |this, t, _| {
             this.accumulate_at(grads, sum.tail, t, j, g)?;
-            Ok(None)
+            Ok(Vec::new())
         })?;
         Ok(())
+    }
+
+    /// `acc + x`, reassociable under [`super::JitBuilder::fast_math`].
+    fn add_to_sum(&self, acc: FloatValue<'ctx>, x: FloatValue<'ctx>) -> Emit<FloatValue<'ctx>> {
+        let next = self.builder.build_float_add(acc, x, "acc")?;
+        if self.fast_math {
+            if let Some(inst) = next.as_instruction() {
+                let flags = FastMathFlags::AllowReassoc | FastMathFlags::NoSignedZeros;
+                // An fadd always takes fast-math flags.
+                let _ = inst.set_fast_math_flags(flags);
+            }
+        }
+        Ok(next)
     }
 
     /// `&buf[a.base + a.stride * t + a.outer * j]`
@@ -252,13 +328,9 @@ impl<'ctx> Lowerer<'ctx, '_> {
         &self,
         len: u32,
         descending: bool,
-        carried: Option<FloatValue<'ctx>>,
-        mut body: impl FnMut(
-            &Self,
-            IntValue<'ctx>,
-            Option<FloatValue<'ctx>>,
-        ) -> Emit<Option<FloatValue<'ctx>>>,
-    ) -> Emit<Option<FloatValue<'ctx>>> {
+        carried: &[FloatValue<'ctx>],
+        mut body: impl FnMut(&Self, IntValue<'ctx>, &[FloatValue<'ctx>]) -> Emit<Vec<FloatValue<'ctx>>>,
+    ) -> Emit<Vec<FloatValue<'ctx>>> {
         let i64t = self.context.i64_type();
         let entry = self
             .builder
@@ -271,13 +343,16 @@ impl<'ctx> Lowerer<'ctx, '_> {
 
         self.builder.position_at_end(header);
         let t = self.builder.build_phi(i64t, "t")?;
-        let acc = match carried {
-            Some(_) => Some(self.builder.build_phi(self.f64_type, "carried")?),
-            None => None,
-        };
+        let phis = carried
+            .iter()
+            .map(|_| self.builder.build_phi(self.f64_type, "carried"))
+            .collect::<Emit<Vec<_>>>()?;
         let t_value = t.as_basic_value().into_int_value();
-        let acc_value = acc.map(|p| p.as_basic_value().into_float_value());
-        let next_acc = body(self, t_value, acc_value)?;
+        let current: Vec<_> = phis
+            .iter()
+            .map(|p| p.as_basic_value().into_float_value())
+            .collect();
+        let next_carried = body(self, t_value, &current)?;
         let one = i64t.const_int(1, false);
         let (start, next, more) = if descending {
             let next = self.builder.build_int_sub(t_value, one, "t_next")?;
@@ -301,19 +376,19 @@ impl<'ctx> Lowerer<'ctx, '_> {
         let latch = self.builder.get_insert_block().expect("positioned");
         self.builder.build_conditional_branch(more, header, exit)?;
         t.add_incoming(&[(&start, entry), (&next, latch)]);
-        if let (Some(phi), Some(init), Some(next)) = (acc, carried, next_acc) {
-            phi.add_incoming(&[(&init, entry), (&next, latch)]);
+        for ((phi, init), next) in phis.iter().zip(carried).zip(&next_carried) {
+            phi.add_incoming(&[(init, entry), (next, latch)]);
         }
 
+        // LCSSA: carried values leave the loop through phis of the exit block.
         self.builder.position_at_end(exit);
-        match next_acc {
-            // LCSSA: the carried value leaves the loop through a phi of the exit block.
-            Some(v) => {
+        next_carried
+            .iter()
+            .map(|v| {
                 let out = self.builder.build_phi(self.f64_type, "total")?;
-                out.add_incoming(&[(&v, latch)]);
-                Ok(Some(out.as_basic_value().into_float_value()))
-            }
-            None => Ok(None),
-        }
+                out.add_incoming(&[(v, latch)]);
+                Ok(out.as_basic_value().into_float_value())
+            })
+            .collect()
     }
 }

@@ -103,6 +103,9 @@ pub struct SumLoop {
 pub struct Nest {
     pub count: u32,
     pub body: Vec<Item>,
+    /// No repetition reads what another one writes, so forward may run each body item for
+    /// every repetition before the next item, and several repetitions at once.
+    pub independent: bool,
 }
 
 /// One step of the lowered program, in tape order.
@@ -315,9 +318,65 @@ fn nest_at(items: &[Option<Item>], period: usize) -> Option<Nest> {
         }
         count += 1;
     }
-    (count as u32 >= MIN_NEST).then_some(Nest {
-        count: count as u32,
+    let count = count as u32;
+    (count >= MIN_NEST).then(|| Nest {
+        independent: repetitions_independent(&body, count),
+        count,
         body,
+    })
+}
+
+/// Slots `a.at(0..len)`.
+type Run = (Affine, u32);
+
+/// The slots an item writes and reads.
+fn outputs_and_inputs(item: &Item) -> (Vec<Run>, Vec<Run>) {
+    match item {
+        Item::Map(m) => (
+            vec![(m.out, m.len)],
+            m.args.iter().map(|&a| (a, m.len)).collect(),
+        ),
+        Item::Sum(s) => (vec![(s.slot, 1)], vec![(s.first, 1), (s.tail, s.tail_len)]),
+        Item::Straight(_) | Item::Nest(_) => (Vec::new(), Vec::new()),
+    }
+}
+
+/// Whether every slot a repetition reads is written by no repetition or by itself. Linear in
+/// the nodes the nest covers: it marks each written slot with its repetition.
+fn repetitions_independent(body: &[Item], count: u32) -> bool {
+    let (mut outputs, mut inputs) = (Vec::new(), Vec::new());
+    for item in body {
+        let (o, i) = outputs_and_inputs(item);
+        outputs.extend(o);
+        inputs.extend(i);
+    }
+    let Some(span) = outputs
+        .iter()
+        .map(|&(o, len)| o.span(len, count))
+        .reduce(|a, b| a.start.min(b.start)..a.end.max(b.end))
+    else {
+        return true;
+    };
+    let mut writer = vec![u32::MAX; span.len()];
+    for &(o, len) in &outputs {
+        for j in 0..count {
+            for t in 0..len {
+                writer[(o.at_nested(t, j).0 - span.start) as usize] = j;
+            }
+        }
+    }
+    inputs.iter().all(|&(a, len)| {
+        (0..count).all(|j| {
+            (0..len).all(|t| {
+                let s = a.at_nested(t, j).0;
+                let w = if span.contains(&s) {
+                    writer[(s - span.start) as usize]
+                } else {
+                    u32::MAX
+                };
+                w == u32::MAX || w == j
+            })
+        })
     })
 }
 
