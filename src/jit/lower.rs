@@ -1,11 +1,11 @@
-//! Lowering: tape -> LLVM IR module with `forward`, `backward` and `update` functions.
+//! Lowering: a [`Schedule`] -> LLVM IR module with `forward`, `backward` and `update`.
 //!
-//! Straight-line lowering in chunks. The tape is cut into chunks of about
-//! [`super::JitBuilder::chunk_size`] operand-weighted nodes; each chunk becomes one `noinline`
-//! function, so every LLVM pass sees functions of bounded size and compile time stays linear
-//! in tape size. Inside a chunk values live in SSA registers: an operand from an earlier chunk
-//! is loaded once, constants are immediates, and every computed value (and gradient) is
-//! stored once, because users may read any slot.
+//! The schedule's straight-line ranges and loops are cut into groups of about
+//! [`super::JitBuilder::chunk_size`] weight; each group becomes one `noinline` function, so
+//! every LLVM pass sees functions of bounded size and compile time stays linear in tape size.
+//! Straight-line values live in SSA registers: an operand from elsewhere is loaded once,
+//! constants are immediates, and every computed value (and gradient) is stored once, because
+//! users may read any slot. Loops (`loops.rs`) work on memory.
 //!
 //! The arithmetic itself is [`crate::op`]'s formulas, instantiated with [`IrArith`]: the IR
 //! performs exactly the interpreter's IEEE operations in the interpreter's order.
@@ -24,9 +24,9 @@ use inkwell::context::Context;
 use inkwell::module::Module;
 use inkwell::types::FloatType;
 use inkwell::values::{FloatValue, FunctionValue, InstructionOpcode, Operand, PointerValue};
-use inkwell::FloatPredicate;
 
-use crate::op::{libm, Arith, Op};
+use super::ir_arith::IrArith;
+use crate::op::{libm, Op};
 use crate::passes::loops::{Item, Schedule};
 use crate::tape::{Slot, Tape};
 
@@ -242,12 +242,7 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
     }
 
     pub(super) fn ir_arith(&self) -> IrArith<'_, 'ctx> {
-        IrArith {
-            builder: &self.builder,
-            f64_type: self.f64_type,
-            libm: &self.libm,
-            error: None,
-        }
+        IrArith::new(&self.builder, self.f64_type, &self.libm)
     }
 
     /// `fwd{k}`: computes and stores the values of the group's slots, in slot order.
@@ -613,86 +608,4 @@ fn loop_spans(unit: &Item) -> Vec<Range<u32>> {
     let mut out = Vec::new();
     spans(unit, 1, &mut out);
     out
-}
-
-/// [`Arith`] over an LLVM builder: each method emits the one instruction (or libm call) the
-/// interpreter performs. Builder errors (an unpositioned builder, a bug of ours) are kept and
-/// reported by [`IrArith::finish`].
-pub(super) struct IrArith<'a, 'ctx> {
-    builder: &'a Builder<'ctx>,
-    f64_type: FloatType<'ctx>,
-    libm: &'a [FunctionValue<'ctx>; 4],
-    error: Option<BuilderError>,
-}
-
-impl<'ctx> IrArith<'_, 'ctx> {
-    pub(super) fn finish(self) -> Emit<()> {
-        self.error.map_or(Ok(()), Err)
-    }
-
-    fn emit(&mut self, r: Emit<FloatValue<'ctx>>) -> FloatValue<'ctx> {
-        r.unwrap_or_else(|e| {
-            self.error.get_or_insert(e);
-            self.f64_type.get_undef()
-        })
-    }
-
-    fn call(&mut self, f: FunctionValue<'ctx>, args: &[FloatValue<'ctx>]) -> FloatValue<'ctx> {
-        let args: Vec<_> = args.iter().map(|&a| a.into()).collect();
-        let r = self.builder.build_call(f, &args, "").map(|c| {
-            c.try_as_basic_value()
-                .basic()
-                .map(|v| v.into_float_value())
-                .unwrap_or_else(|| self.f64_type.get_undef())
-        });
-        self.emit(r)
-    }
-}
-
-impl<'ctx> Arith for IrArith<'_, 'ctx> {
-    type V = FloatValue<'ctx>;
-    fn constant(&mut self, c: f64) -> Self::V {
-        self.f64_type.const_float(c)
-    }
-    fn add(&mut self, a: Self::V, b: Self::V) -> Self::V {
-        let r = self.builder.build_float_add(a, b, "");
-        self.emit(r)
-    }
-    fn sub(&mut self, a: Self::V, b: Self::V) -> Self::V {
-        let r = self.builder.build_float_sub(a, b, "");
-        self.emit(r)
-    }
-    fn mul(&mut self, a: Self::V, b: Self::V) -> Self::V {
-        let r = self.builder.build_float_mul(a, b, "");
-        self.emit(r)
-    }
-    fn div(&mut self, a: Self::V, b: Self::V) -> Self::V {
-        let r = self.builder.build_float_div(a, b, "");
-        self.emit(r)
-    }
-    fn neg(&mut self, a: Self::V) -> Self::V {
-        let r = self.builder.build_float_neg(a, "");
-        self.emit(r)
-    }
-    fn exp(&mut self, a: Self::V) -> Self::V {
-        self.call(self.libm[0], &[a])
-    }
-    fn log(&mut self, a: Self::V) -> Self::V {
-        self.call(self.libm[1], &[a])
-    }
-    fn tanh(&mut self, a: Self::V) -> Self::V {
-        self.call(self.libm[2], &[a])
-    }
-    fn powf(&mut self, a: Self::V, c: f64) -> Self::V {
-        let c = self.f64_type.const_float(c);
-        self.call(self.libm[3], &[a, c])
-    }
-    fn select_gt(&mut self, a: Self::V, b: Self::V, then: Self::V, otherwise: Self::V) -> Self::V {
-        let r = self
-            .builder
-            .build_float_compare(FloatPredicate::OGT, a, b, "")
-            .and_then(|c| self.builder.build_select(c, then, otherwise, ""))
-            .map(|v| v.into_float_value());
-        self.emit(r)
-    }
 }

@@ -4,6 +4,7 @@
 //! the machine code; [`Jit`] ties them to the [`Program`] API.
 
 mod engine;
+mod ir_arith;
 mod loops;
 mod lower;
 
