@@ -1,0 +1,87 @@
+//! (b) One training step (`Program::step`: set inputs, zero_grad, forward, backward, update)
+//! of the MNIST classifier 784-50-10 on real MNIST samples, on the interpreter, at every JIT
+//! mode, and for the two hand-written Rust versions.
+//!
+//! cargo bench --bench step
+//!
+//! Needs MNIST's training set in data/mnist (scripts/fetch-mnist) or in the directory named
+//! by `TAPEJIT_MNIST`; without it this prints why and measures nothing. Each iteration is one
+//! step on the next of the first 2,000 training samples (cycling), converted to the
+//! classifier's input layout up front, exactly as examples/report.rs times them.
+
+#[path = "common/handwritten.rs"]
+mod handwritten;
+#[path = "common/workload.rs"]
+mod workload;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use criterion::measurement::WallTime;
+use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion};
+use handwritten::{Expert, HandWritten, Naive};
+use tapejit::Graph;
+use workload::{Samples, LR};
+
+const SAMPLES: usize = 2_000;
+
+fn mnist_dir() -> PathBuf {
+    std::env::var_os("TAPEJIT_MNIST")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data/mnist"))
+}
+
+fn bench_hand<H: HandWritten>(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    samples: &Samples,
+    init: &[f64],
+) {
+    let mut hand = H::from_params(init);
+    let mut i = 0;
+    group.bench_function(H::NAME, |b| {
+        b.iter(|| {
+            let loss = hand.step(
+                &samples.inputs[i][..workload::INPUTS],
+                samples.labels[i],
+                LR,
+            );
+            i = (i + 1) % samples.len();
+            loss
+        })
+    });
+}
+
+fn step_mnist(c: &mut Criterion) {
+    let samples = match Samples::mnist(&mnist_dir(), SAMPLES) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("step_mnist: skipped: {e}; set TAPEJIT_MNIST to another directory");
+            return;
+        }
+    };
+    let g = Graph::new();
+    workload::mnist_graph(&g, workload::HIDDEN);
+    let mut group = c.benchmark_group("step_mnist");
+    group.measurement_time(Duration::from_secs(10));
+    let mut init = Vec::new();
+    for mode in workload::modes() {
+        let mut program = mode.build(&g).expect("the graph compiles");
+        if init.is_empty() {
+            init = program.params().to_vec();
+        }
+        let mut i = 0;
+        group.bench_function(&mode.name, |b| {
+            b.iter(|| {
+                let loss = program.step(&samples.inputs[i], LR).expect("valid inputs");
+                i = (i + 1) % samples.len();
+                loss
+            })
+        });
+    }
+    bench_hand::<Naive>(&mut group, &samples, &init);
+    bench_hand::<Expert>(&mut group, &samples, &init);
+    group.finish();
+}
+
+criterion_group!(benches, step_mnist);
+criterion_main!(benches);

@@ -1,0 +1,625 @@
+//! The benchmark report: compile time and training-step time of the MNIST classifier
+//! (784-50-10, softmax cross-entropy, per-sample SGD) on the interpreter, at every JIT level,
+//! and in two hand-written Rust versions, as one markdown table.
+//!
+//! cargo run --release --example report -- [--data DIR] [--quick] [--samples N] [--out DIR]
+//!
+//! Prints the table (and writes it to `target/report.md`) and plots compile time against
+//! epoch time (`target/report.svg`). Every number is a median of repeated runs: each mode is
+//! compiled 3 times, and its steps are timed over the first 2,000 real MNIST training samples
+//! 5 times, every run from the same initial params, the rows taking turns so that background
+//! load spreads over all of them (`--quick`: 1 compile, 3 runs). The step loop and the modes
+//! are the ones `cargo bench` measures (benches/common/workload.rs), so the two agree within
+//! noise. Progress goes to stderr.
+//!
+//! Each row also checks its result: after one pass over the samples, every row must end at
+//! the interpreter's params, bit for bit (the report says so under the table).
+//!
+//! A new row is one more entry in `workload::modes()`.
+
+#[path = "../benches/common/handwritten.rs"]
+mod handwritten;
+#[path = "report/svg.rs"]
+mod svg;
+#[path = "../benches/common/workload.rs"]
+mod workload;
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant, SystemTime};
+
+use handwritten::{Expert, HandWritten, Naive};
+use tapejit::{Graph, Program};
+use workload::{Engine, Mode, Samples, LR};
+
+/// Samples in one MNIST training epoch, for the extrapolated column.
+const EPOCH: usize = 60_000;
+/// A timed run lasts at least this long: fast rows make several passes over the samples.
+const MIN_RUN_SECS: f64 = 0.3;
+
+const USAGE: &str = "usage: report [--data DIR] [--quick] [--samples N] [--out DIR]
+
+  --data DIR    the four MNIST IDX files (default: data/mnist of this package)
+  --quick       1 compile and 3 timed runs per mode instead of 3 and 5
+  --samples N   training samples per timed run (default 2000)
+  --out DIR     where report.md and report.svg go (default: target/ of this package)";
+
+struct Options {
+    data: PathBuf,
+    out: PathBuf,
+    samples: usize,
+    compile_repeats: usize,
+    step_repeats: usize,
+}
+
+fn parse_options() -> Result<Options, String> {
+    let package = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut o = Options {
+        data: package.join("data/mnist"),
+        out: package.join("target"),
+        samples: 2_000,
+        compile_repeats: 3,
+        step_repeats: 5,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--help" | "-h" => return Err(String::new()),
+            "--quick" => (o.compile_repeats, o.step_repeats) = (1, 3),
+            "--data" => o.data = value()?.into(),
+            "--out" => o.out = value()?.into(),
+            "--samples" => {
+                let v = value()?;
+                o.samples = match v.parse() {
+                    Ok(n) if n > 0 => n,
+                    _ => return Err(format!("--samples {v}: expected a positive number")),
+                }
+            }
+            _ => return Err(format!("unknown option {flag}")),
+        }
+    }
+    Ok(o)
+}
+
+fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn per_sample_us(d: Duration, samples: usize) -> f64 {
+    d.as_secs_f64() * 1e6 / samples as f64
+}
+
+/// What one row measured.
+struct Row {
+    name: String,
+    kind: svg::Kind,
+    /// Tape nodes and median compile seconds; `None` for the hand-written rows.
+    tape: Option<(usize, f64)>,
+    /// Median microseconds per training step.
+    us: f64,
+    /// Whether this row must match the interpreter bit for bit.
+    exact: bool,
+    /// Params after one pass over the samples from the initial params, and the mean loss of
+    /// that pass, to check that every row computes the same thing.
+    params: Vec<f64>,
+    mean_loss: f64,
+}
+
+impl Row {
+    fn epoch_secs(&self) -> f64 {
+        self.us * EPOCH as f64 / 1e6
+    }
+}
+
+/// Something that trains the classifier: a tape backend or a hand-written step.
+trait Trainer {
+    /// Back to the initial params (untimed).
+    fn reset(&mut self, init: &[f64]);
+    /// One SGD step per sample, in order; the time it took and the sum of the losses.
+    fn pass(&mut self, samples: &Samples) -> (Duration, f64);
+    fn params(&self) -> Vec<f64>;
+}
+
+impl Trainer for Box<dyn Program> {
+    fn reset(&mut self, init: &[f64]) {
+        self.set_params(init)
+            .expect("finite params of the right length");
+    }
+    fn pass(&mut self, samples: &Samples) -> (Duration, f64) {
+        workload::time_steps(self.as_mut(), samples, LR)
+    }
+    fn params(&self) -> Vec<f64> {
+        Program::params(self.as_ref()).to_vec()
+    }
+}
+
+struct Hand<H>(H);
+
+impl<H: HandWritten> Trainer for Hand<H> {
+    fn reset(&mut self, init: &[f64]) {
+        self.0 = H::from_params(init);
+    }
+    fn pass(&mut self, samples: &Samples) -> (Duration, f64) {
+        let start = Instant::now();
+        let mut loss = 0.0;
+        for (x, &label) in samples.inputs.iter().zip(&samples.labels) {
+            loss += self.0.step(&x[..workload::INPUTS], label, LR);
+        }
+        (start.elapsed(), loss)
+    }
+    fn params(&self) -> Vec<f64> {
+        self.0.params()
+    }
+}
+
+/// A row being measured.
+struct Contestant {
+    name: String,
+    kind: svg::Kind,
+    tape: Option<(usize, f64)>,
+    trainer: Box<dyn Trainer>,
+    /// Passes over the samples per timed run, so that even the fastest row runs long enough
+    /// to time well.
+    passes: usize,
+    exact: bool,
+    params: Vec<f64>,
+    mean_loss: f64,
+    us: Vec<f64>,
+}
+
+/// Compiles `mode` `o.compile_repeats` times (dropping each copy before the next compile).
+fn compile(mode: &Mode, g: &Graph, o: &Options) -> Result<Contestant, String> {
+    let mut compile_secs = Vec::new();
+    let mut program = None;
+    for rep in 1..=o.compile_repeats {
+        drop(program.take());
+        let start = Instant::now();
+        let (p, stats) = mode.build_with_stats(g).map_err(|e| e.to_string())?;
+        let secs = start.elapsed().as_secs_f64();
+        compile_secs.push(secs);
+        let detail = stats.map_or(String::new(), |s| {
+            format!(
+                " (IR {:.2} s, optimize {:.2} s, codegen {:.2} s)",
+                s.ir_build_secs, s.optimize_secs, s.codegen_secs
+            )
+        });
+        eprintln!(
+            "  {}: build {rep}/{}: {secs:.2} s{detail}",
+            mode.name, o.compile_repeats
+        );
+        program = Some(p);
+    }
+    let program = program.expect("at least one compile");
+    let kind = match mode.engine {
+        Engine::Interpreter => svg::Kind::Interpreter,
+        Engine::Jit(_) => svg::Kind::Jit,
+    };
+    Ok(Contestant {
+        name: mode.name.clone(),
+        kind,
+        tape: Some((program.tape().len(), median(&compile_secs))),
+        trainer: Box::new(program),
+        passes: 1,
+        exact: mode.exact,
+        params: Vec::new(),
+        mean_loss: f64::NAN,
+        us: Vec::new(),
+    })
+}
+
+fn hand_written<H: HandWritten + 'static>(init: &[f64]) -> Contestant {
+    Contestant {
+        name: H::NAME.into(),
+        kind: svg::Kind::HandWritten,
+        tape: None,
+        trainer: Box::new(Hand(H::from_params(init))),
+        passes: 1,
+        exact: true,
+        params: Vec::new(),
+        mean_loss: f64::NAN,
+        us: Vec::new(),
+    }
+}
+
+/// Times every contestant: first one untimed pass each from `init` (the warm-up, and the
+/// params the check compares), then `o.step_repeats` rounds that time every contestant in
+/// turn, so background load spreads evenly over the rows.
+fn time_steps(contestants: &mut [Contestant], samples: &Samples, init: &[f64], o: &Options) {
+    eprintln!("warm-up and check pass");
+    for c in contestants.iter_mut() {
+        c.trainer.reset(init);
+        let (once, loss) = c.trainer.pass(samples);
+        let once = once.as_secs_f64();
+        c.params = c.trainer.params();
+        c.mean_loss = loss / samples.len() as f64;
+        c.passes = ((MIN_RUN_SECS / once.max(1e-9)).ceil() as usize).max(1);
+    }
+    for round in 1..=o.step_repeats {
+        let mut line = format!("round {round}/{}:", o.step_repeats);
+        for c in contestants.iter_mut() {
+            c.trainer.reset(init);
+            let total: Duration = (0..c.passes).map(|_| c.trainer.pass(samples).0).sum();
+            let us = per_sample_us(total, c.passes * samples.len());
+            let _ = write!(line, " {} {us:.1} us", c.name);
+            c.us.push(us);
+        }
+        eprintln!("{line}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The machine
+// ---------------------------------------------------------------------------------------------
+
+/// The CPU's model name and the widest vector extensions it reports.
+fn cpu() -> String {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let field = |name: &str| {
+        info.lines()
+            .find(|l| l.split(':').next().is_some_and(|k| k.trim() == name))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_string())
+    };
+    let model = field("model name").unwrap_or_else(|| "unknown CPU".into());
+    let flags = field("flags").unwrap_or_default();
+    let has = |f: &str| flags.split_whitespace().any(|x| x == f);
+    let isa: Vec<&str> = ["avx512f", "avx2", "fma"]
+        .into_iter()
+        .filter(|f| has(f))
+        .collect();
+    if isa.is_empty() {
+        model
+    } else {
+        format!("{model} ({})", isa.join(", "))
+    }
+}
+
+fn cores() -> String {
+    let logical = std::fs::read_to_string("/proc/cpuinfo")
+        .map(|s| s.lines().filter(|l| l.starts_with("processor")).count())
+        .unwrap_or(0);
+    let usable = std::thread::available_parallelism().map_or(0, |n| n.get());
+    if logical == usable || logical == 0 {
+        format!("{usable}")
+    } else {
+        format!("{usable} usable of {logical}")
+    }
+}
+
+/// The LLVM the crate links: llvm-version.txt's major, made precise by that LLVM's
+/// `llvm-config` when it is installed where scripts/setup puts it.
+fn llvm_version() -> String {
+    let major = include_str!("../llvm-version.txt").trim();
+    let candidates = [
+        format!("/usr/lib/llvm-{major}/bin/llvm-config"),
+        format!("llvm-config-{major}"),
+    ];
+    candidates
+        .iter()
+        .find_map(|cmd| {
+            let out = std::process::Command::new(cmd)
+                .arg("--version")
+                .output()
+                .ok()?;
+            let v = String::from_utf8(out.stdout).ok()?.trim().to_string();
+            (out.status.success() && v.starts_with(major)).then_some(v)
+        })
+        .unwrap_or_else(|| format!("{major} (llvm-version.txt)"))
+}
+
+/// The commit measured, `abc1234` or `abc1234 + uncommitted changes`, if git can tell.
+fn code_version() -> Option<String> {
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(env!("CARGO_MANIFEST_DIR"))
+            .args(args)
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    let commit = git(&["rev-parse", "--short", "HEAD"])?;
+    let dirty =
+        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    Some(if dirty {
+        format!("{commit} + uncommitted changes")
+    } else {
+        commit
+    })
+}
+
+/// Today's date (UTC) from the system clock, `YYYY-MM-DD HH:MM UTC`.
+fn now_utc() -> String {
+    let secs = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs()) as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + (month <= 2) as i64;
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02} UTC",
+        rem / 3_600,
+        rem % 3_600 / 60
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// The table
+// ---------------------------------------------------------------------------------------------
+
+/// Three significant digits without an exponent: `1234`, `85.2`, `0.0312`.
+fn significant(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() {
+        return format!("{x}");
+    }
+    let decimals = 2 - x.abs().log10().floor() as i32;
+    format!("{x:.*}", decimals.max(0) as usize)
+}
+
+/// `1234567` as `1,234,567`.
+fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn table(rows: &[Row]) -> String {
+    let interp = rows
+        .iter()
+        .find(|r| r.kind == svg::Kind::Interpreter)
+        .expect("an interpreter row");
+    let expert = rows
+        .iter()
+        .find(|r| r.name == Expert::NAME)
+        .expect("an expert row");
+    let mut t = String::new();
+    t.push_str(
+        "| mode | tape nodes | compile s | us/sample | s/epoch (60k) | speedup vs interpreter \
+         | break-even samples | time vs expert |\n|---|--:|--:|--:|--:|--:|--:|--:|\n",
+    );
+    for r in rows {
+        let (nodes, compile) = match r.tape {
+            Some((n, c)) => (thousands(n as u64), significant(c)),
+            None => ("—".into(), "—".into()),
+        };
+        let break_even = match r.tape {
+            _ if r.kind == svg::Kind::Interpreter => "—".into(),
+            None => "—".into(),
+            Some((_, c)) if r.us < interp.us => {
+                thousands((c * 1e6 / (interp.us - r.us)).ceil() as u64)
+            }
+            Some(_) => "never".into(),
+        };
+        let _ = writeln!(
+            t,
+            "| {} | {nodes} | {compile} | {} | {} | {:.1}× | {break_even} | {:.2}× |",
+            r.name,
+            significant(r.us),
+            significant(r.epoch_secs()),
+            interp.us / r.us,
+            r.us / expert.us
+        );
+    }
+    t
+}
+
+/// Whether every row computed what the interpreter computed: bit for bit for exact rows, and
+/// how far off for the others.
+fn agreement(rows: &[Row], samples: usize) -> String {
+    let Some(reference) = rows.iter().find(|r| r.kind == svg::Kind::Interpreter) else {
+        return String::new();
+    };
+    let scale = reference
+        .params
+        .iter()
+        .fold(0.0, |m: f64, p| m.max(p.abs()));
+    let mut failed = Vec::new();
+    let mut inexact = Vec::new();
+    let mut inexact_names = Vec::new();
+    for r in rows {
+        let same = r.mean_loss.to_bits() == reference.mean_loss.to_bits()
+            && r.params.len() == reference.params.len()
+            && r.params
+                .iter()
+                .zip(&reference.params)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+        if same {
+            continue;
+        }
+        let param_diff = r
+            .params
+            .iter()
+            .zip(&reference.params)
+            .fold(0.0, |m: f64, (a, b)| m.max((a - b).abs()));
+        let loss_diff = (r.mean_loss - reference.mean_loss).abs() / reference.mean_loss.abs();
+        let loss = if loss_diff == 0.0 {
+            "same mean loss".to_string()
+        } else {
+            format!("mean loss {loss_diff:.1e} relative")
+        };
+        let what = format!(
+            "{}: {loss}, params up to {:.1e} of the largest param",
+            r.name,
+            param_diff / scale
+        );
+        if r.exact {
+            failed.push(what);
+        } else {
+            inexact.push(what);
+            inexact_names.push(r.name.as_str());
+        }
+    }
+    let n = thousands(samples as u64);
+    let mut text = if failed.is_empty() {
+        format!(
+            "Check: after one pass over the {n} samples from the same initial params, every \
+             row{} ends at the interpreter's params and mean loss, bit for bit.",
+            if inexact.is_empty() {
+                String::new()
+            } else {
+                format!(" except {}", inexact_names.join(" and "))
+            }
+        )
+    } else {
+        format!(
+            "**Check failed:** after one pass over the {n} samples from the same initial \
+             params, these rows should match the interpreter bit for bit but differ: {}.",
+            failed.join("; ")
+        )
+    };
+    if !inexact.is_empty() {
+        let _ = write!(
+            text,
+            " Rows allowed to reassociate sums differ by rounding: {}.",
+            inexact.join("; ")
+        );
+    }
+    text
+}
+
+fn run(o: Options) -> Result<(), String> {
+    let started = Instant::now();
+    eprintln!(
+        "loading {} MNIST training samples from {}",
+        o.samples,
+        o.data.display()
+    );
+    let samples = Samples::mnist(&o.data, o.samples)?;
+    if samples.len() < o.samples {
+        eprintln!("only {} samples available; timing those", samples.len());
+    }
+    let n = samples.len();
+    let g = Graph::new();
+    workload::mnist_graph(&g, workload::HIDDEN);
+
+    let modes = workload::modes();
+    let init = modes[0]
+        .build(&g)
+        .map_err(|e| e.to_string())?
+        .params()
+        .to_vec();
+    let mut contestants = Vec::new();
+    for (i, mode) in modes.iter().enumerate() {
+        eprintln!("compiling {} ({}/{})", mode.name, i + 1, modes.len());
+        contestants.push(compile(mode, &g, &o)?);
+    }
+    contestants.push(hand_written::<Naive>(&init));
+    contestants.push(hand_written::<Expert>(&init));
+    time_steps(&mut contestants, &samples, &init, &o);
+    let rows: Vec<Row> = contestants
+        .into_iter()
+        .map(|c| Row {
+            name: c.name,
+            kind: c.kind,
+            tape: c.tape,
+            us: median(&c.us),
+            exact: c.exact,
+            params: c.params,
+            mean_loss: c.mean_loss,
+        })
+        .collect();
+
+    let mut report = String::new();
+    let _ = writeln!(report, "## Benchmark: MNIST 784-50-10\n");
+    let _ = writeln!(
+        report,
+        "- date: {}\n- CPU: {}, {} cores\n- LLVM: {}\n- code: tapejit {}\n- workload: softmax cross-entropy \
+         classifier, {} tape nodes, per-sample SGD (lr {LR}) on the first {} MNIST training \
+         samples; compile time {}, step time median of {} timed runs \
+         (each from the same initial params, after an untimed warm-up pass; the rows take \
+         turns, and fast rows repeat the samples to run at least {MIN_RUN_SECS} s); release \
+         build, `-C target-cpu=native`\n",
+        now_utc(),
+        cpu(),
+        cores(),
+        llvm_version(),
+        code_version().unwrap_or_else(|| "(no git)".into()),
+        thousands(rows[0].tape.map_or(0, |t| t.0) as u64),
+        thousands(n as u64),
+        match o.compile_repeats {
+            1 => "of one compile".to_string(),
+            n => format!("median of {n} compiles"),
+        },
+        o.step_repeats,
+    );
+    report.push_str(&table(&rows));
+    let _ = writeln!(
+        report,
+        "\nCompile s: wall time of `Interpreter::new` or `JitBuilder::compile` on the built \
+         graph (linearize, lower, optimize, generate code). s/epoch: us/sample extrapolated to \
+         60,000 samples. Break-even: samples after which a mode's compile time is repaid \
+         against the interpreter, compile s / (interpreter us - mode us). Time vs expert: \
+         us/sample over the hand-written expert's, measured in the same run. Plot: report.svg \
+         beside this file.\n\n{}",
+        agreement(&rows, n)
+    );
+
+    std::fs::create_dir_all(&o.out)
+        .map_err(|e| format!("cannot create {}: {e}", o.out.display()))?;
+    let md = o.out.join("report.md");
+    std::fs::write(&md, &report).map_err(|e| format!("cannot write {}: {e}", md.display()))?;
+    let points: Vec<svg::Point> = rows
+        .iter()
+        .map(|r| svg::Point {
+            label: r.name.clone(),
+            compile_secs: r.tape.map_or(0.0, |t| t.1),
+            epoch_secs: r.epoch_secs(),
+            kind: r.kind,
+        })
+        .collect();
+    let plot = o.out.join("report.svg");
+    let title = format!("MNIST 784-50-10 on {}", cpu());
+    std::fs::write(&plot, svg::plot(&title, &points))
+        .map_err(|e| format!("cannot write {}: {e}", plot.display()))?;
+
+    println!("{report}");
+    eprintln!(
+        "wrote {} and {} in {:.0} s",
+        md.display(),
+        plot.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match parse_options().and_then(run) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) if message.is_empty() => {
+            println!("{USAGE}");
+            ExitCode::SUCCESS
+        }
+        Err(message) => {
+            eprintln!("error: {message}");
+            if message.contains("needs a value") || message.starts_with("unknown option") {
+                eprintln!("{USAGE}");
+            }
+            ExitCode::from(2)
+        }
+    }
+}
