@@ -114,14 +114,15 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
             forward.push(self.lower_forward_group(k, group)?);
         }
         self.lower_driver(FORWARD, &forward)?;
+        let backward_second = |f| (f, Buf::Grads);
 
         let mut backward = Vec::new();
         if self.tape.loss().is_some() {
-            backward.push(self.lower_backward_init(&groups)?);
+            backward.push(backward_second(self.lower_backward_init(&groups)?));
             for (k, group) in groups.iter().enumerate().rev() {
-                backward.push(self.lower_backward_group(k, group)?);
+                backward.push(backward_second(self.lower_backward_group(k, group)?));
             }
-            backward.push(self.lower_backward_rest()?);
+            backward.push(backward_second(self.lower_backward_rest()?));
         }
         self.lower_driver(BACKWARD, &backward)?;
         self.lower_update()?;
@@ -246,19 +247,36 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
     }
 
     /// `fwd{k}`: computes and stores the values of the group's slots, in slot order.
-    fn lower_forward_group(&mut self, k: usize, group: &[Item]) -> Emit<FunctionValue<'ctx>> {
+    ///
+    /// A group of straight-line code only gets `vals` twice, loading through the first
+    /// pointer (slots before the group) and storing through the second (the group's own
+    /// slots): the two sets are disjoint, so both pointers may be `noalias`, and code
+    /// generation need not order every load after every store (4-6x faster codegen at O2).
+    /// A group with loops reads what it stored, so it takes `(vals, grads)`.
+    fn lower_forward_group(
+        &mut self,
+        k: usize,
+        group: &[Item],
+    ) -> Emit<(FunctionValue<'ctx>, Buf)> {
         let f = self.begin_function(&format!("fwd{k}"), false, false);
-        let (vals, _) = self.buffers(f);
+        let straight_only = group.iter().all(|i| matches!(i, Item::Straight(_)));
+        let (vals, second) = self.buffers(f);
+        let out = if straight_only {
+            f.get_nth_param(1).unwrap().set_name("out");
+            second
+        } else {
+            vals
+        };
         // Values stay valid across loops: a loop only writes slots nothing has read yet.
         let mut values = HashMap::new();
         for unit in group {
             match unit {
-                Item::Straight(range) => self.emit_forward_nodes(&mut values, vals, range)?,
+                Item::Straight(range) => self.emit_forward_nodes(&mut values, vals, out, range)?,
                 loop_item => self.emit_item_forward(vals, loop_item)?,
             }
         }
         self.builder.build_return(None)?;
-        Ok(f)
+        Ok((f, if straight_only { Buf::Vals } else { Buf::Grads }))
     }
 
     /// Straight-line forward: each node's value from its operands' registers, stored once.
@@ -266,6 +284,7 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
         &mut self,
         values: &mut HashMap<Slot, FloatValue<'ctx>>,
         vals: PointerValue<'ctx>,
+        out: PointerValue<'ctx>,
         range: &Range<u32>,
     ) -> Emit<()> {
         for slot in range.clone().map(Slot) {
@@ -278,7 +297,7 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
             let v = op.forward(&mut ar, &x);
             ar.finish()?;
             v.set_name(&format!("n{}", slot.0));
-            self.store_slot(vals, slot, v)?;
+            self.store_slot(out, slot, v)?;
             values.insert(slot, v);
         }
         Ok(())
@@ -448,12 +467,16 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
     }
 
     /// An entry point that calls `parts` in order.
-    fn lower_driver(&mut self, name: &str, parts: &[FunctionValue<'ctx>]) -> Emit<()> {
+    fn lower_driver(&mut self, name: &str, parts: &[(FunctionValue<'ctx>, Buf)]) -> Emit<()> {
         let f = self.begin_function(name, false, true);
         let (vals, grads) = self.buffers(f);
-        for &part in parts {
+        for &(part, second) in parts {
+            let second = match second {
+                Buf::Vals => vals,
+                Buf::Grads => grads,
+            };
             self.builder
-                .build_call(part, &[vals.into(), grads.into()], "")?;
+                .build_call(part, &[vals.into(), second.into()], "")?;
         }
         self.builder.build_return(None)?;
         Ok(())
@@ -542,6 +565,13 @@ fn erase_unused_loads<'a, 'ctx: 'a>(values: impl Iterator<Item = &'a FloatValue<
             gep.erase_from_basic_block();
         }
     }
+}
+
+/// The buffer a function takes as its second argument (the first is always `vals`).
+#[derive(Clone, Copy)]
+enum Buf {
+    Vals,
+    Grads,
 }
 
 /// What a loop weighs against [`super::JitBuilder::chunk_size`]: its body is a few nodes.
