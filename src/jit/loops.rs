@@ -16,12 +16,9 @@ const LANES: u32 = 8;
 impl<'ctx> Lowerer<'ctx, '_> {
     /// Forward of a loop item outside any nest.
     pub(super) fn emit_item_forward(&self, vals: PointerValue<'ctx>, item: &Item) -> Emit<()> {
-        let j = self.context.i64_type().const_zero();
         match item {
-            Item::Map(run) => self.emit_map_forward(vals, run, j),
-            Item::Sum(sum) => self.emit_sum_forward(vals, sum, j),
             Item::Nest(nest) => self.emit_nest_forward(vals, nest),
-            Item::Straight(_) => Ok(()),
+            _ => self.emit_body_item_forward(vals, item, self.context.i64_type().const_zero()),
         }
     }
 
@@ -152,11 +149,7 @@ impl<'ctx> Lowerer<'ctx, '_> {
         j: IntValue<'ctx>,
     ) -> Emit<()> {
         self.emit_loop(run.len, false, &[], |this, t, _| {
-            let x = run
-                .args
-                .iter()
-                .map(|&a| this.load_at(vals, a, t, j))
-                .collect::<Emit<Vec<_>>>()?;
+            let x = this.load_args(vals, run, t, j)?;
             let mut ar = this.ir_arith();
             let v = run.op.forward(&mut ar, &x);
             ar.finish()?;
@@ -182,11 +175,7 @@ impl<'ctx> Lowerer<'ctx, '_> {
         self.emit_loop(run.len, true, &[], |this, t, _| {
             let g = this.load_at(grads, run.out, t, j)?;
             let out = this.load_at(vals, run.out, t, j)?;
-            let x = run
-                .args
-                .iter()
-                .map(|&a| this.load_at(vals, a, t, j))
-                .collect::<Emit<Vec<_>>>()?;
+            let x = this.load_args(vals, run, t, j)?;
             let mut ar = this.ir_arith();
             run.op.local_grads(&mut ar, &x, out, g, &mut local);
             ar.finish()?;
@@ -234,6 +223,20 @@ impl<'ctx> Lowerer<'ctx, '_> {
             Ok(Vec::new())
         })?;
         Ok(())
+    }
+
+    /// The operands of iteration `t` of a map.
+    fn load_args(
+        &self,
+        vals: PointerValue<'ctx>,
+        run: &MapLoop,
+        t: IntValue<'ctx>,
+        j: IntValue<'ctx>,
+    ) -> Emit<Vec<FloatValue<'ctx>>> {
+        run.args
+            .iter()
+            .map(|&a| self.load_at(vals, a, t, j))
+            .collect()
     }
 
     /// `acc + x`, reassociable under [`super::JitBuilder::fast_math`].
