@@ -131,9 +131,10 @@ impl JitBuilder {
         self
     }
 
-    /// About how many tape nodes (each counted with its operands) go into one native function
-    /// (default 250). Smaller functions optimize faster; LLVM's passes are superlinear in
-    /// function size, so this is what keeps compile time linear in tape size.
+    /// About how many tape nodes (each counted with its operands; a recovered loop counts 16)
+    /// go into one native function (default 250). Smaller functions optimize faster; LLVM's
+    /// passes are superlinear in function size, so this is what keeps compile time linear in
+    /// tape size.
     pub fn chunk_size(mut self, nodes: usize) -> Self {
         self.chunk_size = nodes.max(1);
         self
