@@ -188,12 +188,12 @@ fn compile(mode: &Mode, g: &Graph, o: &Options) -> Result<Contestant, String> {
         compile_secs.push(secs);
         let detail = stats.map_or(String::new(), |s| {
             format!(
-                " (IR {:.2} s, optimize {:.2} s, codegen {:.2} s)",
+                " (IR {:.3} s, optimize {:.3} s, codegen {:.3} s)",
                 s.ir_build_secs, s.optimize_secs, s.codegen_secs
             )
         });
         eprintln!(
-            "  {}: build {rep}/{}: {secs:.2} s{detail}",
+            "  {}: build {rep}/{}: {secs:.3} s{detail}",
             mode.name, o.compile_repeats
         );
         program = Some(p);
