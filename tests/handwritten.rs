@@ -42,17 +42,15 @@ fn close(a: f64, b: f64) -> bool {
     a == b || (a - b).abs() <= TOLERANCE * a.abs().max(b.abs())
 }
 
+/// The 784-50-10 classifier every hand-written version is compared with, seed 0.
+fn build_classifier(g: &Graph) {
+    Classifier::new(g, INPUTS, &[HIDDEN], CLASSES, &mut StdRng::seed_from_u64(0)).unwrap();
+}
+
 /// Trains `H` and the interpreter side by side and checks losses and final params.
 fn tracks_the_interpreter<H: HandWritten>() {
     let g = Graph::new();
-    Classifier::new(
-        &g,
-        INPUTS,
-        &[HIDDEN],
-        CLASSES,
-        &mut StdRng::seed_from_u64(0),
-    )
-    .unwrap();
+    build_classifier(&g);
     let mut interp = Interpreter::new(&g).unwrap();
     assert_eq!(interp.params().len(), PARAMS);
     let mut hand = H::from_params(interp.params());
@@ -107,14 +105,7 @@ fn expert_tracks_the_interpreter() {
 #[test]
 fn the_synthetic_run_changes_the_params() {
     let g = Graph::new();
-    Classifier::new(
-        &g,
-        INPUTS,
-        &[HIDDEN],
-        CLASSES,
-        &mut StdRng::seed_from_u64(0),
-    )
-    .unwrap();
+    build_classifier(&g);
     let params = Interpreter::new(&g).unwrap().params().to_vec();
     let mut hand = Expert::from_params(&params);
     let samples = synthetic_samples(1);
