@@ -30,6 +30,8 @@ pub(crate) struct GraphData {
     pub nodes: Vec<Node>,
     pub args: Vec<NodeId>,
     pub num_inputs: u32,
+    /// Per input, in creation order: whether backward computes its gradient.
+    pub input_grad: Vec<bool>,
     pub param_init: Vec<f64>,
     pub outputs: Vec<NodeId>,
     pub loss: Option<NodeId>,
@@ -89,19 +91,37 @@ impl Graph {
         self.len() == 0
     }
 
-    /// A new input; inputs are numbered in creation order and set before each run.
+    /// A new input; inputs are numbered in creation order and set before each run. As in
+    /// micrograd, backward computes its gradient.
     pub fn input(&self) -> Value<'_> {
-        let n = {
-            let mut d = self.data.borrow_mut();
-            d.num_inputs += 1;
-            d.num_inputs - 1
-        };
-        self.push(Op::Input(n), &[])
+        self.new_input(true)
     }
 
     /// `n` new inputs.
     pub fn inputs(&self, n: usize) -> Vec<Value<'_>> {
         (0..n).map(|_| self.input()).collect()
+    }
+
+    /// A new input whose gradient backward does not compute (it stays 0), like a tensor
+    /// without `requires_grad` in PyTorch: data such as pixels, whose gradient training
+    /// never reads. On an MLP that saves a third of backward's arithmetic in the first layer.
+    pub fn input_without_grad(&self) -> Value<'_> {
+        self.new_input(false)
+    }
+
+    /// `n` new inputs without gradient.
+    pub fn inputs_without_grad(&self, n: usize) -> Vec<Value<'_>> {
+        (0..n).map(|_| self.input_without_grad()).collect()
+    }
+
+    fn new_input(&self, grad: bool) -> Value<'_> {
+        let n = {
+            let mut d = self.data.borrow_mut();
+            d.num_inputs += 1;
+            d.input_grad.push(grad);
+            d.num_inputs - 1
+        };
+        self.push(Op::Input(n), &[])
     }
 
     /// A new trainable parameter with its initial value; params are numbered in creation order.

@@ -82,7 +82,9 @@ impl Program for Interpreter {
             let (out, g) = (self.values[s.index()], self.grads[s.index()]);
             op.local_grads(&mut F64, &self.operands, out, g, &mut self.local);
             for (a, d) in args.iter().zip(&self.local) {
-                self.grads[a.index()] += d;
+                if self.tape.needs_grad(*a) {
+                    self.grads[a.index()] += d;
+                }
             }
         }
     }

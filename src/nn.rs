@@ -209,8 +209,9 @@ pub fn max_margin<'g>(
 /// inputs, micrograd's MLP (relu hidden layers) with one linear output per class, the logits
 /// marked as outputs (in class order) and softmax cross-entropy as the loss.
 ///
-/// The graph's input vector is `[x_0 .. x_{nin-1}, onehot_0 .. onehot_{classes-1}]`; params
-/// are created layer by layer, neuron by neuron, weights then bias.
+/// The graph's input vector is `[x_0 .. x_{nin-1}, onehot_0 .. onehot_{classes-1}]`, all
+/// made without gradient ([`Graph::input_without_grad`]): training reads the params'
+/// gradients only. Params are created layer by layer, neuron by neuron, weights then bias.
 pub struct Classifier<'g> {
     pub model: MLP<'g>,
     pub logits: Vec<Value<'g>>,
@@ -225,8 +226,8 @@ impl<'g> Classifier<'g> {
         classes: usize,
         rng: &mut impl Rng,
     ) -> Result<Self> {
-        let x = g.inputs(nin);
-        let y = g.inputs(classes);
+        let x = g.inputs_without_grad(nin);
+        let y = g.inputs_without_grad(classes);
         let sizes: Vec<usize> = hidden.iter().copied().chain([classes]).collect();
         let model = MLP::new(g, nin, &sizes, rng);
         let logits = model.call(&x)?;

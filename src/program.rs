@@ -6,7 +6,7 @@
 
 use crate::error::{Error, Result};
 use crate::graph::Value;
-use crate::tape::Tape;
+use crate::tape::{Slot, Tape};
 
 /// A compiled (or interpreted) tape with its buffers: the interpreter and the JIT both are one.
 ///
@@ -103,12 +103,17 @@ pub trait Program {
     }
 
     /// The params, in the order they were created.
-    fn params(&self) -> &[f64] {
-        &self.values()[..self.tape().num_params()]
+    fn params(&self) -> Vec<f64> {
+        let v = self.values();
+        self.tape()
+            .param_slots()
+            .iter()
+            .map(|s| v[s.index()])
+            .collect()
     }
 
-    /// Overwrites every param. Wrong length or a non-finite number is an error and leaves the
-    /// params unchanged.
+    /// Overwrites every param, given in the order they were created. Wrong length or a
+    /// non-finite number is an error and leaves the params unchanged.
     fn set_params(&mut self, params: &[f64]) -> Result<()> {
         let n = self.tape().num_params();
         if params.len() != n {
@@ -119,23 +124,50 @@ pub trait Program {
             });
         }
         check_finite("param", params)?;
-        self.buffers_mut().0[..n].copy_from_slice(params);
+        let slots = self.tape().param_slots().to_vec();
+        let values = self.buffers_mut().0;
+        for (s, &p) in slots.iter().zip(params) {
+            values[s.index()] = p;
+        }
         Ok(())
     }
 
     /// The params' gradients, in the order the params were created.
-    fn param_grads(&self) -> &[f64] {
-        &self.grads()[..self.tape().num_params()]
+    fn param_grads(&self) -> Vec<f64> {
+        let g = self.grads();
+        self.tape()
+            .param_slots()
+            .iter()
+            .map(|s| g[s.index()])
+            .collect()
+    }
+
+    /// Whether this program stores `slot`'s value and gradient in its buffers. The
+    /// interpreter keeps every slot; the JIT all but the products it fuses into sums.
+    fn is_kept(&self, slot: Slot) -> bool {
+        let _ = slot;
+        true
     }
 
     /// The value of `v` as of the last `forward`.
     fn value(&self, v: Value<'_>) -> Result<f64> {
-        Ok(self.values()[self.tape().slot(v)?.index()])
+        Ok(self.values()[self.kept_slot(v)?.index()])
     }
 
-    /// The gradient of `v` as of the last `backward` (0 for nodes the loss does not depend on).
+    /// The gradient of `v` as of the last `backward` (0 for nodes the loss does not depend
+    /// on, and for inputs made without gradient).
     fn grad(&self, v: Value<'_>) -> Result<f64> {
-        Ok(self.grads()[self.tape().slot(v)?.index()])
+        Ok(self.grads()[self.kept_slot(v)?.index()])
+    }
+
+    /// The slot of `v`, if this program keeps it.
+    fn kept_slot(&self, v: Value<'_>) -> Result<Slot> {
+        let slot = self.tape().slot(v)?;
+        if self.is_kept(slot) {
+            Ok(slot)
+        } else {
+            Err(Error::NotKept { node: v.id() })
+        }
     }
 }
 
@@ -150,7 +182,9 @@ fn check_finite(what: &'static str, xs: &[f64]) -> Result<()> {
 /// place, everything else 0.
 pub(crate) fn initial_buffers(tape: &Tape) -> (Vec<f64>, Vec<f64>) {
     let mut values = vec![0.0; tape.len()];
-    values[..tape.num_params()].copy_from_slice(tape.param_init());
+    for (s, &p) in tape.param_slots().iter().zip(tape.param_init()) {
+        values[s.index()] = p;
+    }
     for s in tape.slots() {
         if let crate::op::Op::Const(c) = tape.op(s) {
             values[s.index()] = c;

@@ -5,14 +5,17 @@
 //!
 //! - **Operands precede users**: every operand slot is smaller than the slot that uses it, so
 //!   a forward walk in slot order and a backward walk in reverse slot order are correct.
-//! - **Leaves first, params contiguous**: slots `0..P` hold `Param(0)..Param(P-1)` and slots
-//!   `P..P+I` hold `Input(0)..Input(I-1)`, in order; no other slot holds a param or an input.
+//! - **Leaves first, params contiguous**: slots `0..P` hold the params, param `k` in slot
+//!   `param_slots()[k]` (creation order unless a layout pass moved them), and slots `P..P+I`
+//!   hold `Input(0)..Input(I-1)`, in order; no other slot holds a param or an input.
 //!   Every param and input of the graph is on the tape, used or not, so the parameter vector
 //!   and the input slice keep the graph's numbering.
 //! - **Arity**: each node has the operands its op takes; a `Sum` has at least one.
 //! - **Nothing dead**: every other node is needed by an output or the loss.
 //! - **Gradient cone closed**: the loss needs a gradient, and the operands of a non-leaf
-//!   node that needs one need one too. Backward visits exactly these nodes.
+//!   node that needs one need one too, except inputs made without gradient
+//!   ([`Graph::input_without_grad`]). Backward visits exactly these nodes and adds local
+//!   gradients only into operands that need one.
 
 use crate::error::{Error, Result};
 use crate::graph::{Graph, NodeId, Value};
@@ -45,6 +48,8 @@ pub struct Tape {
     num_params: usize,
     num_inputs: usize,
     param_init: Vec<f64>,
+    /// Param `k` (in creation order) lives in slot `param_slots[k]`.
+    param_slots: Vec<Slot>,
     outputs: Vec<Slot>,
     loss: Option<Slot>,
     /// Graph node id -> slot, `u32::MAX` for nodes that were dropped.
@@ -81,7 +86,11 @@ impl Tape {
             if live[i] {
                 for &a in g.args_of(node) {
                     live[a as usize] = true;
-                    needs_grad[a as usize] |= needs_grad[i];
+                    let differentiable = match g.nodes[a as usize].op {
+                        Op::Input(k) => g.input_grad[k as usize],
+                        _ => true,
+                    };
+                    needs_grad[a as usize] |= needs_grad[i] && differentiable;
                 }
             }
         }
@@ -125,6 +134,7 @@ impl Tape {
             num_params,
             num_inputs,
             param_init: g.param_init.clone(),
+            param_slots: (0..num_params as u32).map(Slot).collect(),
             outputs: g
                 .outputs
                 .iter()
@@ -154,9 +164,16 @@ impl Tape {
         if self.nodes.len() < p + i {
             return Err(bad(0, "fewer slots than params and inputs".into()));
         }
+        if self.param_slots.len() != p {
+            return Err(bad(
+                0,
+                format!("{} param slots for {p} params", self.param_slots.len()),
+            ));
+        }
         for (s, node) in self.nodes.iter().enumerate() {
             match node.op {
-                Op::Param(k) if s < p && k as usize == s => {}
+                Op::Param(k)
+                    if s < p && self.param_slots.get(k as usize) == Some(&Slot(s as u32)) => {}
                 Op::Input(k) if (p..p + i).contains(&s) && k as usize == s - p => {}
                 Op::Param(_) | Op::Input(_) => {
                     return Err(bad(s, format!("{:?} out of place", node.op)))
@@ -184,7 +201,9 @@ impl Tape {
                         format!("operand slot {} does not precede its user", a.0),
                     ));
                 }
-                if node.needs_grad && !self.nodes[a.index()].needs_grad {
+                let operand = self.nodes[a.index()];
+                let exempt = matches!(operand.op, Op::Input(_));
+                if node.needs_grad && !operand.needs_grad && !exempt {
                     return Err(bad(
                         s,
                         format!("operand slot {} is outside the gradient cone", a.0),
@@ -249,8 +268,66 @@ impl Tape {
         self.num_params
     }
 
+    /// The params' initial values, in creation order.
     pub fn param_init(&self) -> &[f64] {
         &self.param_init
+    }
+
+    /// The slot of each param, in creation order: a permutation of `0..num_params`.
+    pub fn param_slots(&self) -> &[Slot] {
+        &self.param_slots
+    }
+
+    /// The same tape with its params moved: the param in slot `from[s]` goes to slot `s`.
+    /// Every other slot stays where it is. `from` must be a permutation of
+    /// `0..num_params`; the layout pass ([`crate::passes::layout`]) picks it so that a
+    /// layer's weights are read with unit stride across its neurons.
+    pub fn with_param_layout(&self, from: &[u32]) -> Result<Tape> {
+        let p = self.num_params;
+        if from.len() != p {
+            return Err(Error::InvalidTape {
+                slot: 0,
+                what: format!("param layout of {} slots for {p} params", from.len()),
+            });
+        }
+        let mut to = vec![DROPPED; p];
+        for (s, &f) in from.iter().enumerate() {
+            match to.get_mut(f as usize) {
+                Some(t) if *t == DROPPED => *t = s as u32,
+                _ => {
+                    return Err(Error::InvalidTape {
+                        slot: s as u32,
+                        what: format!("param layout: slot {f} is not a param, or moved twice"),
+                    })
+                }
+            }
+        }
+        let moved = |s: Slot| {
+            if s.index() < p {
+                Slot(to[s.index()])
+            } else {
+                s
+            }
+        };
+        let mut nodes = self.nodes.clone();
+        for (s, &f) in from.iter().enumerate() {
+            nodes[s] = self.nodes[f as usize];
+        }
+        let tape = Tape {
+            nodes,
+            args: self.args.iter().map(|&a| moved(a)).collect(),
+            param_slots: self.param_slots.iter().map(|&s| moved(s)).collect(),
+            outputs: self.outputs.iter().map(|&s| moved(s)).collect(),
+            loss: self.loss.map(moved),
+            slot_of: self
+                .slot_of
+                .iter()
+                .map(|&s| if s == DROPPED { s } else { moved(Slot(s)).0 })
+                .collect(),
+            ..self.clone()
+        };
+        tape.verify()?;
+        Ok(tape)
     }
 
     pub fn outputs(&self) -> &[Slot] {

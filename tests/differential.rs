@@ -132,7 +132,7 @@ fn generator_is_deterministic() {
 
 /// The comparison must notice the smallest difference: one ulp in one param.
 #[test]
-#[should_panic(expected = "values differ at slot 0")]
+#[should_panic(expected = "params differ at #0")]
 fn comparison_catches_a_one_ulp_difference() {
     let build = |g: &Graph, init: f64| {
         let p = g.param(init);

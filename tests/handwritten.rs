@@ -53,7 +53,7 @@ fn tracks_the_interpreter<H: HandWritten>() {
     build_classifier(&g);
     let mut interp = Interpreter::new(&g).unwrap();
     assert_eq!(interp.params().len(), PARAMS);
-    let mut hand = H::from_params(interp.params());
+    let mut hand = H::from_params(&interp.params());
     assert_eq!(
         hand.params(),
         interp.params(),

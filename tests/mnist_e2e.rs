@@ -103,7 +103,7 @@ fn accuracy_rises_from_chance_identically_on_jit_and_interpreter() {
     assert!(after > 0.9, "accuracy after training {after}");
     assert_eq!(accuracy(&mut jit, &test), after);
     let bits = |p: &[f64]| p.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    assert_eq!(bits(jit.params()), bits(interp.params()));
+    assert_eq!(bits(&jit.params()), bits(&interp.params()));
 }
 
 #[test]

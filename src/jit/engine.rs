@@ -20,7 +20,7 @@ use inkwell::OptimizationLevel;
 use super::lower::{libm_symbols, HostCpu, Lowerer, BACKWARD, FORWARD, UPDATE};
 use super::{JitBuilder, JitStats};
 use crate::error::{Error, Result};
-use crate::passes::loops;
+use crate::passes::loops::Schedule;
 use crate::program::initial_buffers;
 use crate::tape::Tape;
 
@@ -124,13 +124,18 @@ impl Drop for Native {
 
 impl Native {
     /// Lowers, verifies, optimizes and JITs `tape`, filling in `stats`.
-    pub fn compile(tape: &Tape, options: &JitBuilder, stats: &mut JitStats) -> Result<Native> {
+    pub fn compile(
+        tape: &Tape,
+        schedule: &Schedule,
+        options: &JitBuilder,
+        stats: &mut JitStats,
+    ) -> Result<Native> {
         initialize_llvm()?;
         let context = NonNull::from(Box::leak(Box::new(Context::create())));
         // SAFETY: the context lives until `Native::drop` (or the error path below) frees it,
         // after everything that borrows it; 'static is never observable outside this module.
         let ctx: &'static Context = unsafe { context.as_ref() };
-        let built = Self::build(ctx, tape, options, stats);
+        let built = Self::build(ctx, tape, schedule, options, stats);
         match built {
             Ok((module, engine, forward, backward, update)) => {
                 let (vals, grads) = initial_buffers(tape);
@@ -157,6 +162,7 @@ impl Native {
     fn build(
         ctx: &'static Context,
         tape: &Tape,
+        schedule: &Schedule,
         options: &JitBuilder,
         stats: &mut JitStats,
     ) -> Result<(
@@ -168,11 +174,8 @@ impl Native {
     )> {
         let cpu = host_cpu();
         let start = Instant::now();
-        let schedule = loops::schedule(tape, options.loop_recovery);
-        stats.loops = schedule.loops;
-        stats.loop_nodes = schedule.loop_nodes;
         let module = Lowerer::new(ctx, tape, &cpu, options.fast_math)
-            .lower(&schedule, options.chunk_size)
+            .lower(schedule, options.chunk_size)
             .map_err(|e| llvm_error("IR emission", e))?;
         module
             .verify()

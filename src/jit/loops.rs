@@ -7,7 +7,8 @@ use inkwell::values::{FastMathFlags, FloatValue, IntValue, PointerValue};
 use inkwell::IntPredicate;
 
 use super::lower::{Emit, Lowerer};
-use crate::passes::loops::{Affine, Item, MapLoop, Nest, SumLoop};
+use crate::op::Arith;
+use crate::passes::loops::{Affine, DotLoop, Item, MapLoop, Nest, SumLoop};
 
 /// Repetitions of a sum computed side by side: enough independent chains of additions to
 /// keep the floating-point adders busy.
@@ -33,6 +34,7 @@ impl<'ctx> Lowerer<'ctx, '_> {
         match item {
             Item::Map(run) => self.emit_map_backward(vals, grads, run, j),
             Item::Sum(sum) => self.emit_sum_backward(grads, sum, j),
+            Item::Dot(dot) => self.emit_dot_backward(vals, grads, dot, j),
             Item::Nest(nest) => self.emit_nest_backward(vals, grads, nest),
             Item::Straight(_) => Ok(()),
         }
@@ -74,6 +76,7 @@ impl<'ctx> Lowerer<'ctx, '_> {
         match item {
             Item::Map(run) => self.emit_map_forward(vals, run, j),
             Item::Sum(sum) => self.emit_sum_forward(vals, sum, j),
+            Item::Dot(dot) => self.emit_dot_forward(vals, dot, j),
             Item::Straight(_) | Item::Nest(_) => Ok(()),
         }
     }
@@ -133,6 +136,7 @@ impl<'ctx> Lowerer<'ctx, '_> {
                 match item {
                     Item::Map(run) => this.emit_map_backward(vals, grads, run, j)?,
                     Item::Sum(sum) => this.emit_sum_backward(grads, sum, j)?,
+                    Item::Dot(dot) => this.emit_dot_backward(vals, grads, dot, j)?,
                     Item::Straight(_) | Item::Nest(_) => {}
                 }
             }
@@ -179,8 +183,10 @@ impl<'ctx> Lowerer<'ctx, '_> {
             let mut ar = this.ir_arith();
             run.op.local_grads(&mut ar, &x, out, g, &mut local);
             ar.finish()?;
-            for (&a, &d) in run.args.iter().zip(&local) {
-                this.accumulate_at(grads, a, t, j, d)?;
+            for ((&a, &d), &takes) in run.args.iter().zip(&local).zip(&run.grad_args) {
+                if takes {
+                    this.accumulate_at(grads, a, t, j, d)?;
+                }
             }
             Ok(Vec::new())
         })?;
@@ -217,9 +223,76 @@ impl<'ctx> Lowerer<'ctx, '_> {
         }
         let zero = self.context.i64_type().const_zero();
         let g = self.load_at(grads, sum.slot, zero, j)?;
-        self.accumulate_at(grads, sum.first, zero, j, g)?;
-        self.emit_loop(sum.tail_len, false, &[], |this, t, _| {
-            this.accumulate_at(grads, sum.tail, t, j, g)?;
+        if sum.grad_first {
+            self.accumulate_at(grads, sum.first, zero, j, g)?;
+        }
+        if sum.grad_tail {
+            self.emit_loop(sum.tail_len, false, &[], |this, t, _| {
+                this.accumulate_at(grads, sum.tail, t, j, g)?;
+                Ok(Vec::new())
+            })?;
+        }
+        Ok(())
+    }
+
+    /// `vals[slot] = vals[first] + a(0) * b(0) + ...`, left to right, the products in
+    /// registers only.
+    fn emit_dot_forward(
+        &self,
+        vals: PointerValue<'ctx>,
+        dot: &DotLoop,
+        j: IntValue<'ctx>,
+    ) -> Emit<()> {
+        let (sum, products) = (&dot.sum, &dot.products);
+        let zero = self.context.i64_type().const_zero();
+        let first = self.load_at(vals, sum.first, zero, j)?;
+        let total = self.emit_loop(products.len, false, &[first], |this, t, acc| {
+            let x = this.load_args(vals, products, t, j)?;
+            let mut ar = this.ir_arith();
+            let product = products.op.forward(&mut ar, &x);
+            ar.finish()?;
+            Ok(vec![this.add_to_sum(acc[0], product)?])
+        })?;
+        self.store_at(vals, sum.slot, zero, j, total[0])
+    }
+
+    /// The sum's backward, then the products' from the last to the first. Each product's
+    /// gradient would start at 0 and receive the sum's once: `0 + g` (which turns a -0 into
+    /// +0, as the interpreter's buffer does).
+    fn emit_dot_backward(
+        &self,
+        vals: PointerValue<'ctx>,
+        grads: PointerValue<'ctx>,
+        dot: &DotLoop,
+        j: IntValue<'ctx>,
+    ) -> Emit<()> {
+        let (sum, products) = (&dot.sum, &dot.products);
+        if !sum.needs_grad {
+            return Ok(());
+        }
+        let zero = self.context.i64_type().const_zero();
+        let g = self.load_at(grads, sum.slot, zero, j)?;
+        if sum.grad_first {
+            self.accumulate_at(grads, sum.first, zero, j, g)?;
+        }
+        let mut ar = self.ir_arith();
+        let fresh = ar.constant(0.0);
+        let g_product = ar.add(fresh, g);
+        ar.finish()?;
+        let mut local = Vec::new();
+        self.emit_loop(products.len, true, &[], |this, t, _| {
+            let x = this.load_args(vals, products, t, j)?;
+            let mut ar = this.ir_arith();
+            let product = products.op.forward(&mut ar, &x);
+            products
+                .op
+                .local_grads(&mut ar, &x, product, g_product, &mut local);
+            ar.finish()?;
+            for ((&a, &d), &takes) in products.args.iter().zip(&local).zip(&products.grad_args) {
+                if takes {
+                    this.accumulate_at(grads, a, t, j, d)?;
+                }
+            }
             Ok(Vec::new())
         })?;
         Ok(())

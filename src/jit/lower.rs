@@ -350,6 +350,9 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
             op.local_grads(&mut ar, &x, out, g, &mut local);
             ar.finish()?;
             for (&a, &d) in self.tape.args(slot).iter().zip(&local) {
+                if !self.tape.needs_grad(a) {
+                    continue;
+                }
                 let before = self.grad_of(grad, grads, a)?;
                 let after = self
                     .builder
@@ -627,6 +630,12 @@ fn loop_spans(unit: &Item) -> Vec<Range<u32>> {
                 sum.slot.span(1, count),
                 sum.first.span(1, count),
                 sum.tail.span(sum.tail_len, count),
+            ]),
+            Item::Dot(dot) => out.extend([
+                dot.sum.slot.span(1, count),
+                dot.sum.first.span(1, count),
+                dot.products.args[0].span(dot.products.len, count),
+                dot.products.args[1].span(dot.products.len, count),
             ]),
             Item::Nest(nest) => {
                 for body in &nest.body {

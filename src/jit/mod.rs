@@ -10,10 +10,13 @@ mod lower;
 
 use inkwell::OptimizationLevel;
 
+use std::time::Instant;
+
 use crate::error::Result;
 use crate::graph::Graph;
+use crate::passes::{layout, loops as recovery};
 use crate::program::Program;
-use crate::tape::Tape;
+use crate::tape::{Slot, Tape};
 use engine::Native;
 
 /// How hard LLVM works. Each level picks an IR pass pipeline and a code-generator level
@@ -82,6 +85,8 @@ pub struct JitStats {
     pub functions: usize,
     /// IR instructions after optimization.
     pub ir_instructions: usize,
+    /// Seconds spent finding loops and laying out params.
+    pub schedule_secs: f64,
     /// Seconds spent emitting and verifying IR.
     pub ir_build_secs: f64,
     /// Seconds spent in the IR pass pipeline.
@@ -96,7 +101,7 @@ pub struct JitStats {
 
 impl JitStats {
     pub fn total_secs(&self) -> f64 {
-        self.ir_build_secs + self.optimize_secs + self.codegen_secs
+        self.schedule_secs + self.ir_build_secs + self.optimize_secs + self.codegen_secs
     }
 }
 
@@ -193,9 +198,24 @@ impl JitBuilder {
             tape_nodes: tape.len(),
             ..JitStats::default()
         };
-        let native = Native::compile(&tape, self, &mut stats)?;
+        let start = Instant::now();
+        let mut schedule = recovery::schedule(&tape, self.loop_recovery);
+        let tape = match layout::param_layout(&tape, &schedule) {
+            Some(from) => {
+                let moved = tape.with_param_layout(&from)?;
+                schedule = recovery::schedule(&moved, self.loop_recovery);
+                moved
+            }
+            None => tape,
+        };
+        stats.schedule_secs = start.elapsed().as_secs_f64();
+        stats.loops = schedule.loops;
+        stats.loop_nodes = schedule.loop_nodes;
+        let kept = schedule.kept(&tape);
+        let native = Native::compile(&tape, &schedule, self, &mut stats)?;
         Ok(Jit {
             tape,
+            kept,
             native,
             stats,
             opt_level: self.opt_level,
@@ -232,6 +252,8 @@ impl JitBuilder {
 /// ```
 pub struct Jit {
     tape: Tape,
+    /// Per slot: whether the buffers hold it ([`recovery::Schedule::kept`]).
+    kept: Vec<bool>,
     native: Native,
     stats: JitStats,
     opt_level: OptLevel,
@@ -273,6 +295,9 @@ impl Program for Jit {
     }
     fn buffers_mut(&mut self) -> (&mut [f64], &mut [f64]) {
         (&mut self.native.vals, &mut self.native.grads)
+    }
+    fn is_kept(&self, slot: Slot) -> bool {
+        self.kept[slot.index()]
     }
     fn run_forward(&mut self) {
         self.native.forward();

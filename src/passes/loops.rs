@@ -85,6 +85,8 @@ pub struct MapLoop {
     pub len: u32,
     /// Whether backward visits these nodes (the same for all of them).
     pub needs_grad: bool,
+    /// Per operand: whether it takes a gradient (an input may not).
+    pub grad_args: Vec<bool>,
 }
 
 /// The `sum` at `slot`: `first + tail.at(0) + ... + tail.at(tail_len - 1)`, left to right.
@@ -95,6 +97,19 @@ pub struct SumLoop {
     pub tail: Affine,
     pub tail_len: u32,
     pub needs_grad: bool,
+    /// Whether `first`, and the tail, take gradients (an input may not).
+    pub grad_first: bool,
+    pub grad_tail: bool,
+}
+
+/// A sum over products that nothing else reads, fused: `sum.slot = first + a(0) * b(0) +
+/// a(1) * b(1) + ...` with `a`, `b` the operands of `products` (a map of `mul`). The same
+/// operations in the same order as the two loops, but the products never reach memory:
+/// their slots are not kept ([`Schedule::is_kept`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DotLoop {
+    pub products: MapLoop,
+    pub sum: SumLoop,
 }
 
 /// `count` repetitions of `body`, whose slots advance by each [`Affine::outer`] per
@@ -115,7 +130,8 @@ pub enum Item {
     Straight(Range<u32>),
     Map(MapLoop),
     Sum(SumLoop),
-    /// Only `Map` and `Sum` items in its body.
+    Dot(DotLoop),
+    /// Only `Map`, `Sum` and `Dot` items in its body.
     Nest(Nest),
 }
 
@@ -128,6 +144,24 @@ pub struct Schedule {
     pub loops: usize,
     /// Tape nodes the loops cover.
     pub loop_nodes: usize,
+}
+
+impl Schedule {
+    /// Per slot: whether its value and gradient reach the buffers. Everything does but the
+    /// products of [`DotLoop`]s.
+    pub fn kept(&self, tape: &Tape) -> Vec<bool> {
+        let mut kept = vec![true; tape.len()];
+        for item in &self.items {
+            for flat in item.flattened() {
+                if let Item::Dot(d) = flat {
+                    for t in 0..d.products.len {
+                        kept[d.products.out.at(t).index()] = false;
+                    }
+                }
+            }
+        }
+        kept
+    }
 }
 
 /// Runs shorter than this stay straight-line: a loop's overhead would not pay.
@@ -169,7 +203,8 @@ pub fn schedule(tape: &Tape, recover: bool) -> Schedule {
     if straight < end {
         out.items.push(Item::Straight(straight..end));
     }
-    out.items = nest_items(tape, split_edges(tape, std::mem::take(&mut out.items)));
+    let fused = fuse_dots(tape, std::mem::take(&mut out.items));
+    out.items = nest_items(tape, split_edges(tape, fused));
     out.loops = out.items.iter().map(Item::loops).sum();
     out.loop_nodes = out.items.iter().map(Item::loop_nodes).sum();
     out
@@ -182,6 +217,7 @@ impl Item {
             Item::Straight(_) => 0,
             Item::Map(m) => m.len as usize,
             Item::Sum(_) => 1,
+            Item::Dot(d) => d.products.len as usize + 1,
             Item::Nest(n) => n.count as usize * n.body.iter().map(Item::loop_nodes).sum::<usize>(),
         }
     }
@@ -201,7 +237,7 @@ impl Item {
     pub fn loops(&self) -> usize {
         match self {
             Item::Straight(_) => 0,
-            Item::Map(_) | Item::Sum(_) => 1,
+            Item::Map(_) | Item::Sum(_) | Item::Dot(_) => 1,
             Item::Nest(n) => 1 + n.body.iter().map(Item::loops).sum::<usize>(),
         }
     }
@@ -250,7 +286,13 @@ fn nest_items(tape: &Tape, items: Vec<Item>) -> Vec<Item> {
     while i < items.len() {
         let best = (1..=MAX_PERIOD)
             .filter_map(|period| nest_at(&candidates[i..], period))
-            .max_by_key(|n| n.count as usize * n.body.len());
+            // The most items covered; on a tie, the shortest body (the true period).
+            .max_by_key(|n| {
+                (
+                    n.count as usize * n.body.len(),
+                    std::cmp::Reverse(n.body.len()),
+                )
+            });
         match best {
             Some(nest) => {
                 i += nest.count as usize * nest.body.len();
@@ -269,7 +311,7 @@ fn nest_items(tape: &Tape, items: Vec<Item>) -> Vec<Item> {
 /// map of one.
 fn nestable(tape: &Tape, item: &Item) -> Option<Item> {
     match item {
-        Item::Map(_) | Item::Sum(_) => Some(item.clone()),
+        Item::Map(_) | Item::Sum(_) | Item::Dot(_) => Some(item.clone()),
         Item::Nest(_) => None,
         Item::Straight(range) => {
             let mut nodes = range.clone().map(Slot).filter(|&s| !tape.op(s).is_leaf());
@@ -283,6 +325,7 @@ fn nestable(tape: &Tape, item: &Item) -> Option<Item> {
                 args: tape.args(s).iter().map(|&a| Affine::fixed(a)).collect(),
                 len: 1,
                 needs_grad: tape.needs_grad(s),
+                grad_args: tape.args(s).iter().map(|&a| tape.needs_grad(a)).collect(),
             }))
         }
     }
@@ -337,6 +380,12 @@ fn outputs_and_inputs(item: &Item) -> (Vec<Run>, Vec<Run>) {
             m.args.iter().map(|&a| (a, m.len)).collect(),
         ),
         Item::Sum(s) => (vec![(s.slot, 1)], vec![(s.first, 1), (s.tail, s.tail_len)]),
+        Item::Dot(d) => (
+            vec![(d.sum.slot, 1)],
+            std::iter::once((d.sum.first, 1))
+                .chain(d.products.args.iter().map(|&a| (a, d.products.len)))
+                .collect(),
+        ),
         Item::Straight(_) | Item::Nest(_) => (Vec::new(), Vec::new()),
     }
 }
@@ -387,12 +436,16 @@ fn affines(item: &Item) -> Vec<Affine> {
             .chain(m.args.iter().copied())
             .collect(),
         Item::Sum(s) => vec![s.slot, s.first, s.tail],
+        Item::Dot(d) => affines(&Item::Map(d.products.clone()))
+            .into_iter()
+            .chain(affines(&Item::Sum(d.sum.clone())))
+            .collect(),
         Item::Straight(_) | Item::Nest(_) => Vec::new(),
     }
 }
 
 /// `item` with its affine fields replaced, in [`affines`] order.
-fn with_affines(item: &Item, mut fields: impl Iterator<Item = Affine>) -> Item {
+fn with_affines(item: &Item, fields: &mut impl Iterator<Item = Affine>) -> Item {
     let mut next = || fields.next().expect("one affine per field");
     match item {
         Item::Map(m) => Item::Map(MapLoop {
@@ -406,6 +459,15 @@ fn with_affines(item: &Item, mut fields: impl Iterator<Item = Affine>) -> Item {
             tail: next(),
             ..s.clone()
         }),
+        Item::Dot(d) => {
+            let Item::Map(products) = with_affines(&Item::Map(d.products.clone()), fields) else {
+                unreachable!("a map stays a map")
+            };
+            let Item::Sum(sum) = with_affines(&Item::Sum(d.sum.clone()), fields) else {
+                unreachable!("a sum stays a sum")
+            };
+            Item::Dot(DotLoop { products, sum })
+        }
         other => other.clone(),
     }
 }
@@ -417,9 +479,21 @@ fn with_outer(a: &Item, b: &Item) -> Option<Item> {
             x.op == y.op
                 && x.len == y.len
                 && x.needs_grad == y.needs_grad
-                && x.args.len() == y.args.len()
+                && x.grad_args == y.grad_args
         }
-        (Item::Sum(x), Item::Sum(y)) => x.tail_len == y.tail_len && x.needs_grad == y.needs_grad,
+        (Item::Sum(x), Item::Sum(y)) => {
+            x.tail_len == y.tail_len
+                && x.needs_grad == y.needs_grad
+                && (x.grad_first, x.grad_tail) == (y.grad_first, y.grad_tail)
+        }
+        (Item::Dot(x), Item::Dot(y)) => {
+            with_outer(
+                &Item::Map(x.products.clone()),
+                &Item::Map(y.products.clone()),
+            )
+            .is_some()
+                && with_outer(&Item::Sum(x.sum.clone()), &Item::Sum(y.sum.clone())).is_some()
+        }
         _ => false,
     };
     let (fa, fb) = (affines(a), affines(b));
@@ -427,7 +501,7 @@ fn with_outer(a: &Item, b: &Item) -> Option<Item> {
     (same_shape && strides_agree).then(|| {
         with_affines(
             a,
-            fa.iter().zip(&fb).map(|(x, y)| Affine {
+            &mut fa.iter().zip(&fb).map(|(x, y)| Affine {
                 outer: y.base - x.base,
                 ..*x
             }),
@@ -437,12 +511,12 @@ fn with_outer(a: &Item, b: &Item) -> Option<Item> {
 
 /// Repetition `j` of a body item, as the flat item it stands for.
 fn iteration(item: &Item, j: i64) -> Item {
-    let fields = affines(item).into_iter().map(|a| Affine {
+    let mut fields = affines(item).into_iter().map(|a| Affine {
         base: a.base + a.outer * j,
         stride: a.stride,
         outer: 0,
     });
-    with_affines(item, fields)
+    with_affines(item, &mut fields)
 }
 
 /// The next non-leaf slot after `s`, if only leaves lie between.
@@ -456,7 +530,15 @@ fn next_node(tape: &Tape, s: Slot) -> Option<Slot> {
 fn map_run_at(tape: &Tape, s: Slot) -> Option<MapLoop> {
     let op = tape.op(s);
     op.arity()?;
-    let same_kind = |n: Slot| tape.op(n) == op && tape.needs_grad(n) == tape.needs_grad(s);
+    let grad_args = |n: Slot| {
+        tape.args(n)
+            .iter()
+            .map(|&a| tape.needs_grad(a))
+            .collect::<Vec<_>>()
+    };
+    let same_kind = |n: Slot| {
+        tape.op(n) == op && tape.needs_grad(n) == tape.needs_grad(s) && grad_args(n) == grad_args(s)
+    };
     let second = next_node(tape, s).filter(|&n| same_kind(n))?;
     let out = Affine::through(s, second);
     let args: Vec<Affine> = tape
@@ -482,6 +564,7 @@ fn map_run_at(tape: &Tape, s: Slot) -> Option<MapLoop> {
         args,
         len,
         needs_grad: tape.needs_grad(s),
+        grad_args: grad_args(s),
     })
 }
 
@@ -497,15 +580,52 @@ fn sum_loop_at(tape: &Tape, s: Slot) -> Option<SumLoop> {
         return None;
     }
     let affine = Affine::through(tail[0], tail[1]);
+    let grad_tail = tape.needs_grad(tail[0]);
     let all_fit = tail
         .iter()
         .enumerate()
-        .all(|(t, &a)| a == affine.at(t as u32));
+        .all(|(t, &a)| a == affine.at(t as u32) && tape.needs_grad(a) == grad_tail);
     all_fit.then(|| SumLoop {
         slot: Affine::fixed(s),
         first: Affine::fixed(args[0]),
         tail: affine,
         tail_len: tail.len() as u32,
         needs_grad: tape.needs_grad(s),
+        grad_first: tape.needs_grad(args[0]),
+        grad_tail,
     })
+}
+
+/// Fuses each map of `mul` followed by a sum of exactly its products into a [`DotLoop`],
+/// when nothing else reads a product (no other node, output or loss).
+fn fuse_dots(tape: &Tape, items: Vec<Item>) -> Vec<Item> {
+    let mut uses = vec![0u32; tape.len()];
+    for s in tape.slots() {
+        for a in tape.args(s) {
+            uses[a.index()] += 1;
+        }
+    }
+    for o in tape.outputs().iter().chain(&tape.loss()) {
+        uses[o.index()] += 1;
+    }
+    let mut out: Vec<Item> = Vec::with_capacity(items.len());
+    for item in items {
+        if let (Some(Item::Map(m)), Item::Sum(sum)) = (out.last(), &item) {
+            let fusable = m.op == Op::Mul
+                && sum.tail == m.out
+                && sum.tail_len == m.len
+                && (0..m.len).all(|t| uses[m.out.at(t).index()] == 1);
+            if fusable {
+                let products = m.clone();
+                out.pop();
+                out.push(Item::Dot(DotLoop {
+                    products,
+                    sum: sum.clone(),
+                }));
+                continue;
+            }
+        }
+        out.push(item);
+    }
+    out
 }

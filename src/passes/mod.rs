@@ -1,3 +1,4 @@
 //! Tape-to-schedule transformations run before lowering.
 
+pub mod layout;
 pub mod loops;
