@@ -207,3 +207,56 @@ fn fast_math_agrees_to_rounding_and_is_off_by_default() {
         assert!((p - q).abs() <= 1e-9 * q.abs().max(1.0), "{p} vs {q}");
     }
 }
+
+/// The nests of `g`'s schedule (after the JIT's param layout), as (count, lanes).
+fn nests_of(g: &Graph) -> Vec<(u32, bool)> {
+    let jit = Jit::compile(g).unwrap();
+    schedule(jit.tape(), true)
+        .items
+        .iter()
+        .filter_map(|i| match i {
+            Item::Nest(n) => Some((n.count, n.lanes)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_layer_wider_than_a_lane_group_with_input_gradients() {
+    // 70 tanh neurons: one full group of 64 lanes and a rest of 6; the inputs take
+    // gradients, which every lane adds into the same slots, last neuron first.
+    let g = Graph::new();
+    let mut rng = StdRng::seed_from_u64(12);
+    let layer = Layer::new(&g, 9, 70, Activation::Tanh, &mut rng);
+    let x = g.inputs(9);
+    let out = layer.call(&x).unwrap();
+    g.set_loss(g.sum(out.iter().map(|&o| o * o))).unwrap();
+    assert!(check("70-wide layer", &g) > 0);
+    assert_eq!(nests_of(&g), vec![(70, true)]);
+}
+
+#[test]
+fn a_nest_whose_lane_order_would_reorder_a_gradient_runs_neuron_by_neuron() {
+    // Every neuron adds into `shared` from two body items; side by side, all of the second
+    // item's additions would come before all of the first's. The pass must see it.
+    let g = Graph::new();
+    let mut rng = StdRng::seed_from_u64(13);
+    let layer = Layer::new(&g, 10, 6, Activation::Linear, &mut rng);
+    let shared = g.param(0.3);
+    let x = g.inputs(10);
+    let out: Vec<Value> = layer
+        .neurons
+        .iter()
+        .map(|n| {
+            let v = n.call(&x).unwrap();
+            (v * shared) + shared
+        })
+        .collect();
+    g.set_loss(g.sum(out.iter().map(|&o| o * o))).unwrap();
+    assert!(check("shared across items", &g) > 0);
+    let nests = nests_of(&g);
+    assert!(
+        nests.len() == 1 && nests[0].0 >= 3 && !nests[0].1,
+        "{nests:?}"
+    );
+}

@@ -1,33 +1,116 @@
 //! [`Arith`] as LLVM IR: the JIT's instance of the op formulas.
 
 use inkwell::builder::{Builder, BuilderError};
-use inkwell::types::FloatType;
-use inkwell::values::{FloatValue, FunctionValue};
+use inkwell::types::{FloatType, VectorType};
+use inkwell::values::{BasicValueEnum, FloatMathValue, FloatValue, FunctionValue, VectorValue};
 use inkwell::FloatPredicate;
 
 use super::lower::Emit;
 use crate::op::Arith;
 
+/// What [`IrArith`] computes on: one `f64` (a [`FloatValue`]), or a vector of them (a
+/// [`VectorValue`]), one lane per repetition of a nest. Every IEEE operation acts lane by
+/// lane, so a lane computes exactly what the scalar code would.
+pub(super) trait Lanes<'ctx>: FloatMathValue<'ctx> + Copy {
+    /// The IR type of a value.
+    type Ty: Copy;
+    fn splat(ty: Self::Ty, c: f64) -> Self;
+    fn undef(ty: Self::Ty) -> Self;
+    fn from_basic(v: BasicValueEnum<'ctx>) -> Self;
+    /// `f(args...)`, lane by lane: the libm functions are scalar.
+    fn call(
+        builder: &Builder<'ctx>,
+        ty: Self::Ty,
+        f: FunctionValue<'ctx>,
+        args: &[Self],
+    ) -> Emit<Self>;
+}
+
+impl<'ctx> Lanes<'ctx> for FloatValue<'ctx> {
+    type Ty = FloatType<'ctx>;
+    fn splat(ty: Self::Ty, c: f64) -> Self {
+        ty.const_float(c)
+    }
+    fn undef(ty: Self::Ty) -> Self {
+        ty.get_undef()
+    }
+    fn from_basic(v: BasicValueEnum<'ctx>) -> Self {
+        v.into_float_value()
+    }
+    fn call(
+        builder: &Builder<'ctx>,
+        ty: Self::Ty,
+        f: FunctionValue<'ctx>,
+        args: &[Self],
+    ) -> Emit<Self> {
+        let args: Vec<_> = args.iter().map(|&a| a.into()).collect();
+        let call = builder.build_call(f, &args, "")?;
+        Ok(call
+            .try_as_basic_value()
+            .basic()
+            .map_or_else(|| ty.get_undef(), |v| v.into_float_value()))
+    }
+}
+
+impl<'ctx> Lanes<'ctx> for VectorValue<'ctx> {
+    type Ty = VectorType<'ctx>;
+    fn splat(ty: Self::Ty, c: f64) -> Self {
+        let lane = ty.get_element_type().into_float_type().const_float(c);
+        VectorType::const_vector(&vec![lane; ty.get_size() as usize])
+    }
+    fn undef(ty: Self::Ty) -> Self {
+        ty.get_undef()
+    }
+    fn from_basic(v: BasicValueEnum<'ctx>) -> Self {
+        v.into_vector_value()
+    }
+    fn call(
+        builder: &Builder<'ctx>,
+        ty: Self::Ty,
+        f: FunctionValue<'ctx>,
+        args: &[Self],
+    ) -> Emit<Self> {
+        let lane_ty = ty.get_element_type().into_float_type();
+        let i32t = ty.get_context().i32_type();
+        let mut out = ty.get_undef();
+        for lane in 0..ty.get_size() {
+            let index = i32t.const_int(lane as u64, false);
+            let scalars = args
+                .iter()
+                .map(|&a| {
+                    Ok(builder
+                        .build_extract_element(a, index, "")?
+                        .into_float_value())
+                })
+                .collect::<Emit<Vec<_>>>()?;
+            let r = FloatValue::call(builder, lane_ty, f, &scalars)?;
+            out = builder.build_insert_element(out, r, index, "")?;
+        }
+        Ok(out)
+    }
+}
+
 /// [`Arith`] over an LLVM builder: each method emits the one instruction (or libm call) the
-/// interpreter performs. Builder errors (an unpositioned builder, a bug of ours) are kept and
-/// reported by [`IrArith::finish`].
-pub(super) struct IrArith<'a, 'ctx> {
+/// interpreter performs, on one value or on every lane of a vector. Builder errors (an
+/// unpositioned builder, a bug of ours) are kept and reported by [`IrArith::finish`].
+pub(super) struct IrArith<'a, 'ctx, V: Lanes<'ctx> = FloatValue<'ctx>> {
     builder: &'a Builder<'ctx>,
-    f64_type: FloatType<'ctx>,
+    ty: V::Ty,
     libm: &'a [FunctionValue<'ctx>; 4],
     error: Option<BuilderError>,
 }
 
-impl<'a, 'ctx> IrArith<'a, 'ctx> {
-    /// An emitter at the builder's position; `libm` holds `exp`, `log`, `tanh`, `pow`.
+impl<'a, 'ctx, V: Lanes<'ctx>> IrArith<'a, 'ctx, V> {
+    /// An emitter at the builder's position for values of type `ty`; `libm` holds `exp`,
+    /// `log`, `tanh`, `pow`.
     pub(super) fn new(
         builder: &'a Builder<'ctx>,
-        f64_type: FloatType<'ctx>,
+        ty: V::Ty,
         libm: &'a [FunctionValue<'ctx>; 4],
     ) -> Self {
         IrArith {
             builder,
-            f64_type,
+            ty,
             libm,
             error: None,
         }
@@ -37,69 +120,63 @@ impl<'a, 'ctx> IrArith<'a, 'ctx> {
         self.error.map_or(Ok(()), Err)
     }
 
-    fn emit(&mut self, r: Emit<FloatValue<'ctx>>) -> FloatValue<'ctx> {
+    fn emit(&mut self, r: Emit<V>) -> V {
         r.unwrap_or_else(|e| {
             self.error.get_or_insert(e);
-            self.f64_type.get_undef()
+            V::undef(self.ty)
         })
     }
 
-    fn call(&mut self, f: FunctionValue<'ctx>, args: &[FloatValue<'ctx>]) -> FloatValue<'ctx> {
-        let args: Vec<_> = args.iter().map(|&a| a.into()).collect();
-        let r = self.builder.build_call(f, &args, "").map(|c| {
-            c.try_as_basic_value()
-                .basic()
-                .map(|v| v.into_float_value())
-                .unwrap_or_else(|| self.f64_type.get_undef())
-        });
+    fn call(&mut self, f: FunctionValue<'ctx>, args: &[V]) -> V {
+        let r = V::call(self.builder, self.ty, f, args);
         self.emit(r)
     }
 }
 
-impl<'ctx> Arith for IrArith<'_, 'ctx> {
-    type V = FloatValue<'ctx>;
-    fn constant(&mut self, c: f64) -> Self::V {
-        self.f64_type.const_float(c)
+impl<'ctx, V: Lanes<'ctx>> Arith for IrArith<'_, 'ctx, V> {
+    type V = V;
+    fn constant(&mut self, c: f64) -> V {
+        V::splat(self.ty, c)
     }
-    fn add(&mut self, a: Self::V, b: Self::V) -> Self::V {
+    fn add(&mut self, a: V, b: V) -> V {
         let r = self.builder.build_float_add(a, b, "");
         self.emit(r)
     }
-    fn sub(&mut self, a: Self::V, b: Self::V) -> Self::V {
+    fn sub(&mut self, a: V, b: V) -> V {
         let r = self.builder.build_float_sub(a, b, "");
         self.emit(r)
     }
-    fn mul(&mut self, a: Self::V, b: Self::V) -> Self::V {
+    fn mul(&mut self, a: V, b: V) -> V {
         let r = self.builder.build_float_mul(a, b, "");
         self.emit(r)
     }
-    fn div(&mut self, a: Self::V, b: Self::V) -> Self::V {
+    fn div(&mut self, a: V, b: V) -> V {
         let r = self.builder.build_float_div(a, b, "");
         self.emit(r)
     }
-    fn neg(&mut self, a: Self::V) -> Self::V {
+    fn neg(&mut self, a: V) -> V {
         let r = self.builder.build_float_neg(a, "");
         self.emit(r)
     }
-    fn exp(&mut self, a: Self::V) -> Self::V {
+    fn exp(&mut self, a: V) -> V {
         self.call(self.libm[0], &[a])
     }
-    fn log(&mut self, a: Self::V) -> Self::V {
+    fn log(&mut self, a: V) -> V {
         self.call(self.libm[1], &[a])
     }
-    fn tanh(&mut self, a: Self::V) -> Self::V {
+    fn tanh(&mut self, a: V) -> V {
         self.call(self.libm[2], &[a])
     }
-    fn powf(&mut self, a: Self::V, c: f64) -> Self::V {
-        let c = self.f64_type.const_float(c);
+    fn powf(&mut self, a: V, c: f64) -> V {
+        let c = V::splat(self.ty, c);
         self.call(self.libm[3], &[a, c])
     }
-    fn select_gt(&mut self, a: Self::V, b: Self::V, then: Self::V, otherwise: Self::V) -> Self::V {
+    fn select_gt(&mut self, a: V, b: V, then: V, otherwise: V) -> V {
         let r = self
             .builder
             .build_float_compare(FloatPredicate::OGT, a, b, "")
             .and_then(|c| self.builder.build_select(c, then, otherwise, ""))
-            .map(|v| v.into_float_value());
+            .map(V::from_basic);
         self.emit(r)
     }
 }

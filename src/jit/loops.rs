@@ -6,13 +6,10 @@
 use inkwell::values::{FastMathFlags, FloatValue, IntValue, PointerValue};
 use inkwell::IntPredicate;
 
+use super::ir_arith::Lanes;
 use super::lower::{Emit, Lowerer};
 use crate::op::Arith;
 use crate::passes::loops::{Affine, DotLoop, Item, MapLoop, Nest, SumLoop};
-
-/// Repetitions of a sum computed side by side: enough independent chains of additions to
-/// keep the floating-point adders busy.
-const LANES: u32 = 8;
 
 impl<'ctx> Lowerer<'ctx, '_> {
     /// Forward of a loop item outside any nest.
@@ -40,23 +37,11 @@ impl<'ctx> Lowerer<'ctx, '_> {
         }
     }
 
-    /// A nest's forward. Independent repetitions run item by item, each for every
-    /// repetition, so that a sum runs for [`LANES`] repetitions at once; otherwise
-    /// `for j in 0..count { body }`.
+    /// A nest's forward: independent repetitions side by side in vector lanes (`lanes.rs`),
+    /// otherwise `for j in 0..count { body }`.
     fn emit_nest_forward(&self, vals: PointerValue<'ctx>, nest: &Nest) -> Emit<()> {
         if nest.independent {
-            for item in &nest.body {
-                match item {
-                    Item::Sum(sum) => self.emit_sums_forward(vals, sum, nest.count)?,
-                    _ => {
-                        self.emit_loop(nest.count, false, &[], |this, j, _| {
-                            this.emit_body_item_forward(vals, item, j)?;
-                            Ok(Vec::new())
-                        })?;
-                    }
-                }
-            }
-            return Ok(());
+            return self.emit_nest_forward_lanes(vals, nest);
         }
         self.emit_loop(nest.count, false, &[], |this, j, _| {
             for item in &nest.body {
@@ -81,56 +66,17 @@ impl<'ctx> Lowerer<'ctx, '_> {
         }
     }
 
-    /// The sum of repetitions `0..count`, [`LANES`] at a time: one pass over the operands
-    /// keeps `LANES` independent running sums, each still added left to right, so the CPU
-    /// overlaps them instead of waiting on one chain of additions.
-    fn emit_sums_forward(&self, vals: PointerValue<'ctx>, sum: &SumLoop, count: u32) -> Emit<()> {
-        let i64t = self.context.i64_type();
-        let zero = i64t.const_zero();
-        let blocks = count / LANES;
-        if blocks > 0 {
-            self.emit_loop(blocks, false, &[], |this, block, _| {
-                let j0 =
-                    this.builder
-                        .build_int_mul(block, i64t.const_int(LANES as u64, false), "j0")?;
-                let js = (0..LANES)
-                    .map(|u| {
-                        this.builder
-                            .build_int_add(j0, i64t.const_int(u as u64, false), "j")
-                    })
-                    .collect::<Emit<Vec<_>>>()?;
-                let firsts = js
-                    .iter()
-                    .map(|&j| this.load_at(vals, sum.first, zero, j))
-                    .collect::<Emit<Vec<_>>>()?;
-                let totals = this.emit_loop(sum.tail_len, false, &firsts, |this, t, accs| {
-                    js.iter()
-                        .zip(accs)
-                        .map(|(&j, &acc)| {
-                            let x = this.load_at(vals, sum.tail, t, j)?;
-                            this.add_to_sum(acc, x)
-                        })
-                        .collect()
-                })?;
-                for (&j, &total) in js.iter().zip(&totals) {
-                    this.store_at(vals, sum.slot, zero, j, total)?;
-                }
-                Ok(Vec::new())
-            })?;
-        }
-        for j in blocks * LANES..count {
-            self.emit_sum_forward(vals, sum, i64t.const_int(j as u64, false))?;
-        }
-        Ok(())
-    }
-
-    /// `for j in (0..count).rev() { body reversed }`, each body item backward.
+    /// A nest's backward: in vector lanes where [`Nest::lanes`] allows, otherwise
+    /// `for j in (0..count).rev() { body reversed }`.
     fn emit_nest_backward(
         &self,
         vals: PointerValue<'ctx>,
         grads: PointerValue<'ctx>,
         nest: &Nest,
     ) -> Emit<()> {
+        if nest.lanes {
+            return self.emit_nest_backward_lanes(vals, grads, nest);
+        }
         self.emit_loop(nest.count, true, &[], |this, j, _| {
             for item in nest.body.iter().rev() {
                 match item {
@@ -313,10 +259,10 @@ impl<'ctx> Lowerer<'ctx, '_> {
     }
 
     /// `acc + x`, reassociable under [`super::JitBuilder::fast_math`].
-    fn add_to_sum(&self, acc: FloatValue<'ctx>, x: FloatValue<'ctx>) -> Emit<FloatValue<'ctx>> {
+    pub(super) fn add_to_sum<V: Lanes<'ctx>>(&self, acc: V, x: V) -> Emit<V> {
         let next = self.builder.build_float_add(acc, x, "acc")?;
         if self.fast_math {
-            if let Some(inst) = next.as_instruction() {
+            if let Some(inst) = next.as_instruction_value() {
                 let flags = FastMathFlags::AllowReassoc | FastMathFlags::NoSignedZeros;
                 // An fadd always takes fast-math flags.
                 let _ = inst.set_fast_math_flags(flags);
@@ -326,7 +272,7 @@ impl<'ctx> Lowerer<'ctx, '_> {
     }
 
     /// `&buf[a.base + a.stride * t + a.outer * j]`
-    fn ptr_at(
+    pub(super) fn ptr_at(
         &self,
         buf: PointerValue<'ctx>,
         a: Affine,
@@ -351,7 +297,7 @@ impl<'ctx> Lowerer<'ctx, '_> {
         }
     }
 
-    fn load_at(
+    pub(super) fn load_at(
         &self,
         buf: PointerValue<'ctx>,
         a: Affine,
@@ -365,7 +311,7 @@ impl<'ctx> Lowerer<'ctx, '_> {
             .into_float_value())
     }
 
-    fn store_at(
+    pub(super) fn store_at(
         &self,
         buf: PointerValue<'ctx>,
         a: Affine,
@@ -379,7 +325,7 @@ impl<'ctx> Lowerer<'ctx, '_> {
     }
 
     /// `grads[a(t, j)] += d`
-    fn accumulate_at(
+    pub(super) fn accumulate_at(
         &self,
         grads: PointerValue<'ctx>,
         a: Affine,
@@ -398,15 +344,26 @@ impl<'ctx> Lowerer<'ctx, '_> {
     }
 
     /// Emits `for t in 0..len` (or `(0..len).rev()`) around `body` (which may emit loops of
-    /// its own); `body` gets `t` and an optional carried value and returns its next value.
-    /// Returns the carried value after the last iteration. `len` must be at least 1.
-    fn emit_loop(
+    /// its own); `body` gets `t` and the carried values and returns their next values.
+    /// Returns the carried values after the last iteration. `len` must be at least 1.
+    pub(super) fn emit_loop(
         &self,
         len: u32,
         descending: bool,
         carried: &[FloatValue<'ctx>],
-        mut body: impl FnMut(&Self, IntValue<'ctx>, &[FloatValue<'ctx>]) -> Emit<Vec<FloatValue<'ctx>>>,
+        body: impl FnMut(&Self, IntValue<'ctx>, &[FloatValue<'ctx>]) -> Emit<Vec<FloatValue<'ctx>>>,
     ) -> Emit<Vec<FloatValue<'ctx>>> {
+        self.emit_loop_carrying(len, descending, carried, body)
+    }
+
+    /// [`Self::emit_loop`] carrying scalars or vectors.
+    pub(super) fn emit_loop_carrying<V: Lanes<'ctx>>(
+        &self,
+        len: u32,
+        descending: bool,
+        carried: &[V],
+        mut body: impl FnMut(&Self, IntValue<'ctx>, &[V]) -> Emit<Vec<V>>,
+    ) -> Emit<Vec<V>> {
         let i64t = self.context.i64_type();
         let entry = self
             .builder
@@ -421,12 +378,15 @@ impl<'ctx> Lowerer<'ctx, '_> {
         let t = self.builder.build_phi(i64t, "t")?;
         let phis = carried
             .iter()
-            .map(|_| self.builder.build_phi(self.f64_type, "carried"))
+            .map(|c| {
+                let ty = c.as_basic_value_enum().get_type();
+                self.builder.build_phi(ty, "carried")
+            })
             .collect::<Emit<Vec<_>>>()?;
         let t_value = t.as_basic_value().into_int_value();
-        let current: Vec<_> = phis
+        let current: Vec<V> = phis
             .iter()
-            .map(|p| p.as_basic_value().into_float_value())
+            .map(|p| V::from_basic(p.as_basic_value()))
             .collect();
         let next_carried = body(self, t_value, &current)?;
         let one = i64t.const_int(1, false);
@@ -461,9 +421,11 @@ impl<'ctx> Lowerer<'ctx, '_> {
         next_carried
             .iter()
             .map(|v| {
-                let out = self.builder.build_phi(self.f64_type, "total")?;
+                let out = self
+                    .builder
+                    .build_phi(v.as_basic_value_enum().get_type(), "total")?;
                 out.add_incoming(&[(v, latch)]);
-                Ok(out.as_basic_value().into_float_value())
+                Ok(V::from_basic(out.as_basic_value()))
             })
             .collect()
     }

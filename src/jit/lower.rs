@@ -27,7 +27,7 @@ use inkwell::values::{FloatValue, FunctionValue, InstructionOpcode, Operand, Poi
 
 use super::ir_arith::IrArith;
 use crate::op::{libm, Op};
-use crate::passes::loops::{Item, Schedule};
+use crate::passes::loops::{Affine, Item, Schedule};
 use crate::tape::{Slot, Tape};
 
 /// Names of the generated entry points.
@@ -428,11 +428,7 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
         let (_, grads) = self.buffers(f);
         let mut in_memory = vec![false; self.tape.len()];
         for unit in groups.iter().flatten() {
-            for span in loop_spans(unit) {
-                for s in span {
-                    in_memory[s as usize] = true;
-                }
-            }
+            mark_loop_grads(unit, &mut in_memory);
         }
         in_memory[..self.tape.num_params()].fill(false);
         self.zero_grads_where(grads, &in_memory)?;
@@ -616,35 +612,43 @@ fn function_groups(tape: &Tape, schedule: &Schedule, chunk_size: usize) -> Vec<V
     groups
 }
 
-/// The slots whose gradients a loop reads or accumulates in memory.
-fn loop_spans(unit: &Item) -> Vec<Range<u32>> {
-    fn spans(item: &Item, count: u32, out: &mut Vec<Range<u32>>) {
+/// Marks the slots whose gradients a loop reads or accumulates in memory: exactly those, not
+/// the range around them (a layer's sums lie a whole neuron apart).
+fn mark_loop_grads(unit: &Item, in_memory: &mut [bool]) {
+    fn mark(a: Affine, len: u32, count: u32, in_memory: &mut [bool]) {
+        for j in 0..count {
+            for t in 0..len {
+                in_memory[a.at_nested(t, j).index()] = true;
+            }
+        }
+    }
+    fn visit(item: &Item, count: u32, in_memory: &mut [bool]) {
         match item {
             Item::Straight(_) => {}
-            Item::Map(run) => out.extend(
-                std::iter::once(run.out)
-                    .chain(run.args.iter().copied())
-                    .map(|a| a.span(run.len, count)),
-            ),
-            Item::Sum(sum) => out.extend([
-                sum.slot.span(1, count),
-                sum.first.span(1, count),
-                sum.tail.span(sum.tail_len, count),
-            ]),
-            Item::Dot(dot) => out.extend([
-                dot.sum.slot.span(1, count),
-                dot.sum.first.span(1, count),
-                dot.products.args[0].span(dot.products.len, count),
-                dot.products.args[1].span(dot.products.len, count),
-            ]),
+            Item::Map(run) => {
+                mark(run.out, run.len, count, in_memory);
+                for &a in &run.args {
+                    mark(a, run.len, count, in_memory);
+                }
+            }
+            Item::Sum(sum) => {
+                mark(sum.slot, 1, count, in_memory);
+                mark(sum.first, 1, count, in_memory);
+                mark(sum.tail, sum.tail_len, count, in_memory);
+            }
+            Item::Dot(dot) => {
+                mark(dot.sum.slot, 1, count, in_memory);
+                mark(dot.sum.first, 1, count, in_memory);
+                for &a in &dot.products.args {
+                    mark(a, dot.products.len, count, in_memory);
+                }
+            }
             Item::Nest(nest) => {
                 for body in &nest.body {
-                    spans(body, nest.count, out);
+                    visit(body, nest.count, in_memory);
                 }
             }
         }
     }
-    let mut out = Vec::new();
-    spans(unit, 1, &mut out);
-    out
+    visit(unit, 1, in_memory);
 }

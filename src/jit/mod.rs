@@ -5,6 +5,7 @@
 
 mod engine;
 mod ir_arith;
+mod lanes;
 mod loops;
 mod lower;
 

@@ -121,7 +121,16 @@ pub struct Nest {
     /// No repetition reads what another one writes, so forward may run each body item for
     /// every repetition before the next item, and several repetitions at once.
     pub independent: bool,
+    /// Backward may run repetitions side by side too: group by group of [`LANE_GROUP`]
+    /// repetitions (groups from the last), the body items from the last, and within an item
+    /// step and operand in the item's order, every repetition of the group from the last. The
+    /// pass checks that this order adds every gradient's contributions in the interpreter's
+    /// order ([`backward_lanes_keep_order`]).
+    pub lanes: bool,
 }
+
+/// Repetitions a lane lowering runs together (vectors of repetitions, side by side).
+pub const LANE_GROUP: u32 = 64;
 
 /// One step of the lowered program, in tape order.
 #[derive(Clone, Debug, PartialEq)]
@@ -362,10 +371,14 @@ fn nest_at(items: &[Option<Item>], period: usize) -> Option<Nest> {
         count += 1;
     }
     let count = count as u32;
-    (count >= MIN_NEST).then(|| Nest {
-        independent: repetitions_independent(&body, count),
-        count,
-        body,
+    (count >= MIN_NEST).then(|| {
+        let independent = repetitions_independent(&body, count);
+        Nest {
+            independent,
+            lanes: independent && backward_lanes_keep_order(&body, count),
+            count,
+            body,
+        }
     })
 }
 
@@ -427,6 +440,96 @@ fn repetitions_independent(body: &[Item], count: u32) -> bool {
             })
         })
     })
+}
+
+/// A gradient addition of a nest's backward: into `slot`, at step `step` of its item (steps
+/// numbered in the item's own backward order), from operand `arg`.
+struct Contribution {
+    slot: u32,
+    step: u64,
+    arg: u64,
+}
+
+/// The gradient additions of body item `item` in repetition `j`, in its backward order.
+fn contributions(item: &Item, j: u32, out: &mut Vec<Contribution>) {
+    let at = |a: Affine, t: u32, step: u64, arg: usize| Contribution {
+        slot: a.at_nested(t, j).0,
+        step,
+        arg: arg as u64,
+    };
+    // A map's operands, `t` from the last, operand by operand; steps from `first_step`.
+    let map = |m: &MapLoop, first_step: u64, out: &mut Vec<Contribution>| {
+        for (k, t) in (0..m.len).rev().enumerate() {
+            for (i, &a) in m.args.iter().enumerate().filter(|&(i, _)| m.grad_args[i]) {
+                out.push(at(a, t, first_step + k as u64, i));
+            }
+        }
+    };
+    match item {
+        Item::Map(m) if m.needs_grad => map(m, 0, out),
+        Item::Sum(sum) if sum.needs_grad => {
+            if sum.grad_first {
+                out.push(at(sum.first, 0, 0, 0));
+            }
+            if sum.grad_tail {
+                out.extend((0..sum.tail_len).map(|t| at(sum.tail, t, 1 + t as u64, 0)));
+            }
+        }
+        Item::Dot(dot) if dot.sum.needs_grad => {
+            if dot.sum.grad_first {
+                out.push(at(dot.sum.first, 0, 0, 0));
+            }
+            map(&dot.products, 1, out);
+        }
+        _ => {}
+    }
+}
+
+/// Whether the lane order of [`Nest::lanes`] adds every gradient's contributions in the
+/// interpreter's order (repetitions from the last, items from the last, each item's steps in
+/// order). Walks the lane order, checking that each slot's contributions come in increasing
+/// interpreter rank: `O(n log n)` in the additions.
+fn backward_lanes_keep_order(body: &[Item], count: u32) -> bool {
+    let items = body.len() as u64;
+    let steps = 2 + body
+        .iter()
+        .map(|i| match i {
+            Item::Map(m) => m.len as u64,
+            Item::Sum(s) => s.tail_len as u64,
+            Item::Dot(d) => d.products.len as u64,
+            Item::Straight(_) | Item::Nest(_) => 0,
+        })
+        .max()
+        .unwrap_or(0);
+    // The interpreter's order: repetition from the last, item from the last, step, operand.
+    let rank = |j: u32, k: usize, c: &Contribution| {
+        let outer = (count - 1 - j) as u64 * items + (items - 1 - k as u64);
+        (outer * steps + c.step) * 2 + c.arg
+    };
+    let mut last_rank = std::collections::HashMap::new();
+    for group in (0..count.div_ceil(LANE_GROUP)).rev() {
+        let lanes = group * LANE_GROUP..((group + 1) * LANE_GROUP).min(count);
+        for (k, item) in body.iter().enumerate().rev() {
+            // The lane order within an item: step, operand, repetition from the last.
+            let mut additions = Vec::new();
+            for j in lanes.clone().rev() {
+                let mut cs = Vec::new();
+                contributions(item, j, &mut cs);
+                additions.extend(cs.into_iter().map(|c| (j, c)));
+            }
+            additions.sort_by_key(|(j, c)| (c.step, c.arg, std::cmp::Reverse(*j)));
+            for (j, c) in &additions {
+                let r = rank(*j, k, c);
+                if last_rank
+                    .insert(c.slot, r)
+                    .is_some_and(|before| before >= r)
+                {
+                    return false;
+                }
+            }
+        }
+    }
+    true
 }
 
 /// The affine fields of an item, in a fixed order.

@@ -1,0 +1,441 @@
+//! Lowering of a [`Nest`] whose repetitions run side by side, one per vector lane.
+//!
+//! A layer's neurons are independent: neuron `j` computes exactly what it would alone, so
+//! `WIDTH` neurons can share one vector instruction, lane `j` doing neuron `j`'s operation.
+//! Every lane performs the interpreter's operations in the interpreter's order; only
+//! *different* neurons' operations are interleaved, which the pass has proved harmless
+//! ([`Nest::independent`] for forward, [`Nest::lanes`] for backward). After the param layout
+//! pass, a layer's weights for one input are adjacent, so lanes load them with one vector load.
+//!
+//! Repetitions run in groups of [`LANE_GROUP`], a group as vectors of up to [`WIDTH`] lanes,
+//! so a dot product keeps eight independent vector accumulators in flight.
+
+use inkwell::types::VectorType;
+use inkwell::values::{BasicValue, IntValue, PointerValue, VectorValue};
+
+use super::ir_arith::IrArith;
+use super::lower::{Emit, Lowerer};
+use crate::op::Arith;
+use crate::passes::loops::{Affine, DotLoop, Item, MapLoop, Nest, SumLoop, LANE_GROUP};
+
+/// Lanes per vector: eight doubles, one AVX-512 register (LLVM splits it where vectors are
+/// narrower).
+const WIDTH: u32 = 8;
+
+/// The lanes of one vector of a group: repetitions `first + offset ..` `first + offset +
+/// width`.
+#[derive(Clone, Copy)]
+struct Vector {
+    offset: u32,
+    width: u32,
+}
+
+/// A group of repetitions starting at `first`, as vectors.
+struct Group<'ctx> {
+    first: IntValue<'ctx>,
+    vectors: Vec<Vector>,
+}
+
+impl<'ctx> Group<'ctx> {
+    fn new(first: IntValue<'ctx>, count: u32) -> Self {
+        let vectors = (0..count.div_ceil(WIDTH))
+            .map(|v| Vector {
+                offset: v * WIDTH,
+                width: WIDTH.min(count - v * WIDTH),
+            })
+            .collect();
+        Group { first, vectors }
+    }
+}
+
+impl<'ctx> Lowerer<'ctx, '_> {
+    /// Forward of an independent nest: group by group, each body item for the whole group.
+    pub(super) fn emit_nest_forward_lanes(
+        &self,
+        vals: PointerValue<'ctx>,
+        nest: &Nest,
+    ) -> Emit<()> {
+        self.for_each_group(nest.count, false, |this, group| {
+            for item in &nest.body {
+                match item {
+                    Item::Map(map) => this.emit_map_forward_lanes(vals, map, group)?,
+                    Item::Sum(sum) => this.emit_sum_forward_lanes(vals, sum, None, group)?,
+                    Item::Dot(dot) => {
+                        this.emit_sum_forward_lanes(vals, &dot.sum, Some(&dot.products), group)?
+                    }
+                    Item::Straight(_) | Item::Nest(_) => {}
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Backward of a nest with [`Nest::lanes`]: groups from the last, body items from the
+    /// last, each for the whole group.
+    pub(super) fn emit_nest_backward_lanes(
+        &self,
+        vals: PointerValue<'ctx>,
+        grads: PointerValue<'ctx>,
+        nest: &Nest,
+    ) -> Emit<()> {
+        self.for_each_group(nest.count, true, |this, group| {
+            for item in nest.body.iter().rev() {
+                match item {
+                    Item::Map(map) => this.emit_map_backward_lanes(vals, grads, map, group)?,
+                    Item::Sum(sum) => this.emit_sum_backward_lanes(grads, sum, group)?,
+                    Item::Dot(dot) => this.emit_dot_backward_lanes(vals, grads, dot, group)?,
+                    Item::Straight(_) | Item::Nest(_) => {}
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Runs `body` on every group of [`LANE_GROUP`] repetitions (a loop over the full
+    /// groups, and the rest), in increasing or decreasing order.
+    fn for_each_group(
+        &self,
+        count: u32,
+        descending: bool,
+        mut body: impl FnMut(&Self, &Group<'ctx>) -> Emit<()>,
+    ) -> Emit<()> {
+        let i64t = self.context.i64_type();
+        let (full, rest) = (count / LANE_GROUP, count % LANE_GROUP);
+        let rest_group = Group::new(i64t.const_int((full * LANE_GROUP) as u64, false), rest);
+        if rest > 0 && descending {
+            body(self, &rest_group)?;
+        }
+        if full > 0 {
+            self.emit_loop(full, descending, &[], |this, g, _| {
+                let size = i64t.const_int(LANE_GROUP as u64, false);
+                let first = this.builder.build_int_mul(g, size, "group")?;
+                body(this, &Group::new(first, LANE_GROUP))?;
+                Ok(Vec::new())
+            })?;
+        }
+        if rest > 0 && !descending {
+            body(self, &rest_group)?;
+        }
+        Ok(())
+    }
+
+    fn emit_map_forward_lanes(
+        &self,
+        vals: PointerValue<'ctx>,
+        map: &MapLoop,
+        group: &Group<'ctx>,
+    ) -> Emit<()> {
+        self.emit_loop(map.len, false, &[], |this, t, _| {
+            for &lanes in &group.vectors {
+                let x = this.load_args_lanes(vals, map, t, group, lanes)?;
+                let mut ar = this.vector_arith(lanes);
+                let y = map.op.forward(&mut ar, &x);
+                ar.finish()?;
+                this.store_lanes(vals, map.out, t, group, lanes, y)?;
+            }
+            Ok(Vec::new())
+        })?;
+        Ok(())
+    }
+
+    /// A sum per lane, left to right; with `products`, a dot product whose terms are the
+    /// products of the map (computed here, never stored).
+    fn emit_sum_forward_lanes(
+        &self,
+        vals: PointerValue<'ctx>,
+        sum: &SumLoop,
+        products: Option<&MapLoop>,
+        group: &Group<'ctx>,
+    ) -> Emit<()> {
+        let zero = self.context.i64_type().const_zero();
+        let firsts = group
+            .vectors
+            .iter()
+            .map(|&lanes| self.load_lanes(vals, sum.first, zero, group, lanes))
+            .collect::<Emit<Vec<_>>>()?;
+        let totals = self.emit_loop_carrying(sum.tail_len, false, &firsts, |this, t, accs| {
+            group
+                .vectors
+                .iter()
+                .zip(accs)
+                .map(|(&lanes, &acc)| {
+                    let term = match products {
+                        Some(map) => {
+                            let x = this.load_args_lanes(vals, map, t, group, lanes)?;
+                            let mut ar = this.vector_arith(lanes);
+                            let product = map.op.forward(&mut ar, &x);
+                            ar.finish()?;
+                            product
+                        }
+                        None => this.load_lanes(vals, sum.tail, t, group, lanes)?,
+                    };
+                    this.add_to_sum(acc, term)
+                })
+                .collect()
+        })?;
+        for (&lanes, &total) in group.vectors.iter().zip(&totals) {
+            self.store_lanes(vals, sum.slot, zero, group, lanes, total)?;
+        }
+        Ok(())
+    }
+
+    fn emit_map_backward_lanes(
+        &self,
+        vals: PointerValue<'ctx>,
+        grads: PointerValue<'ctx>,
+        map: &MapLoop,
+        group: &Group<'ctx>,
+    ) -> Emit<()> {
+        if !map.needs_grad {
+            return Ok(());
+        }
+        self.emit_loop(map.len, true, &[], |this, t, _| {
+            let mut locals = Vec::with_capacity(group.vectors.len());
+            for &lanes in &group.vectors {
+                let g = this.load_lanes(grads, map.out, t, group, lanes)?;
+                let out = this.load_lanes(vals, map.out, t, group, lanes)?;
+                let x = this.load_args_lanes(vals, map, t, group, lanes)?;
+                let mut ar = this.vector_arith(lanes);
+                let mut local = Vec::new();
+                map.op.local_grads(&mut ar, &x, out, g, &mut local);
+                ar.finish()?;
+                locals.push(local);
+            }
+            this.accumulate_args_lanes(grads, map, t, group, &locals)?;
+            Ok(Vec::new())
+        })?;
+        Ok(())
+    }
+
+    /// The sum's gradient into `first`, then into the tail left to right.
+    fn emit_sum_backward_lanes(
+        &self,
+        grads: PointerValue<'ctx>,
+        sum: &SumLoop,
+        group: &Group<'ctx>,
+    ) -> Emit<()> {
+        if !sum.needs_grad {
+            return Ok(());
+        }
+        let gs = self.sum_grads_lanes(grads, sum, group)?;
+        if sum.grad_tail {
+            self.emit_loop(sum.tail_len, false, &[], |this, t, _| {
+                for (&lanes, &g) in group.vectors.iter().zip(&gs).rev() {
+                    this.accumulate_lanes(grads, sum.tail, t, group, lanes, g)?;
+                }
+                Ok(Vec::new())
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The sum's gradient into `first`, then the products' backward from the last: each
+    /// product's gradient is `0 + g` (what its zeroed buffer would hold).
+    fn emit_dot_backward_lanes(
+        &self,
+        vals: PointerValue<'ctx>,
+        grads: PointerValue<'ctx>,
+        dot: &DotLoop,
+        group: &Group<'ctx>,
+    ) -> Emit<()> {
+        let (sum, map) = (&dot.sum, &dot.products);
+        if !sum.needs_grad {
+            return Ok(());
+        }
+        let gs = self.sum_grads_lanes(grads, sum, group)?;
+        let g_products = group
+            .vectors
+            .iter()
+            .zip(&gs)
+            .map(|(&lanes, &g)| {
+                let mut ar = self.vector_arith(lanes);
+                let fresh = ar.constant(0.0);
+                let g_product = ar.add(fresh, g);
+                ar.finish()?;
+                Ok(g_product)
+            })
+            .collect::<Emit<Vec<_>>>()?;
+        self.emit_loop(map.len, true, &[], |this, t, _| {
+            let mut locals = Vec::with_capacity(group.vectors.len());
+            for (&lanes, &g) in group.vectors.iter().zip(&g_products) {
+                let x = this.load_args_lanes(vals, map, t, group, lanes)?;
+                let mut ar = this.vector_arith(lanes);
+                let product = map.op.forward(&mut ar, &x);
+                let mut local = Vec::new();
+                map.op.local_grads(&mut ar, &x, product, g, &mut local);
+                ar.finish()?;
+                locals.push(local);
+            }
+            this.accumulate_args_lanes(grads, map, t, group, &locals)?;
+            Ok(Vec::new())
+        })?;
+        Ok(())
+    }
+
+    /// Loads a sum's gradient for every vector of the group and adds it into `first`.
+    fn sum_grads_lanes(
+        &self,
+        grads: PointerValue<'ctx>,
+        sum: &SumLoop,
+        group: &Group<'ctx>,
+    ) -> Emit<Vec<VectorValue<'ctx>>> {
+        let zero = self.context.i64_type().const_zero();
+        let gs = group
+            .vectors
+            .iter()
+            .map(|&lanes| self.load_lanes(grads, sum.slot, zero, group, lanes))
+            .collect::<Emit<Vec<_>>>()?;
+        if sum.grad_first {
+            for (&lanes, &g) in group.vectors.iter().zip(&gs).rev() {
+                self.accumulate_lanes(grads, sum.first, zero, group, lanes, g)?;
+            }
+        }
+        Ok(gs)
+    }
+
+    /// Adds each operand's local gradients (`locals[vector][operand]`), operand by operand,
+    /// vectors from the last: the order [`Nest::lanes`] was checked for.
+    fn accumulate_args_lanes(
+        &self,
+        grads: PointerValue<'ctx>,
+        map: &MapLoop,
+        t: IntValue<'ctx>,
+        group: &Group<'ctx>,
+        locals: &[Vec<VectorValue<'ctx>>],
+    ) -> Emit<()> {
+        for (i, (&a, &takes)) in map.args.iter().zip(&map.grad_args).enumerate() {
+            if !takes {
+                continue;
+            }
+            for (&lanes, local) in group.vectors.iter().zip(locals).rev() {
+                self.accumulate_lanes(grads, a, t, group, lanes, local[i])?;
+            }
+        }
+        Ok(())
+    }
+
+    fn vector_type(&self, lanes: Vector) -> VectorType<'ctx> {
+        self.f64_type.vec_type(lanes.width)
+    }
+
+    fn vector_arith(&self, lanes: Vector) -> IrArith<'_, 'ctx, VectorValue<'ctx>> {
+        IrArith::new(&self.builder, self.vector_type(lanes), &self.libm)
+    }
+
+    fn load_args_lanes(
+        &self,
+        vals: PointerValue<'ctx>,
+        map: &MapLoop,
+        t: IntValue<'ctx>,
+        group: &Group<'ctx>,
+        lanes: Vector,
+    ) -> Emit<Vec<VectorValue<'ctx>>> {
+        map.args
+            .iter()
+            .map(|&a| self.load_lanes(vals, a, t, group, lanes))
+            .collect()
+    }
+
+    /// Repetition `first + offset + l` of slot `a(t)` in lane `l`.
+    fn lane_index(&self, group: &Group<'ctx>, lanes: Vector, lane: u32) -> Emit<IntValue<'ctx>> {
+        let i64t = self.context.i64_type();
+        let k = i64t.const_int((lanes.offset + lane) as u64, false);
+        self.builder.build_int_add(group.first, k, "j")
+    }
+
+    /// `buf[a(t, j)]` for the vector's repetitions `j`: one vector load when they are
+    /// adjacent, a broadcast when they share the slot, lane by lane otherwise.
+    fn load_lanes(
+        &self,
+        buf: PointerValue<'ctx>,
+        a: Affine,
+        t: IntValue<'ctx>,
+        group: &Group<'ctx>,
+        lanes: Vector,
+    ) -> Emit<VectorValue<'ctx>> {
+        let ty = self.vector_type(lanes);
+        if a.outer == 1 {
+            let ptr = self.ptr_at(buf, a, t, self.lane_index(group, lanes, 0)?)?;
+            let v = self.builder.build_load(ty, ptr, "")?;
+            set_alignment(v, 8);
+            return Ok(v.into_vector_value());
+        }
+        let i32t = self.context.i32_type();
+        let mut v = ty.get_undef();
+        let shared = match a.outer {
+            0 => Some(self.load_at(buf, a, t, group.first)?),
+            _ => None,
+        };
+        for lane in 0..lanes.width {
+            let x = match shared {
+                Some(x) => x,
+                None => self.load_at(buf, a, t, self.lane_index(group, lanes, lane)?)?,
+            };
+            let index = i32t.const_int(lane as u64, false);
+            v = self.builder.build_insert_element(v, x, index, "")?;
+        }
+        Ok(v)
+    }
+
+    /// `buf[a(t, j)] = v[lane]` for the vector's repetitions.
+    fn store_lanes(
+        &self,
+        buf: PointerValue<'ctx>,
+        a: Affine,
+        t: IntValue<'ctx>,
+        group: &Group<'ctx>,
+        lanes: Vector,
+        v: VectorValue<'ctx>,
+    ) -> Emit<()> {
+        if a.outer == 1 {
+            let ptr = self.ptr_at(buf, a, t, self.lane_index(group, lanes, 0)?)?;
+            let store = self.builder.build_store(ptr, v)?;
+            let _ = store.set_alignment(8);
+            return Ok(());
+        }
+        let i32t = self.context.i32_type();
+        for lane in 0..lanes.width {
+            let x = self
+                .builder
+                .build_extract_element(v, i32t.const_int(lane as u64, false), "")?
+                .into_float_value();
+            self.store_at(buf, a, t, self.lane_index(group, lanes, lane)?, x)?;
+        }
+        Ok(())
+    }
+
+    /// `grads[a(t, j)] += d[lane]` for the vector's repetitions: one vector update when they
+    /// are adjacent; otherwise lane by lane from the last, so a slot the lanes share receives
+    /// them in the interpreter's order (repetitions from the last).
+    fn accumulate_lanes(
+        &self,
+        grads: PointerValue<'ctx>,
+        a: Affine,
+        t: IntValue<'ctx>,
+        group: &Group<'ctx>,
+        lanes: Vector,
+        d: VectorValue<'ctx>,
+    ) -> Emit<()> {
+        if a.outer == 1 {
+            let before = self.load_lanes(grads, a, t, group, lanes)?;
+            let after = self.builder.build_float_add(before, d, "")?;
+            return self.store_lanes(grads, a, t, group, lanes, after);
+        }
+        let i32t = self.context.i32_type();
+        for lane in (0..lanes.width).rev() {
+            let x = self
+                .builder
+                .build_extract_element(d, i32t.const_int(lane as u64, false), "")?
+                .into_float_value();
+            self.accumulate_at(grads, a, t, self.lane_index(group, lanes, lane)?, x)?;
+        }
+        Ok(())
+    }
+}
+
+fn set_alignment<'ctx>(v: impl BasicValue<'ctx>, bytes: u32) {
+    if let Some(inst) = v.as_instruction_value() {
+        // Loads and stores always take an alignment.
+        let _ = inst.set_alignment(bytes);
+    }
+}
