@@ -34,6 +34,14 @@ pub trait Program {
     fn run_backward(&mut self);
     /// `p -= lr * grad` for every param.
     fn run_update(&mut self, lr: f64);
+    /// `zero_grad`, forward, backward, `update`; only called when the tape has a loss. A
+    /// backend may do it in one go (the JIT does), with the same results.
+    fn run_step(&mut self, lr: f64) {
+        self.zero_grad();
+        self.run_forward();
+        self.run_backward();
+        self.run_update(lr);
+    }
 
     /// Sets the inputs, in the order they were created. Wrong length or a non-finite number is
     /// an error and leaves the inputs unchanged.
@@ -93,13 +101,18 @@ pub trait Program {
     /// One per-sample SGD step: set inputs, zero_grad, forward, backward, update. Returns the
     /// loss before the update.
     fn step(&mut self, inputs: &[f64], lr: f64) -> Result<f64> {
-        self.tape().loss().ok_or(Error::NoLoss)?;
+        let loss = self.tape().loss().ok_or(Error::NoLoss)?;
         self.set_inputs(inputs)?;
-        self.zero_grad();
-        let loss = self.forward();
-        self.run_backward();
-        self.run_update(lr);
-        Ok(loss)
+        // The loss before the update. The update changes params only, so a computed loss is
+        // still in the buffers afterwards; a leaf loss (a param) is read before.
+        let leaf = self.tape().op(loss).is_leaf();
+        let before = self.values()[loss.index()];
+        self.run_step(lr);
+        Ok(if leaf {
+            before
+        } else {
+            self.values()[loss.index()]
+        })
     }
 
     /// The params, in the order they were created.

@@ -260,3 +260,21 @@ fn a_nest_whose_lane_order_would_reorder_a_gradient_runs_neuron_by_neuron() {
         "{nests:?}"
     );
 }
+
+#[test]
+fn step_fuses_updates_only_where_a_loop_computes_the_whole_gradient() {
+    // Weights used once (fused), a bias also used outside the layer (not fused, so its whole
+    // row of biases is not), a param outside the loss's cone (its gradient must still read 0
+    // after `step`), and the interpreter checking every state after every action.
+    let g = Graph::new();
+    let mut rng = StdRng::seed_from_u64(14);
+    let layer = Layer::new(&g, 16, 10, Activation::Relu, &mut rng);
+    let idle = g.param(2.0);
+    g.add_output(idle * 3.0).unwrap();
+    let x = g.inputs_without_grad(16);
+    let out = layer.call(&x).unwrap();
+    let reused_bias = layer.neurons[4].b;
+    let loss = g.sum(out.iter().map(|&o| o * o)) + reused_bias * reused_bias;
+    g.set_loss(loss).unwrap();
+    assert!(check("step fusion", &g) > 0);
+}

@@ -17,7 +17,7 @@ use inkwell::passes::PassBuilderOptions;
 use inkwell::targets::{CodeModel, InitializationConfig, RelocMode, Target, TargetMachine};
 use inkwell::OptimizationLevel;
 
-use super::lower::{libm_symbols, HostCpu, Lowerer, BACKWARD, FORWARD, UPDATE};
+use super::lower::{libm_symbols, HostCpu, Lowerer, BACKWARD, FORWARD, STEP, UPDATE};
 use super::{JitBuilder, JitStats};
 use crate::error::{Error, Result};
 use crate::passes::loops::Schedule;
@@ -96,13 +96,19 @@ pub struct Native {
     /// One value and one gradient per slot; the only memory the native code touches.
     pub vals: Vec<f64>,
     pub grads: Vec<f64>,
-    forward: PassFn,
-    backward: PassFn,
-    update: UpdateFn,
+    entries: Entries,
     // Dropped in this order by `Drop`: module handle, engine (which frees the module), context.
     module: ManuallyDrop<Module<'static>>,
     engine: ManuallyDrop<ExecutionEngine<'static>>,
     context: NonNull<Context>,
+}
+
+/// The entry points' machine code (see `lower.rs` for their signatures).
+struct Entries {
+    forward: PassFn,
+    backward: PassFn,
+    update: UpdateFn,
+    step: UpdateFn,
 }
 
 // SAFETY: the LLVM context, module and engine are used by one thread at a time (every use
@@ -137,14 +143,12 @@ impl Native {
         let ctx: &'static Context = unsafe { context.as_ref() };
         let built = Self::build(ctx, tape, schedule, options, stats);
         match built {
-            Ok((module, engine, forward, backward, update)) => {
+            Ok((module, engine, entries)) => {
                 let (vals, grads) = initial_buffers(tape);
                 Ok(Native {
                     vals,
                     grads,
-                    forward,
-                    backward,
-                    update,
+                    entries,
                     module: ManuallyDrop::new(module),
                     engine: ManuallyDrop::new(engine),
                     context,
@@ -165,13 +169,7 @@ impl Native {
         schedule: &Schedule,
         options: &JitBuilder,
         stats: &mut JitStats,
-    ) -> Result<(
-        Module<'static>,
-        ExecutionEngine<'static>,
-        PassFn,
-        PassFn,
-        UpdateFn,
-    )> {
+    ) -> Result<(Module<'static>, ExecutionEngine<'static>, Entries)> {
         let cpu = host_cpu();
         let start = Instant::now();
         let module = Lowerer::new(ctx, tape, &cpu, options.fast_math)
@@ -213,37 +211,45 @@ impl Native {
                 .map_err(|e| llvm_error("symbol lookup", e))
         };
         // MCJIT generates machine code for the whole module on the first lookup.
-        let (forward, backward, update) = (address(FORWARD)?, address(BACKWARD)?, address(UPDATE)?);
+        let (forward, backward) = (address(FORWARD)?, address(BACKWARD)?);
+        let (update, step) = (address(UPDATE)?, address(STEP)?);
         stats.codegen_secs = start.elapsed().as_secs_f64();
         // SAFETY: the addresses are of functions the lowering defined with exactly these
         // signatures (see `lower`), and they stay valid while `engine` lives.
-        let (forward, backward, update) = unsafe {
-            (
-                std::mem::transmute::<usize, PassFn>(forward),
-                std::mem::transmute::<usize, PassFn>(backward),
-                std::mem::transmute::<usize, UpdateFn>(update),
-            )
+        let entries = unsafe {
+            Entries {
+                forward: std::mem::transmute::<usize, PassFn>(forward),
+                backward: std::mem::transmute::<usize, PassFn>(backward),
+                update: std::mem::transmute::<usize, UpdateFn>(update),
+                step: std::mem::transmute::<usize, UpdateFn>(step),
+            }
         };
-        Ok((module, engine, forward, backward, update))
+        Ok((module, engine, entries))
     }
 
     /// Runs `forward` over the buffers.
     pub fn forward(&mut self) {
         // SAFETY: the code reads and writes slots below the tape length only, both buffers
         // have that length (they are never resized), and the engine is alive (owned by self).
-        unsafe { (self.forward)(self.vals.as_mut_ptr(), self.grads.as_mut_ptr()) }
+        unsafe { (self.entries.forward)(self.vals.as_mut_ptr(), self.grads.as_mut_ptr()) }
     }
 
     /// Runs `backward` over the buffers.
     pub fn backward(&mut self) {
         // SAFETY: as in `forward`.
-        unsafe { (self.backward)(self.vals.as_mut_ptr(), self.grads.as_mut_ptr()) }
+        unsafe { (self.entries.backward)(self.vals.as_mut_ptr(), self.grads.as_mut_ptr()) }
     }
 
     /// Runs `update` over the buffers.
     pub fn update(&mut self, lr: f64) {
         // SAFETY: as in `forward`.
-        unsafe { (self.update)(self.vals.as_mut_ptr(), self.grads.as_mut_ptr(), lr) }
+        unsafe { (self.entries.update)(self.vals.as_mut_ptr(), self.grads.as_mut_ptr(), lr) }
+    }
+
+    /// Runs `step` (zero_grad, forward, backward, update) over the buffers.
+    pub fn step(&mut self, lr: f64) {
+        // SAFETY: as in `forward`.
+        unsafe { (self.entries.step)(self.vals.as_mut_ptr(), self.grads.as_mut_ptr(), lr) }
     }
 
     /// The module's IR, after optimization.

@@ -82,7 +82,7 @@ impl<'ctx> Lowerer<'ctx, '_> {
             for item in nest.body.iter().rev() {
                 match item {
                     Item::Map(map) => this.emit_map_backward_lanes(vals, grads, map, group)?,
-                    Item::Sum(sum) => this.emit_sum_backward_lanes(grads, sum, group)?,
+                    Item::Sum(sum) => this.emit_sum_backward_lanes(vals, grads, sum, group)?,
                     Item::Dot(dot) => this.emit_dot_backward_lanes(vals, grads, dot, group)?,
                     Item::Straight(_) | Item::Nest(_) => {}
                 }
@@ -201,7 +201,7 @@ impl<'ctx> Lowerer<'ctx, '_> {
                 ar.finish()?;
                 locals.push(local);
             }
-            this.accumulate_args_lanes(grads, map, t, group, &locals)?;
+            this.accumulate_args_lanes(vals, grads, map, t, group, &locals)?;
             Ok(Vec::new())
         })?;
         Ok(())
@@ -210,6 +210,7 @@ impl<'ctx> Lowerer<'ctx, '_> {
     /// The sum's gradient into `first`, then into the tail left to right.
     fn emit_sum_backward_lanes(
         &self,
+        vals: PointerValue<'ctx>,
         grads: PointerValue<'ctx>,
         sum: &SumLoop,
         group: &Group<'ctx>,
@@ -217,11 +218,11 @@ impl<'ctx> Lowerer<'ctx, '_> {
         if !sum.needs_grad {
             return Ok(());
         }
-        let gs = self.sum_grads_lanes(grads, sum, group)?;
+        let gs = self.sum_grads_lanes(vals, grads, sum, group)?;
         if sum.grad_tail {
             self.emit_loop(sum.tail_len, false, &[], |this, t, _| {
                 for (&lanes, &g) in group.vectors.iter().zip(&gs).rev() {
-                    this.accumulate_lanes(grads, sum.tail, t, group, lanes, g)?;
+                    this.accumulate_lanes((vals, grads), sum.tail, t, group, lanes, g)?;
                 }
                 Ok(Vec::new())
             })?;
@@ -242,7 +243,7 @@ impl<'ctx> Lowerer<'ctx, '_> {
         if !sum.needs_grad {
             return Ok(());
         }
-        let gs = self.sum_grads_lanes(grads, sum, group)?;
+        let gs = self.sum_grads_lanes(vals, grads, sum, group)?;
         let g_products = group
             .vectors
             .iter()
@@ -266,7 +267,7 @@ impl<'ctx> Lowerer<'ctx, '_> {
                 ar.finish()?;
                 locals.push(local);
             }
-            this.accumulate_args_lanes(grads, map, t, group, &locals)?;
+            this.accumulate_args_lanes(vals, grads, map, t, group, &locals)?;
             Ok(Vec::new())
         })?;
         Ok(())
@@ -275,6 +276,7 @@ impl<'ctx> Lowerer<'ctx, '_> {
     /// Loads a sum's gradient for every vector of the group and adds it into `first`.
     fn sum_grads_lanes(
         &self,
+        vals: PointerValue<'ctx>,
         grads: PointerValue<'ctx>,
         sum: &SumLoop,
         group: &Group<'ctx>,
@@ -287,7 +289,7 @@ impl<'ctx> Lowerer<'ctx, '_> {
             .collect::<Emit<Vec<_>>>()?;
         if sum.grad_first {
             for (&lanes, &g) in group.vectors.iter().zip(&gs).rev() {
-                self.accumulate_lanes(grads, sum.first, zero, group, lanes, g)?;
+                self.accumulate_lanes((vals, grads), sum.first, zero, group, lanes, g)?;
             }
         }
         Ok(gs)
@@ -297,6 +299,7 @@ impl<'ctx> Lowerer<'ctx, '_> {
     /// vectors from the last: the order [`Nest::lanes`] was checked for.
     fn accumulate_args_lanes(
         &self,
+        vals: PointerValue<'ctx>,
         grads: PointerValue<'ctx>,
         map: &MapLoop,
         t: IntValue<'ctx>,
@@ -308,7 +311,7 @@ impl<'ctx> Lowerer<'ctx, '_> {
                 continue;
             }
             for (&lanes, local) in group.vectors.iter().zip(locals).rev() {
-                self.accumulate_lanes(grads, a, t, group, lanes, local[i])?;
+                self.accumulate_lanes((vals, grads), a, t, group, lanes, local[i])?;
             }
         }
         Ok(())
@@ -409,13 +412,17 @@ impl<'ctx> Lowerer<'ctx, '_> {
     /// them in the interpreter's order (repetitions from the last).
     fn accumulate_lanes(
         &self,
-        grads: PointerValue<'ctx>,
+        (vals, grads): (PointerValue<'ctx>, PointerValue<'ctx>),
         a: Affine,
         t: IntValue<'ctx>,
         group: &Group<'ctx>,
         lanes: Vector,
         d: VectorValue<'ctx>,
     ) -> Emit<()> {
+        if a.outer == 1 && self.fuses_update(a) {
+            let j = self.lane_index(group, lanes, 0)?;
+            return self.emit_fused_update_lanes(vals, grads, (a, t, j), d);
+        }
         if a.outer == 1 {
             let before = self.load_lanes(grads, a, t, group, lanes)?;
             let after = self.builder.build_float_add(before, d, "")?;

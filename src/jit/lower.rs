@@ -14,6 +14,7 @@
 //! - `forward(ptr vals, ptr grads)`
 //! - `backward(ptr vals, ptr grads)`
 //! - `update(ptr vals, ptr grads, double lr)`
+//! - `step(ptr vals, ptr grads, double lr)`: zero_grad, forward, backward, update (`step.rs`)
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -23,7 +24,9 @@ use inkwell::builder::{Builder, BuilderError};
 use inkwell::context::Context;
 use inkwell::module::Module;
 use inkwell::types::FloatType;
-use inkwell::values::{FloatValue, FunctionValue, InstructionOpcode, Operand, PointerValue};
+use inkwell::values::{
+    BasicMetadataValueEnum, FloatValue, FunctionValue, InstructionOpcode, Operand, PointerValue,
+};
 
 use super::ir_arith::IrArith;
 use crate::op::{libm, Op};
@@ -34,6 +37,7 @@ use crate::tape::{Slot, Tape};
 pub const FORWARD: &str = "forward";
 pub const BACKWARD: &str = "backward";
 pub const UPDATE: &str = "update";
+pub const STEP: &str = "step";
 
 /// Math functions the IR calls, with the addresses the engine must map them to. Their names
 /// are private so that LLVM does not recognize (and rewrite) them as libm calls.
@@ -67,6 +71,23 @@ pub struct Lowerer<'ctx, 't> {
     pub(super) grad_stored: Vec<bool>,
     /// Whether recovered sums may be reassociated ([`super::JitBuilder::fast_math`]).
     pub(super) fast_math: bool,
+    /// Whether the backward being emitted is `step`'s (`step.rs`): params' gradients start
+    /// at 0 (`step` zeroes them first) and the params of `fused_update` are updated in it.
+    pub(super) step_mode: bool,
+    /// Per slot: a param whose gradient `step`'s backward stores once and then applies.
+    pub(super) fused_update: Vec<bool>,
+    /// The learning rate, inside a function of `step`'s backward.
+    pub(super) lr: Option<FloatValue<'ctx>>,
+    /// Per slot: whether the buffers hold it ([`Schedule::kept`]); nothing else is stored.
+    kept: Vec<bool>,
+}
+
+/// A function an entry point calls: with `vals` and `second`, and `lr` if it takes one.
+#[derive(Clone, Copy)]
+pub(super) struct Part<'ctx> {
+    pub(super) f: FunctionValue<'ctx>,
+    pub(super) second: Buf,
+    pub(super) lr: bool,
 }
 
 impl<'ctx, 't> Lowerer<'ctx, 't> {
@@ -103,30 +124,55 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
             tape,
             grad_stored: vec![false; tape.len()],
             fast_math,
+            step_mode: false,
+            fused_update: vec![false; tape.len()],
+            lr: None,
+            kept: vec![true; tape.len()],
         }
     }
 
     /// Emits the whole program and hands the module over.
     pub fn lower(mut self, schedule: &Schedule, chunk_size: usize) -> Emit<Module<'ctx>> {
         let groups = function_groups(self.tape, schedule, chunk_size);
+        self.kept = schedule.kept(self.tape);
         let mut forward = Vec::with_capacity(groups.len());
         for (k, group) in groups.iter().enumerate() {
             forward.push(self.lower_forward_group(k, group)?);
         }
-        self.lower_driver(FORWARD, &forward)?;
-        let backward_second = |f| (f, Buf::Grads);
-
-        let mut backward = Vec::new();
-        if self.tape.loss().is_some() {
-            backward.push(backward_second(self.lower_backward_init(&groups)?));
-            for (k, group) in groups.iter().enumerate().rev() {
-                backward.push(backward_second(self.lower_backward_group(k, group)?));
-            }
-            backward.push(backward_second(self.lower_backward_rest()?));
-        }
-        self.lower_driver(BACKWARD, &backward)?;
-        self.lower_update()?;
+        self.lower_driver(FORWARD, &forward, false)?;
+        let backward = self.lower_backward(&groups, "bwd")?;
+        self.lower_driver(BACKWARD, &backward, false)?;
+        let update = self.lower_update(UPDATE, &[])?;
+        self.lower_step(schedule, &groups, &forward, &backward, update)?;
         Ok(self.module)
+    }
+
+    /// The backward pass as parts (none without a loss): `{prefix}_init`, the groups from
+    /// the last, `{prefix}_rest`.
+    pub(super) fn lower_backward(
+        &mut self,
+        groups: &[Vec<Item>],
+        prefix: &str,
+    ) -> Emit<Vec<Part<'ctx>>> {
+        let mut parts = Vec::new();
+        if self.tape.loss().is_none() {
+            return Ok(parts);
+        }
+        let part = |f| Part {
+            f,
+            second: Buf::Grads,
+            lr: false,
+        };
+        parts.push(part(self.lower_backward_init(prefix, groups)?));
+        for (k, group) in groups.iter().enumerate().rev() {
+            let f = self.lower_backward_group(&format!("{prefix}{k}"), group)?;
+            parts.push(Part {
+                lr: self.step_mode,
+                ..part(f)
+            });
+        }
+        parts.push(part(self.lower_backward_rest(prefix)?));
+        Ok(parts)
     }
 
     /// A `void name(ptr noalias vals, ptr noalias grads [, double lr])` with its entry block
@@ -253,11 +299,7 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
     /// slots): the two sets are disjoint, so both pointers may be `noalias`, and code
     /// generation need not order every load after every store (4-6x faster codegen at O2).
     /// A group with loops reads what it stored, so it takes `(vals, grads)`.
-    fn lower_forward_group(
-        &mut self,
-        k: usize,
-        group: &[Item],
-    ) -> Emit<(FunctionValue<'ctx>, Buf)> {
+    fn lower_forward_group(&mut self, k: usize, group: &[Item]) -> Emit<Part<'ctx>> {
         let f = self.begin_function(&format!("fwd{k}"), false, false);
         let straight_only = group.iter().all(|i| matches!(i, Item::Straight(_)));
         let (vals, second) = self.buffers(f);
@@ -276,7 +318,11 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
             }
         }
         self.builder.build_return(None)?;
-        Ok((f, if straight_only { Buf::Vals } else { Buf::Grads }))
+        Ok(Part {
+            f,
+            second: if straight_only { Buf::Vals } else { Buf::Grads },
+            lr: false,
+        })
     }
 
     /// Straight-line forward: each node's value from its operands' registers, stored once.
@@ -306,9 +352,10 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
     /// `bwd{k}`: the backward walk over the group in reverse order. Straight-line gradients
     /// live in registers until a loop (which works on memory) or the end of the function
     /// needs them stored.
-    fn lower_backward_group(&mut self, k: usize, group: &[Item]) -> Emit<FunctionValue<'ctx>> {
-        let f = self.begin_function(&format!("bwd{k}"), false, false);
+    fn lower_backward_group(&mut self, name: &str, group: &[Item]) -> Emit<FunctionValue<'ctx>> {
+        let f = self.begin_function(name, self.step_mode, false);
         let (vals, grads) = self.buffers(f);
+        self.lr = f.get_nth_param(2).map(|lr| lr.into_float_value());
         let mut values = HashMap::new();
         let mut grad = HashMap::new();
         for unit in group.iter().rev() {
@@ -391,7 +438,8 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
         if let Some(&g) = grad.get(&slot) {
             return Ok(g);
         }
-        let is_param = slot.index() < self.tape.num_params();
+        // In `step`, params start from 0 like everything else.
+        let is_param = slot.index() < self.tape.num_params() && !self.step_mode;
         let g = if self.grad_stored[slot.index()] || (is_param && Some(slot) != self.tape.loss()) {
             self.load_slot(grads, slot, &format!("g{}", slot.0))?
         } else if Some(slot) == self.tape.loss() {
@@ -404,9 +452,9 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
     }
 
     /// `bwd_rest`: what the chunks did not store: 1 for a loss no node computes (a leaf), 0
-    /// for every other non-param slot outside the gradient cone.
-    fn lower_backward_rest(&mut self) -> Emit<FunctionValue<'ctx>> {
-        let f = self.begin_function("bwd_rest", false, false);
+    /// for every other kept non-param slot outside the gradient cone (and, in `step`, param).
+    fn lower_backward_rest(&mut self, prefix: &str) -> Emit<FunctionValue<'ctx>> {
+        let f = self.begin_function(&format!("{prefix}_rest"), false, false);
         let (_, grads) = self.buffers(f);
         if let Some(loss) = self.tape.loss() {
             if !self.grad_stored[loss.index()] {
@@ -414,23 +462,36 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
                 self.grad_stored[loss.index()] = true;
             }
         }
-        let unstored: Vec<bool> = self.grad_stored.iter().map(|&s| !s).collect();
+        let mut unstored: Vec<bool> = self.grad_stored.iter().map(|&s| !s).collect();
+        if !self.step_mode {
+            unstored[..self.tape.num_params()].fill(false);
+        }
+        for (u, &kept) in unstored.iter_mut().zip(&self.kept) {
+            *u &= kept;
+        }
         self.zero_grads_where(grads, &unstored)?;
         self.builder.build_return(None)?;
         Ok(f)
     }
 
-    /// `bwd_init`: zeroes the non-param gradients that loops accumulate in memory (loops have
-    /// no registers to start from 0 in), and sets the loss's to 1 if it is among them. From
-    /// then on memory holds those gradients' running values, as if stored by a chunk.
-    fn lower_backward_init(&mut self, groups: &[Vec<Item>]) -> Emit<FunctionValue<'ctx>> {
-        let f = self.begin_function("bwd_init", false, false);
+    /// `bwd_init`: zeroes the non-param gradients (in `step`, also the params' not updated
+    /// in place) that loops accumulate in memory (loops have no registers to start from 0
+    /// in), and sets the loss's to 1 if it is among them. From then on memory holds those
+    /// gradients' running values, as if stored by a chunk.
+    fn lower_backward_init(
+        &mut self,
+        prefix: &str,
+        groups: &[Vec<Item>],
+    ) -> Emit<FunctionValue<'ctx>> {
+        let f = self.begin_function(&format!("{prefix}_init"), false, false);
         let (_, grads) = self.buffers(f);
         let mut in_memory = vec![false; self.tape.len()];
         for unit in groups.iter().flatten() {
             mark_loop_grads(unit, &mut in_memory);
         }
-        in_memory[..self.tape.num_params()].fill(false);
+        for (s, m) in in_memory[..self.tape.num_params()].iter_mut().enumerate() {
+            *m &= self.step_mode && !self.fused_update[s];
+        }
         self.zero_grads_where(grads, &in_memory)?;
         if let Some(loss) = self.tape.loss().filter(|l| in_memory[l.index()]) {
             self.store_slot(grads, loss, self.f64_type.const_float(1.0))?;
@@ -442,10 +503,10 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
         Ok(f)
     }
 
-    /// Zeroes the gradients of the non-param slots where `which` is true, one memset per run.
-    fn zero_grads_where(&self, grads: PointerValue<'ctx>, which: &[bool]) -> Emit<()> {
+    /// Zeroes the gradients of the slots where `which` is true, one memset per run.
+    pub(super) fn zero_grads_where(&self, grads: PointerValue<'ctx>, which: &[bool]) -> Emit<()> {
         let zero = self.context.i8_type().const_zero();
-        let mut s = self.tape.num_params();
+        let mut s = 0;
         while s < self.tape.len() {
             if !which[s] {
                 s += 1;
@@ -465,81 +526,27 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
         Ok(())
     }
 
-    /// An entry point that calls `parts` in order.
-    fn lower_driver(&mut self, name: &str, parts: &[(FunctionValue<'ctx>, Buf)]) -> Emit<()> {
-        let f = self.begin_function(name, false, true);
+    /// An entry point that calls `parts` in order (taking `lr` if `with_lr`).
+    pub(super) fn lower_driver(
+        &mut self,
+        name: &str,
+        parts: &[Part<'ctx>],
+        with_lr: bool,
+    ) -> Emit<()> {
+        let f = self.begin_function(name, with_lr, true);
         let (vals, grads) = self.buffers(f);
-        for &(part, second) in parts {
-            let second = match second {
+        let lr = f.get_nth_param(2);
+        for part in parts {
+            let second = match part.second {
                 Buf::Vals => vals,
                 Buf::Grads => grads,
             };
-            self.builder
-                .build_call(part, &[vals.into(), second.into()], "")?;
+            let mut args: Vec<BasicMetadataValueEnum> = vec![vals.into(), second.into()];
+            if let Some(lr) = lr.filter(|_| part.lr) {
+                args.push(lr.into());
+            }
+            self.builder.build_call(part.f, &args, "")?;
         }
-        self.builder.build_return(None)?;
-        Ok(())
-    }
-
-    /// `update`: `vals[p] -= lr * grads[p]` for every param, as a loop LLVM may vectorize
-    /// (each param is independent, so vectorizing keeps every result exact).
-    fn lower_update(&mut self) -> Emit<()> {
-        let f = self.begin_function(UPDATE, true, true);
-        let (vals, grads) = self.buffers(f);
-        let lr = f.get_nth_param(2).unwrap().into_float_value();
-        lr.set_name("lr");
-        let n = self.tape.num_params() as u64;
-        let i64t = self.context.i64_type();
-        let entry = self.builder.get_insert_block().unwrap();
-        let body = self.context.append_basic_block(f, "body");
-        let done = self.context.append_basic_block(f, "done");
-        let has_params = self.builder.build_int_compare(
-            inkwell::IntPredicate::NE,
-            i64t.const_int(n, false),
-            i64t.const_zero(),
-            "has_params",
-        )?;
-        self.builder
-            .build_conditional_branch(has_params, body, done)?;
-
-        self.builder.position_at_end(body);
-        let i = self.builder.build_phi(i64t, "i")?;
-        // SAFETY: (of the GEPs) i < num_params <= buffer length.
-        let (pv, pg) = unsafe {
-            let i = i.as_basic_value().into_int_value();
-            (
-                self.builder
-                    .build_in_bounds_gep(self.f64_type, vals, &[i], "pv")?,
-                self.builder
-                    .build_in_bounds_gep(self.f64_type, grads, &[i], "pg")?,
-            )
-        };
-        let p = self
-            .builder
-            .build_load(self.f64_type, pv, "p")?
-            .into_float_value();
-        let g = self
-            .builder
-            .build_load(self.f64_type, pg, "g")?
-            .into_float_value();
-        let step = self.builder.build_float_mul(lr, g, "step")?;
-        let p_new = self.builder.build_float_sub(p, step, "p_new")?;
-        self.builder.build_store(pv, p_new)?;
-        let next = self.builder.build_int_add(
-            i.as_basic_value().into_int_value(),
-            i64t.const_int(1, false),
-            "next",
-        )?;
-        let more = self.builder.build_int_compare(
-            inkwell::IntPredicate::ULT,
-            next,
-            i64t.const_int(n, false),
-            "more",
-        )?;
-        self.builder.build_conditional_branch(more, body, done)?;
-        i.add_incoming(&[(&i64t.const_zero(), entry), (&next, body)]);
-
-        self.builder.position_at_end(done);
         self.builder.build_return(None)?;
         Ok(())
     }
@@ -568,7 +575,7 @@ fn erase_unused_loads<'a, 'ctx: 'a>(values: impl Iterator<Item = &'a FloatValue<
 
 /// The buffer a function takes as its second argument (the first is always `vals`).
 #[derive(Clone, Copy)]
-enum Buf {
+pub(super) enum Buf {
     Vals,
     Grads,
 }
@@ -578,7 +585,11 @@ const LOOP_WEIGHT: usize = 16;
 
 /// The schedule cut into functions of about `chunk_size` weight: straight-line nodes count
 /// with their operands (one wide `Sum` weighs what it emits), loops count [`LOOP_WEIGHT`].
-fn function_groups(tape: &Tape, schedule: &Schedule, chunk_size: usize) -> Vec<Vec<Item>> {
+pub(super) fn function_groups(
+    tape: &Tape,
+    schedule: &Schedule,
+    chunk_size: usize,
+) -> Vec<Vec<Item>> {
     let limit = chunk_size.max(1);
     let mut groups = Vec::new();
     let mut group = Vec::new();

@@ -8,6 +8,7 @@ mod ir_arith;
 mod lanes;
 mod loops;
 mod lower;
+mod step;
 
 use inkwell::OptimizationLevel;
 
@@ -308,5 +309,8 @@ impl Program for Jit {
     }
     fn run_update(&mut self, lr: f64) {
         self.native.update(lr);
+    }
+    fn run_step(&mut self, lr: f64) {
+        self.native.step(lr);
     }
 }
