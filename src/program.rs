@@ -36,6 +36,10 @@ pub trait Program {
     fn run_update(&mut self, lr: f64);
     /// `zero_grad`, forward, backward, `update`; only called when the tape has a loss. A
     /// backend may do it in one go (the JIT does), with the same results.
+    /// Called by `step` once its inputs are known to be valid, before it writes them: a
+    /// backend may drop state that `step` is about to recompute (the JIT drops gradients
+    /// it has not stored yet).
+    fn begin_step(&mut self) {}
     fn run_step(&mut self, lr: f64) {
         self.zero_grad();
         self.run_forward();
@@ -46,15 +50,8 @@ pub trait Program {
     /// Sets the inputs, in the order they were created. Wrong length or a non-finite number is
     /// an error and leaves the inputs unchanged.
     fn set_inputs(&mut self, inputs: &[f64]) -> Result<()> {
+        check_inputs(self.tape(), inputs)?;
         let (base, n) = (self.tape().input_base(), self.tape().num_inputs());
-        if inputs.len() != n {
-            return Err(Error::WrongLength {
-                what: "inputs",
-                expected: n,
-                got: inputs.len(),
-            });
-        }
-        check_finite("input", inputs)?;
         self.buffers_mut().0[base..base + n].copy_from_slice(inputs);
         Ok(())
     }
@@ -102,6 +99,8 @@ pub trait Program {
     /// loss before the update.
     fn step(&mut self, inputs: &[f64], lr: f64) -> Result<f64> {
         let loss = self.tape().loss().ok_or(Error::NoLoss)?;
+        check_inputs(self.tape(), inputs)?;
+        self.begin_step();
         self.set_inputs(inputs)?;
         // The loss before the update. The update changes params only, so a computed loss is
         // still in the buffers afterwards; a leaf loss (a param) is read before.
@@ -182,6 +181,19 @@ pub trait Program {
             Err(Error::NotKept { node: v.id() })
         }
     }
+}
+
+/// The checks of `set_inputs`: one finite number per input.
+fn check_inputs(tape: &Tape, inputs: &[f64]) -> Result<()> {
+    let n = tape.num_inputs();
+    if inputs.len() != n {
+        return Err(Error::WrongLength {
+            what: "inputs",
+            expected: n,
+            got: inputs.len(),
+        });
+    }
+    check_finite("input", inputs)
 }
 
 fn check_finite(what: &'static str, xs: &[f64]) -> Result<()> {

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{assert_backends_agree, interpreter_and_every_jit_level};
+use common::{assert_backends_agree, interpreter_and_every_jit_level, random_inputs, Action};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tapejit::nn::{Activation, Classifier, Layer};
@@ -277,4 +277,66 @@ fn step_fuses_updates_only_where_a_loop_computes_the_whole_gradient() {
     let loss = g.sum(out.iter().map(|&o| o * o)) + reused_bias * reused_bias;
     g.set_loss(loss).unwrap();
     assert!(check("step fusion", &g) > 0);
+}
+
+#[test]
+fn gradients_step_defers_are_there_whenever_anyone_looks() {
+    // `step` leaves a layer's weight gradients unstored until something could tell. Run
+    // each action right after a step, without looking in between, then compare everything.
+    let g = Graph::new();
+    Classifier::new(&g, 24, &[12], 3, &mut StdRng::seed_from_u64(15)).unwrap();
+    let (inputs, params) = (g.num_inputs(), g.num_params());
+    let mut rng = StdRng::seed_from_u64(16);
+    let mut x = || random_inputs(&mut rng, inputs);
+    let new_params: Vec<f64> = (0..params).map(|k| 0.01 * (k % 17) as f64 - 0.08).collect();
+    let mut bad = x();
+    bad[5] = f64::INFINITY;
+    let followers = [
+        Action::SetInputs(x()),
+        Action::Forward,
+        Action::Backward,
+        Action::SetParams(new_params),
+        Action::Update(0.05),
+        Action::ZeroGrad,
+        Action::Step(bad, 0.1),
+        Action::Step(x(), 0.1),
+    ];
+    let first = x();
+    for (k, follower) in followers.iter().enumerate() {
+        let mut backends = interpreter_and_every_jit_level(&g);
+        let mut results = Vec::new();
+        for b in &mut backends {
+            let stepped = common::apply(b.program.as_mut(), &Action::Step(first.clone(), 0.1));
+            let followed = common::apply(b.program.as_mut(), follower);
+            let p = b.program.as_ref();
+            let bits = |v: Vec<f64>| v.into_iter().map(f64::to_bits).collect::<Vec<_>>();
+            // Kept slots are compared below; products are kept by the interpreter only.
+            let grads: Vec<(bool, u64)> = (0..p.tape().len())
+                .map(|s| (p.is_kept(tapejit::Slot(s as u32)), p.grads()[s].to_bits()))
+                .collect();
+            let outcome = (stepped.is_ok(), followed.is_ok());
+            results.push((
+                b.name.clone(),
+                outcome,
+                bits(p.params()),
+                bits(p.param_grads()),
+                grads,
+            ));
+        }
+        let (reference, others) = results.split_first().unwrap();
+        for other in others {
+            assert!(
+                (&other.1, &other.2, &other.3) == (&reference.1, &reference.2, &reference.3)
+                    && other
+                        .4
+                        .iter()
+                        .zip(&reference.4)
+                        .skip(params)
+                        .all(|(a, b)| !a.0 || a.1 == b.1),
+                "step, then action {k}: {} differs from {}",
+                other.0,
+                reference.0
+            );
+        }
+    }
 }

@@ -5,6 +5,7 @@
 //! point into, and drops them only when it is dropped itself; the pointers are private and
 //! called only through `&mut Native`, so no compiled function can run after its engine is gone.
 
+use std::cell::{Cell, UnsafeCell};
 use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
 use std::sync::Once;
@@ -17,7 +18,9 @@ use inkwell::passes::PassBuilderOptions;
 use inkwell::targets::{CodeModel, InitializationConfig, RelocMode, Target, TargetMachine};
 use inkwell::OptimizationLevel;
 
-use super::lower::{libm_symbols, HostCpu, Lowerer, BACKWARD, FORWARD, STEP, UPDATE};
+use super::lower::{
+    libm_symbols, HostCpu, Lowered, Lowerer, BACKWARD, FORWARD, MATERIALIZE, STEP, UPDATE,
+};
 use super::{JitBuilder, JitStats};
 use crate::error::{Error, Result};
 use crate::passes::loops::Schedule;
@@ -94,8 +97,14 @@ fn host_target_machine(cpu: &HostCpu, level: OptimizationLevel) -> Result<Target
 /// Compiled native code and everything it lives in.
 pub struct Native {
     /// One value and one gradient per slot; the only memory the native code touches.
-    pub vals: Vec<f64>,
-    pub grads: Vec<f64>,
+    vals: Vec<f64>,
+    /// In a cell because reading gradients (a `&self` method) may first have to store the
+    /// ones `step` deferred (`pending`).
+    grads: UnsafeCell<Vec<f64>>,
+    /// `step` deferred gradients to `materialize`; nothing has read `grads` since.
+    pending: Cell<bool>,
+    /// Whether `step` defers any gradient.
+    defers: bool,
     entries: Entries,
     // Dropped in this order by `Drop`: module handle, engine (which frees the module), context.
     module: ManuallyDrop<Module<'static>>,
@@ -109,6 +118,7 @@ struct Entries {
     backward: PassFn,
     update: UpdateFn,
     step: UpdateFn,
+    materialize: PassFn,
 }
 
 // SAFETY: the LLVM context, module and engine are used by one thread at a time (every use
@@ -143,11 +153,13 @@ impl Native {
         let ctx: &'static Context = unsafe { context.as_ref() };
         let built = Self::build(ctx, tape, schedule, options, stats);
         match built {
-            Ok((module, engine, entries)) => {
+            Ok((module, engine, entries, defers)) => {
                 let (vals, grads) = initial_buffers(tape);
                 Ok(Native {
                     vals,
-                    grads,
+                    grads: UnsafeCell::new(grads),
+                    pending: Cell::new(false),
+                    defers,
                     entries,
                     module: ManuallyDrop::new(module),
                     engine: ManuallyDrop::new(engine),
@@ -169,10 +181,10 @@ impl Native {
         schedule: &Schedule,
         options: &JitBuilder,
         stats: &mut JitStats,
-    ) -> Result<(Module<'static>, ExecutionEngine<'static>, Entries)> {
+    ) -> Result<(Module<'static>, ExecutionEngine<'static>, Entries, bool)> {
         let cpu = host_cpu();
         let start = Instant::now();
-        let module = Lowerer::new(ctx, tape, &cpu, options.fast_math)
+        let Lowered { module, defers } = Lowerer::new(ctx, tape, &cpu, options.fast_math)
             .lower(schedule, options.chunk_size)
             .map_err(|e| llvm_error("IR emission", e))?;
         module
@@ -213,6 +225,7 @@ impl Native {
         // MCJIT generates machine code for the whole module on the first lookup.
         let (forward, backward) = (address(FORWARD)?, address(BACKWARD)?);
         let (update, step) = (address(UPDATE)?, address(STEP)?);
+        let materialize = address(MATERIALIZE)?;
         stats.codegen_secs = start.elapsed().as_secs_f64();
         // SAFETY: the addresses are of functions the lowering defined with exactly these
         // signatures (see `lower`), and they stay valid while `engine` lives.
@@ -222,34 +235,85 @@ impl Native {
                 backward: std::mem::transmute::<usize, PassFn>(backward),
                 update: std::mem::transmute::<usize, UpdateFn>(update),
                 step: std::mem::transmute::<usize, UpdateFn>(step),
+                materialize: std::mem::transmute::<usize, PassFn>(materialize),
             }
         };
-        Ok((module, engine, entries))
+        Ok((module, engine, entries, defers))
+    }
+
+    pub fn values(&self) -> &[f64] {
+        &self.vals
+    }
+
+    /// The gradients, after storing any that `step` deferred.
+    pub fn grads(&self) -> &[f64] {
+        self.materialize();
+        // SAFETY: `materialize` has returned; from here on no `&self` method writes `grads`
+        // until a `&mut self` method (which ends this borrow) sets `pending` again.
+        unsafe { &*self.grads.get() }
+    }
+
+    /// Both buffers, for writing (deferred gradients stored first).
+    pub fn buffers_mut(&mut self) -> (&mut [f64], &mut [f64]) {
+        self.materialize();
+        (&mut self.vals, self.grads.get_mut())
+    }
+
+    /// Stores the gradients `step` deferred, if it did and they are still pending. They
+    /// depend on values and sum gradients every other entry point may change, so each of
+    /// them (and every reader of `grads`) calls this first.
+    fn materialize(&self) {
+        if self.pending.replace(false) {
+            // SAFETY: as in `forward`; `materialize` only reads `vals` (so the `*mut` made
+            // from a shared borrow is never written through) and writes `grads`, to which
+            // no reference exists while `pending` is set: `pending` is set only by
+            // `step(&mut self)`, and every path that hands out a borrow of `grads` clears it
+            // (here) first.
+            unsafe {
+                let grads = (*self.grads.get()).as_mut_ptr();
+                (self.entries.materialize)(self.vals.as_ptr() as *mut f64, grads)
+            }
+        }
+    }
+
+    /// Forgets deferred gradients: the caller is about to run `step`, which recomputes them.
+    pub fn discard_deferred(&mut self) {
+        self.pending.set(false);
     }
 
     /// Runs `forward` over the buffers.
     pub fn forward(&mut self) {
+        let f = self.entries.forward;
+        let (vals, grads) = self.buffers_mut();
         // SAFETY: the code reads and writes slots below the tape length only, both buffers
         // have that length (they are never resized), and the engine is alive (owned by self).
-        unsafe { (self.entries.forward)(self.vals.as_mut_ptr(), self.grads.as_mut_ptr()) }
+        unsafe { f(vals.as_mut_ptr(), grads.as_mut_ptr()) }
     }
 
     /// Runs `backward` over the buffers.
     pub fn backward(&mut self) {
+        let f = self.entries.backward;
+        let (vals, grads) = self.buffers_mut();
         // SAFETY: as in `forward`.
-        unsafe { (self.entries.backward)(self.vals.as_mut_ptr(), self.grads.as_mut_ptr()) }
+        unsafe { f(vals.as_mut_ptr(), grads.as_mut_ptr()) }
     }
 
     /// Runs `update` over the buffers.
     pub fn update(&mut self, lr: f64) {
+        let f = self.entries.update;
+        let (vals, grads) = self.buffers_mut();
         // SAFETY: as in `forward`.
-        unsafe { (self.entries.update)(self.vals.as_mut_ptr(), self.grads.as_mut_ptr(), lr) }
+        unsafe { f(vals.as_mut_ptr(), grads.as_mut_ptr(), lr) }
     }
 
-    /// Runs `step` (zero_grad, forward, backward, update) over the buffers.
+    /// Runs `step` (zero_grad, forward, backward, update) over the buffers. The gradients it
+    /// defers replace any still pending (it recomputes every gradient).
     pub fn step(&mut self, lr: f64) {
+        self.pending.set(false);
+        let (vals, grads) = (self.vals.as_mut_ptr(), self.grads.get_mut().as_mut_ptr());
         // SAFETY: as in `forward`.
-        unsafe { (self.entries.step)(self.vals.as_mut_ptr(), self.grads.as_mut_ptr(), lr) }
+        unsafe { (self.entries.step)(vals, grads, lr) }
+        self.pending.set(self.defers);
     }
 
     /// The module's IR, after optimization.

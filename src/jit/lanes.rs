@@ -273,6 +273,51 @@ impl<'ctx> Lowerer<'ctx, '_> {
         Ok(())
     }
 
+    /// Stores the gradients of operand `i` of a dot's products that `step` deferred:
+    /// `0 + local_i` with the products' gradient `0 + g_sum`, as the lane backward computes
+    /// them. The operand itself may have been updated since; a product's local gradient for
+    /// one operand reads only the other (`step.rs` defers nothing else).
+    pub(super) fn emit_deferred_grads_lanes(
+        &self,
+        vals: PointerValue<'ctx>,
+        grads: PointerValue<'ctx>,
+        nest: &Nest,
+        dot: &DotLoop,
+        i: usize,
+    ) -> Emit<()> {
+        let (sum, map) = (&dot.sum, &dot.products);
+        let zero = self.context.i64_type().const_zero();
+        self.for_each_group(nest.count, false, |this, group| {
+            let g_products = group
+                .vectors
+                .iter()
+                .map(|&lanes| {
+                    let g = this.load_lanes(grads, sum.slot, zero, group, lanes)?;
+                    let mut ar = this.vector_arith(lanes);
+                    let fresh = ar.constant(0.0);
+                    let g_product = ar.add(fresh, g);
+                    ar.finish()?;
+                    Ok(g_product)
+                })
+                .collect::<Emit<Vec<_>>>()?;
+            this.emit_loop(map.len, false, &[], |this, t, _| {
+                for (&lanes, &g) in group.vectors.iter().zip(&g_products) {
+                    let x = this.load_args_lanes(vals, map, t, group, lanes)?;
+                    let mut ar = this.vector_arith(lanes);
+                    let product = map.op.forward(&mut ar, &x);
+                    let mut local = Vec::new();
+                    map.op.local_grads(&mut ar, &x, product, g, &mut local);
+                    let fresh = ar.constant(0.0);
+                    let g_operand = ar.add(fresh, local[i]);
+                    ar.finish()?;
+                    this.store_lanes(grads, map.args[i], t, group, lanes, g_operand)?;
+                }
+                Ok(Vec::new())
+            })?;
+            Ok(())
+        })
+    }
+
     /// Loads a sum's gradient for every vector of the group and adds it into `first`.
     fn sum_grads_lanes(
         &self,

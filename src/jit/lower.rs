@@ -15,6 +15,7 @@
 //! - `backward(ptr vals, ptr grads)`
 //! - `update(ptr vals, ptr grads, double lr)`
 //! - `step(ptr vals, ptr grads, double lr)`: zero_grad, forward, backward, update (`step.rs`)
+//! - `materialize(ptr vals, ptr grads)`: stores the gradients `step` deferred (`step.rs`)
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -38,6 +39,7 @@ pub const FORWARD: &str = "forward";
 pub const BACKWARD: &str = "backward";
 pub const UPDATE: &str = "update";
 pub const STEP: &str = "step";
+pub const MATERIALIZE: &str = "materialize";
 
 /// Math functions the IR calls, with the addresses the engine must map them to. Their names
 /// are private so that LLVM does not recognize (and rewrite) them as libm calls.
@@ -80,6 +82,16 @@ pub struct Lowerer<'ctx, 't> {
     pub(super) lr: Option<FloatValue<'ctx>>,
     /// Per slot: whether the buffers hold it ([`Schedule::kept`]); nothing else is stored.
     kept: Vec<bool>,
+    /// Per slot: a fused param whose gradient `step` leaves to `materialize`.
+    pub(super) deferred: Vec<bool>,
+    /// Whether `step` defers any gradient.
+    pub(super) defers: bool,
+}
+
+/// A lowered module and whether its `step` defers gradients to `materialize`.
+pub struct Lowered<'ctx> {
+    pub module: Module<'ctx>,
+    pub defers: bool,
 }
 
 /// A function an entry point calls: with `vals` and `second`, and `lr` if it takes one.
@@ -128,11 +140,13 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
             fused_update: vec![false; tape.len()],
             lr: None,
             kept: vec![true; tape.len()],
+            deferred: vec![false; tape.len()],
+            defers: false,
         }
     }
 
     /// Emits the whole program and hands the module over.
-    pub fn lower(mut self, schedule: &Schedule, chunk_size: usize) -> Emit<Module<'ctx>> {
+    pub fn lower(mut self, schedule: &Schedule, chunk_size: usize) -> Emit<Lowered<'ctx>> {
         let groups = function_groups(self.tape, schedule, chunk_size);
         self.kept = schedule.kept(self.tape);
         let mut forward = Vec::with_capacity(groups.len());
@@ -144,7 +158,10 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
         self.lower_driver(BACKWARD, &backward, false)?;
         let update = self.lower_update(UPDATE, &[])?;
         self.lower_step(schedule, &groups, &forward, &backward, update)?;
-        Ok(self.module)
+        Ok(Lowered {
+            module: self.module,
+            defers: self.defers,
+        })
     }
 
     /// The backward pass as parts (none without a loss): `{prefix}_init`, the groups from

@@ -290,13 +290,13 @@ impl Program for Jit {
         &self.tape
     }
     fn values(&self) -> &[f64] {
-        &self.native.vals
+        self.native.values()
     }
     fn grads(&self) -> &[f64] {
-        &self.native.grads
+        self.native.grads()
     }
     fn buffers_mut(&mut self) -> (&mut [f64], &mut [f64]) {
-        (&mut self.native.vals, &mut self.native.grads)
+        self.native.buffers_mut()
     }
     fn is_kept(&self, slot: Slot) -> bool {
         self.kept[slot.index()]
@@ -312,5 +312,8 @@ impl Program for Jit {
     }
     fn run_step(&mut self, lr: f64) {
         self.native.step(lr);
+    }
+    fn begin_step(&mut self) {
+        self.native.discard_deferred();
     }
 }

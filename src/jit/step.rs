@@ -11,9 +11,10 @@
 
 use inkwell::values::{FloatValue, IntValue, PointerValue, VectorValue};
 
-use super::lower::{Buf, Emit, Lowerer, Part, STEP};
+use super::lower::{Buf, Emit, Lowerer, Part, MATERIALIZE, STEP};
 use crate::op::Arith;
-use crate::passes::loops::{Affine, Item, Schedule};
+use crate::op::Op;
+use crate::passes::loops::{Affine, DotLoop, Item, Nest, Schedule};
 use crate::tape::{Slot, Tape};
 
 impl<'ctx> Lowerer<'ctx, '_> {
@@ -33,9 +34,19 @@ impl<'ctx> Lowerer<'ctx, '_> {
             parts.extend_from_slice(forward);
             parts.extend_from_slice(backward);
             parts.push(update);
-            return self.lower_driver(STEP, &parts, true);
+            self.lower_driver(STEP, &parts, true)?;
+            return self.lower_materialize(schedule, &[]);
         }
         self.fused_update = fused_updates(self.tape, schedule);
+        let deferred = deferred_blocks(self.tape, schedule, &self.fused_update);
+        for &(k, b, i) in &deferred {
+            let (nest, dot) = nest_dot(schedule, k, b);
+            for j in 0..nest.count {
+                for t in 0..dot.products.len {
+                    self.deferred[dot.products.args[i].at_nested(t, j).index()] = true;
+                }
+            }
+        }
         self.step_mode = true;
         self.grad_stored = self.fused_update.clone();
         parts.extend_from_slice(forward);
@@ -44,7 +55,26 @@ impl<'ctx> Lowerer<'ctx, '_> {
         parts.push(self.lower_update("step_update", &rest)?);
         self.step_mode = false;
         self.lr = None;
-        self.lower_driver(STEP, &parts, true)
+        self.lower_driver(STEP, &parts, true)?;
+        self.lower_materialize(schedule, &deferred)
+    }
+
+    /// `materialize(vals, grads)`: stores the gradients `step` deferred, from the values and
+    /// sum gradients it left in the buffers.
+    fn lower_materialize(
+        &mut self,
+        schedule: &Schedule,
+        deferred: &[(usize, usize, usize)],
+    ) -> Emit<()> {
+        let f = self.begin_function(MATERIALIZE, false, true);
+        let (vals, grads) = self.buffers(f);
+        for &(k, b, i) in deferred {
+            let (nest, dot) = nest_dot(schedule, k, b);
+            self.emit_deferred_grads_lanes(vals, grads, nest, dot, i)?;
+        }
+        self.builder.build_return(None)?;
+        self.defers = !deferred.is_empty();
+        Ok(())
     }
 
     /// `name(vals, grads, lr)`: `vals[p] -= lr * grads[p]` for every param but those `skip`
@@ -138,7 +168,9 @@ impl<'ctx> Lowerer<'ctx, '_> {
         ar.finish()?;
         let g_ptr = self.ptr_at(grads, a, t, j)?;
         let p_ptr = self.ptr_at(vals, a, t, j)?;
-        self.builder.build_store(g_ptr, g)?.set_alignment(8).ok();
+        if !self.deferred[a.at(0).index()] {
+            self.builder.build_store(g_ptr, g)?.set_alignment(8).ok();
+        }
         let p = self.builder.build_load(ty, p_ptr, "p")?.into_vector_value();
         if let Some(inst) = p.as_instruction() {
             inst.set_alignment(8).ok();
@@ -201,6 +233,45 @@ pub(super) fn fused_updates(tape: &Tape, schedule: &Schedule) -> Vec<bool> {
         }
     }
     fused
+}
+
+/// The fused param operands of dot products whose gradient `step` can leave unstored, as
+/// (schedule item, body item, operand): `0 + other * g_sum` is all it takes to compute it
+/// later, and nothing `step` does after its backward changes the other operand (it is no
+/// param) or the sum's gradient (kept). [`crate::Program`]'s methods materialize it before
+/// anyone can tell the difference.
+fn deferred_blocks(tape: &Tape, schedule: &Schedule, fused: &[bool]) -> Vec<(usize, usize, usize)> {
+    let mut blocks = Vec::new();
+    let p = tape.num_params() as u32;
+    for (k, item) in schedule.items.iter().enumerate() {
+        let Item::Nest(nest) = item else { continue };
+        for (b, body) in nest.body.iter().enumerate() {
+            let Item::Dot(dot) = body else { continue };
+            let m = &dot.products;
+            if m.op != Op::Mul || !nest.lanes {
+                continue;
+            }
+            for i in 0..2 {
+                let (a, other) = (m.args[i], m.args[1 - i]);
+                let other_no_param = other.span(m.len, nest.count).start >= p;
+                if fused[a.at(0).index()] && other_no_param {
+                    blocks.push((k, b, i));
+                }
+            }
+        }
+    }
+    blocks
+}
+
+/// Body item `b` of the nest that is schedule item `k`, a dot.
+fn nest_dot(schedule: &Schedule, k: usize, b: usize) -> (&Nest, &DotLoop) {
+    match &schedule.items[k] {
+        Item::Nest(nest) => match &nest.body[b] {
+            Item::Dot(dot) => (nest, dot),
+            _ => unreachable!("deferred_blocks names dots"),
+        },
+        _ => unreachable!("deferred_blocks names nests"),
+    }
 }
 
 /// The operands a body item adds gradients into, with their length and whether they take
