@@ -197,7 +197,12 @@ fn check_inputs(tape: &Tape, inputs: &[f64]) -> Result<()> {
 }
 
 fn check_finite(what: &'static str, xs: &[f64]) -> Result<()> {
-    match xs.iter().enumerate().find(|(_, x)| !x.is_finite()) {
+    // Without an early exit the common case vectorizes: it runs once per training step.
+    let finite = |x: &f64| x.abs() < f64::INFINITY;
+    if xs.iter().fold(true, |all, x| all & finite(x)) {
+        return Ok(());
+    }
+    match xs.iter().enumerate().find(|(_, x)| !finite(x)) {
         Some((index, &value)) => Err(Error::NonFinite { what, index, value }),
         None => Ok(()),
     }
