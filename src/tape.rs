@@ -324,7 +324,10 @@ impl Tape {
                 .iter()
                 .map(|&s| if s == DROPPED { s } else { moved(Slot(s)).0 })
                 .collect(),
-            ..self.clone()
+            graph_id: self.graph_id,
+            num_params: self.num_params,
+            num_inputs: self.num_inputs,
+            param_init: self.param_init.clone(),
         };
         tape.verify()?;
         Ok(tape)

@@ -408,17 +408,14 @@ impl<'ctx> Lowerer<'ctx, '_> {
             set_alignment(v, 8);
             return Ok(v.into_vector_value());
         }
+        if a.outer != 0 {
+            let ptrs = self.lane_ptrs(buf, a, t, group, lanes)?;
+            return self.gather(ptrs, ty);
+        }
+        let x = self.load_at(buf, a, t, group.first)?;
         let i32t = self.context.i32_type();
         let mut v = ty.get_undef();
-        let shared = match a.outer {
-            0 => Some(self.load_at(buf, a, t, group.first)?),
-            _ => None,
-        };
         for lane in 0..lanes.width {
-            let x = match shared {
-                Some(x) => x,
-                None => self.load_at(buf, a, t, self.lane_index(group, lanes, lane)?)?,
-            };
             let index = i32t.const_int(lane as u64, false);
             v = self.builder.build_insert_element(v, x, index, "")?;
         }
@@ -441,15 +438,8 @@ impl<'ctx> Lowerer<'ctx, '_> {
             let _ = store.set_alignment(8);
             return Ok(());
         }
-        let i32t = self.context.i32_type();
-        for lane in 0..lanes.width {
-            let x = self
-                .builder
-                .build_extract_element(v, i32t.const_int(lane as u64, false), "")?
-                .into_float_value();
-            self.store_at(buf, a, t, self.lane_index(group, lanes, lane)?, x)?;
-        }
-        Ok(())
+        let ptrs = self.lane_ptrs(buf, a, t, group, lanes)?;
+        self.scatter(v, ptrs)
     }
 
     /// `grads[a(t, j)] += d[lane]` for the vector's repetitions: one vector update when they
@@ -468,7 +458,8 @@ impl<'ctx> Lowerer<'ctx, '_> {
             let j = self.lane_index(group, lanes, 0)?;
             return self.emit_fused_update_lanes(vals, grads, (a, t, j), d);
         }
-        if a.outer == 1 {
+        if a.outer != 0 {
+            // Each lane its own slot.
             let before = self.load_lanes(grads, a, t, group, lanes)?;
             let after = self.builder.build_float_add(before, d, "")?;
             return self.store_lanes(grads, a, t, group, lanes, after);
@@ -482,6 +473,85 @@ impl<'ctx> Lowerer<'ctx, '_> {
             self.accumulate_at(grads, a, t, self.lane_index(group, lanes, lane)?, x)?;
         }
         Ok(())
+    }
+}
+
+impl<'ctx> Lowerer<'ctx, '_> {
+    /// `&buf[a(t, j)]` for the vector's repetitions `j`, as a vector of pointers.
+    fn lane_ptrs(
+        &self,
+        buf: PointerValue<'ctx>,
+        a: Affine,
+        t: IntValue<'ctx>,
+        group: &Group<'ctx>,
+        lanes: Vector,
+    ) -> Emit<VectorValue<'ctx>> {
+        let i64t = self.context.i64_type();
+        let first = self.ptr_at(buf, a, t, self.lane_index(group, lanes, 0)?)?;
+        let first = self.builder.build_ptr_to_int(first, i64t, "")?;
+        let mut addrs = i64t.vec_type(lanes.width).get_undef();
+        let i32t = self.context.i32_type();
+        for lane in 0..lanes.width {
+            let index = i32t.const_int(lane as u64, false);
+            addrs = self.builder.build_insert_element(addrs, first, index, "")?;
+        }
+        let bytes: Vec<_> = (0..lanes.width as i64)
+            .map(|l| i64t.const_int((l * a.outer * 8) as u64, true))
+            .collect();
+        let addrs = self
+            .builder
+            .build_int_add(addrs, VectorType::const_vector(&bytes), "")?;
+        let ptrs = self
+            .context
+            .ptr_type(Default::default())
+            .vec_type(lanes.width);
+        self.builder.build_int_to_ptr(addrs, ptrs, "lanes")
+    }
+
+    /// `llvm.masked.gather` of every lane.
+    fn gather(&self, ptrs: VectorValue<'ctx>, ty: VectorType<'ctx>) -> Emit<VectorValue<'ctx>> {
+        let f = self.masked_intrinsic("llvm.masked.gather", &[ty.into(), ptrs.get_type().into()]);
+        let args = [
+            ptrs.into(),
+            self.context.i32_type().const_int(8, false).into(),
+            self.all_lanes(ty.get_size()).into(),
+            ty.get_undef().into(),
+        ];
+        let call = self.builder.build_call(f, &args, "")?;
+        Ok(call
+            .try_as_basic_value()
+            .basic()
+            .map_or_else(|| ty.get_undef(), |v| v.into_vector_value()))
+    }
+
+    /// `llvm.masked.scatter` of every lane.
+    fn scatter(&self, v: VectorValue<'ctx>, ptrs: VectorValue<'ctx>) -> Emit<()> {
+        let ty = v.get_type();
+        let f = self.masked_intrinsic("llvm.masked.scatter", &[ty.into(), ptrs.get_type().into()]);
+        let args = [
+            v.into(),
+            ptrs.into(),
+            self.context.i32_type().const_int(8, false).into(),
+            self.all_lanes(ty.get_size()).into(),
+        ];
+        self.builder.build_call(f, &args, "")?;
+        Ok(())
+    }
+
+    fn masked_intrinsic(
+        &self,
+        name: &str,
+        types: &[inkwell::types::BasicTypeEnum<'ctx>],
+    ) -> inkwell::values::FunctionValue<'ctx> {
+        inkwell::intrinsics::Intrinsic::find(name)
+            .and_then(|i| i.get_declaration(&self.module, types))
+            .expect("LLVM has the masked gather and scatter intrinsics")
+    }
+
+    /// A mask with every lane on.
+    fn all_lanes(&self, width: u32) -> VectorValue<'ctx> {
+        let on = self.context.bool_type().const_int(1, false);
+        VectorType::const_vector(&vec![on; width as usize])
     }
 }
 

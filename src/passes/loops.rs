@@ -442,18 +442,22 @@ fn repetitions_independent(body: &[Item], count: u32) -> bool {
     })
 }
 
-/// A gradient addition of a nest's backward: into `slot`, at step `step` of its item (steps
-/// numbered in the item's own backward order), from operand `arg`.
+/// A gradient addition of a nest's backward, in every repetition: into `slot.at_nested(t,
+/// j)`, at step `step` of its item (steps numbered in the item's own backward order), from
+/// operand `arg`.
 struct Contribution {
-    slot: u32,
+    slot: Affine,
+    t: u32,
     step: u64,
     arg: u64,
 }
 
-/// The gradient additions of body item `item` in repetition `j`, in its backward order.
-fn contributions(item: &Item, j: u32, out: &mut Vec<Contribution>) {
-    let at = |a: Affine, t: u32, step: u64, arg: usize| Contribution {
-        slot: a.at_nested(t, j).0,
+/// The gradient additions of a body item, in its backward order (the same in every
+/// repetition).
+fn contributions(item: &Item) -> Vec<Contribution> {
+    let at = |slot: Affine, t: u32, step: u64, arg: usize| Contribution {
+        slot,
+        t,
         step,
         arg: arg as u64,
     };
@@ -465,8 +469,9 @@ fn contributions(item: &Item, j: u32, out: &mut Vec<Contribution>) {
             }
         }
     };
+    let mut out = Vec::new();
     match item {
-        Item::Map(m) if m.needs_grad => map(m, 0, out),
+        Item::Map(m) if m.needs_grad => map(m, 0, &mut out),
         Item::Sum(sum) if sum.needs_grad => {
             if sum.grad_first {
                 out.push(at(sum.first, 0, 0, 0));
@@ -479,52 +484,48 @@ fn contributions(item: &Item, j: u32, out: &mut Vec<Contribution>) {
             if dot.sum.grad_first {
                 out.push(at(dot.sum.first, 0, 0, 0));
             }
-            map(&dot.products, 1, out);
+            map(&dot.products, 1, &mut out);
         }
         _ => {}
     }
+    out
 }
 
 /// Whether the lane order of [`Nest::lanes`] adds every gradient's contributions in the
 /// interpreter's order (repetitions from the last, items from the last, each item's steps in
 /// order). Walks the lane order, checking that each slot's contributions come in increasing
-/// interpreter rank: `O(n log n)` in the additions.
+/// interpreter rank: linear in the additions.
 fn backward_lanes_keep_order(body: &[Item], count: u32) -> bool {
-    let items = body.len() as u64;
-    let steps = 2 + body
+    let per_item: Vec<Vec<Contribution>> = body.iter().map(contributions).collect();
+    let Some(span) = per_item
         .iter()
-        .map(|i| match i {
-            Item::Map(m) => m.len as u64,
-            Item::Sum(s) => s.tail_len as u64,
-            Item::Dot(d) => d.products.len as u64,
-            Item::Straight(_) | Item::Nest(_) => 0,
-        })
-        .max()
-        .unwrap_or(0);
+        .flatten()
+        .map(|c| c.slot.span(c.t + 1, count))
+        .reduce(|a, b| a.start.min(b.start)..a.end.max(b.end))
+    else {
+        return true;
+    };
+    let items = body.len() as u64;
+    let steps = 2 + per_item.iter().flatten().map(|c| c.step).max().unwrap_or(0);
     // The interpreter's order: repetition from the last, item from the last, step, operand.
     let rank = |j: u32, k: usize, c: &Contribution| {
         let outer = (count - 1 - j) as u64 * items + (items - 1 - k as u64);
         (outer * steps + c.step) * 2 + c.arg
     };
-    let mut last_rank = std::collections::HashMap::new();
+    // 1 + the rank of each slot's last addition so far (0: none yet).
+    let mut last = vec![0u64; span.len()];
     for group in (0..count.div_ceil(LANE_GROUP)).rev() {
         let lanes = group * LANE_GROUP..((group + 1) * LANE_GROUP).min(count);
-        for (k, item) in body.iter().enumerate().rev() {
+        for (k, cs) in per_item.iter().enumerate().rev() {
             // The lane order within an item: step, operand, repetition from the last.
-            let mut additions = Vec::new();
-            for j in lanes.clone().rev() {
-                let mut cs = Vec::new();
-                contributions(item, j, &mut cs);
-                additions.extend(cs.into_iter().map(|c| (j, c)));
-            }
-            additions.sort_by_key(|(j, c)| (c.step, c.arg, std::cmp::Reverse(*j)));
-            for (j, c) in &additions {
-                let r = rank(*j, k, c);
-                if last_rank
-                    .insert(c.slot, r)
-                    .is_some_and(|before| before >= r)
-                {
-                    return false;
+            for c in cs {
+                for j in lanes.clone().rev() {
+                    let slot = (c.slot.at_nested(c.t, j).0 - span.start) as usize;
+                    let r = rank(j, k, c) + 1;
+                    if last[slot] >= r {
+                        return false;
+                    }
+                    last[slot] = r;
                 }
             }
         }
@@ -633,14 +634,15 @@ fn next_node(tape: &Tape, s: Slot) -> Option<Slot> {
 fn map_run_at(tape: &Tape, s: Slot) -> Option<MapLoop> {
     let op = tape.op(s);
     op.arity()?;
-    let grad_args = |n: Slot| {
-        tape.args(n)
-            .iter()
-            .map(|&a| tape.needs_grad(a))
-            .collect::<Vec<_>>()
-    };
+    let grad_args: Vec<bool> = tape.args(s).iter().map(|&a| tape.needs_grad(a)).collect();
     let same_kind = |n: Slot| {
-        tape.op(n) == op && tape.needs_grad(n) == tape.needs_grad(s) && grad_args(n) == grad_args(s)
+        tape.op(n) == op
+            && tape.needs_grad(n) == tape.needs_grad(s)
+            && tape
+                .args(n)
+                .iter()
+                .zip(&grad_args)
+                .all(|(&a, &g)| tape.needs_grad(a) == g)
     };
     let second = next_node(tape, s).filter(|&n| same_kind(n))?;
     let out = Affine::through(s, second);
@@ -667,7 +669,7 @@ fn map_run_at(tape: &Tape, s: Slot) -> Option<MapLoop> {
         args,
         len,
         needs_grad: tape.needs_grad(s),
-        grad_args: grad_args(s),
+        grad_args,
     })
 }
 
