@@ -2,7 +2,8 @@
 //! native code with LLVM.
 //!
 //! The pipeline: [`Graph`] (micrograd's API) -> [`Tape`] (linear, slot-indexed) ->
-//! LLVM IR -> native `forward`/`backward`/`update` ([`Jit`]). The [`Interpreter`] runs the
+//! [`passes`] (loop recovery, param layout) -> LLVM IR -> native `forward`, `backward`,
+//! `update` and `step` ([`Jit`]). The [`Interpreter`] runs the
 //! same tape as the reference every backend must match bit for bit; both implement
 //! [`Program`], so a training loop is written once.
 

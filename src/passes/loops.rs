@@ -3,11 +3,13 @@
 //! A graph built by scalar code hides its loops, but not their trace: a dot product is a run
 //! of `mul` nodes whose operand slots advance by a constant step, one layer is that run
 //! repeated, a `sum` over such a run reads its operands at evenly spaced slots. This pass
-//! recovers two shapes, for any graph (nothing here knows about `nn`):
+//! recovers these shapes, for any graph (nothing here knows about `nn`):
 //!
 //! - [`MapLoop`]: a run of nodes with the same op whose own slots and every operand's slots
 //!   are affine in the run index `t` (`base + stride * t`), separated only by leaves.
 //! - [`SumLoop`]: a `sum` whose operands after the first are affine.
+//! - [`DotLoop`]: a map of `mul` and the sum that alone reads its products, fused (the
+//!   products stay in registers).
 //! - [`Nest`]: a sequence of such loops (and single nodes between them) repeated with every
 //!   slot advancing by a constant per repetition: a layer, neuron after neuron.
 //!
