@@ -6,8 +6,9 @@
 //! (no `zero_grad` pass over them), and a param whose gradient one lane loop computes in
 //! whole (its only use) is stored and updated right there (`p -= lr * g`), while its value is
 //! still in cache: a layer's weights cross memory twice per step instead of four times.
-//! With loop recovery off, `step` calls the four passes (a second backward would double the
-//! compile time of straight-line code).
+//! Where no lane loop computes a param's whole gradient (loop recovery off, or an irregular
+//! graph), `step` calls the four passes instead: a second backward would only add compile
+//! time.
 
 use inkwell::values::{FloatValue, IntValue, PointerValue, VectorValue};
 
@@ -28,8 +29,9 @@ impl<'ctx> Lowerer<'ctx, '_> {
         update: Part<'ctx>,
     ) -> Emit<()> {
         let mut parts = Vec::new();
-        let recovered = schedule.loops > 0;
-        if !recovered || self.tape.loss().is_none() {
+        let fused = fused_updates(self.tape, schedule);
+        // A second backward pays only where it saves a pass over a layer's weights.
+        if !fused.contains(&true) || self.tape.loss().is_none() {
             parts.push(self.lower_zero_param_grads()?);
             parts.extend_from_slice(forward);
             parts.extend_from_slice(backward);
@@ -37,7 +39,7 @@ impl<'ctx> Lowerer<'ctx, '_> {
             self.lower_driver(STEP, &parts, true)?;
             return self.lower_materialize(schedule, &[]);
         }
-        self.fused_update = fused_updates(self.tape, schedule);
+        self.fused_update = fused;
         let deferred = deferred_blocks(self.tape, schedule, &self.fused_update);
         for &(k, b, i) in &deferred {
             let (nest, dot) = nest_dot(schedule, k, b);
