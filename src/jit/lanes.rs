@@ -244,33 +244,52 @@ impl<'ctx> Lowerer<'ctx, '_> {
             return Ok(());
         }
         let gs = self.sum_grads_lanes(vals, grads, sum, group)?;
-        let g_products = group
-            .vectors
-            .iter()
-            .zip(&gs)
-            .map(|(&lanes, &g)| {
-                let mut ar = self.vector_arith(lanes);
-                let fresh = ar.constant(0.0);
-                let g_product = ar.add(fresh, g);
-                ar.finish()?;
-                Ok(g_product)
-            })
-            .collect::<Emit<Vec<_>>>()?;
+        let g_products = self.fresh_lanes(&gs)?;
         self.emit_loop(map.len, true, &[], |this, t, _| {
-            let mut locals = Vec::with_capacity(group.vectors.len());
-            for (&lanes, &g) in group.vectors.iter().zip(&g_products) {
-                let x = this.load_args_lanes(vals, map, t, group, lanes)?;
-                let mut ar = this.vector_arith(lanes);
-                let product = map.op.forward(&mut ar, &x);
-                let mut local = Vec::new();
-                map.op.local_grads(&mut ar, &x, product, g, &mut local);
-                ar.finish()?;
-                locals.push(local);
-            }
+            let locals = group
+                .vectors
+                .iter()
+                .zip(&g_products)
+                .map(|(&lanes, &g)| this.product_grads_lanes(vals, map, t, group, lanes, g))
+                .collect::<Emit<Vec<_>>>()?;
             this.accumulate_args_lanes(vals, grads, map, t, group, &locals)?;
             Ok(Vec::new())
         })?;
         Ok(())
+    }
+
+    /// `0 + g` per vector: what a gradient buffer zeroed by backward holds after receiving
+    /// `g` once (it turns a -0 into +0, as the interpreter's buffer does).
+    pub(super) fn fresh_lanes(&self, gs: &[VectorValue<'ctx>]) -> Emit<Vec<VectorValue<'ctx>>> {
+        gs.iter()
+            .map(|&g| {
+                let mut ar = IrArith::<VectorValue>::new(&self.builder, g.get_type(), &self.libm);
+                let fresh = ar.constant(0.0);
+                let sum = ar.add(fresh, g);
+                ar.finish()?;
+                Ok(sum)
+            })
+            .collect()
+    }
+
+    /// The local gradients of one vector of products at step `t`, given their gradient
+    /// `g`, in operand order.
+    fn product_grads_lanes(
+        &self,
+        vals: PointerValue<'ctx>,
+        map: &MapLoop,
+        t: IntValue<'ctx>,
+        group: &Group<'ctx>,
+        lanes: Vector,
+        g: VectorValue<'ctx>,
+    ) -> Emit<Vec<VectorValue<'ctx>>> {
+        let x = self.load_args_lanes(vals, map, t, group, lanes)?;
+        let mut ar = self.vector_arith(lanes);
+        let product = map.op.forward(&mut ar, &x);
+        let mut local = Vec::new();
+        map.op.local_grads(&mut ar, &x, product, g, &mut local);
+        ar.finish()?;
+        Ok(local)
     }
 
     /// Stores the gradients of operand `i` of a dot's products that `step` deferred:
@@ -288,28 +307,16 @@ impl<'ctx> Lowerer<'ctx, '_> {
         let (sum, map) = (&dot.sum, &dot.products);
         let zero = self.context.i64_type().const_zero();
         self.for_each_group(nest.count, false, |this, group| {
-            let g_products = group
+            let gs = group
                 .vectors
                 .iter()
-                .map(|&lanes| {
-                    let g = this.load_lanes(grads, sum.slot, zero, group, lanes)?;
-                    let mut ar = this.vector_arith(lanes);
-                    let fresh = ar.constant(0.0);
-                    let g_product = ar.add(fresh, g);
-                    ar.finish()?;
-                    Ok(g_product)
-                })
+                .map(|&lanes| this.load_lanes(grads, sum.slot, zero, group, lanes))
                 .collect::<Emit<Vec<_>>>()?;
+            let g_products = this.fresh_lanes(&gs)?;
             this.emit_loop(map.len, false, &[], |this, t, _| {
                 for (&lanes, &g) in group.vectors.iter().zip(&g_products) {
-                    let x = this.load_args_lanes(vals, map, t, group, lanes)?;
-                    let mut ar = this.vector_arith(lanes);
-                    let product = map.op.forward(&mut ar, &x);
-                    let mut local = Vec::new();
-                    map.op.local_grads(&mut ar, &x, product, g, &mut local);
-                    let fresh = ar.constant(0.0);
-                    let g_operand = ar.add(fresh, local[i]);
-                    ar.finish()?;
+                    let local = this.product_grads_lanes(vals, map, t, group, lanes, g)?;
+                    let g_operand = this.fresh_lanes(&local[i..=i])?[0];
                     this.store_lanes(grads, map.args[i], t, group, lanes, g_operand)?;
                 }
                 Ok(Vec::new())

@@ -13,7 +13,6 @@
 use inkwell::values::{FloatValue, IntValue, PointerValue, VectorValue};
 
 use super::lower::{Buf, Emit, Lowerer, Part, MATERIALIZE, STEP};
-use crate::op::Arith;
 use crate::op::Op;
 use crate::passes::loops::{Affine, DotLoop, Item, Nest, Schedule};
 use crate::tape::{Slot, Tape};
@@ -164,10 +163,7 @@ impl<'ctx> Lowerer<'ctx, '_> {
         let (a, t, j) = ptr_index;
         let ty = d.get_type();
         let lr = self.lr.expect("step's backward functions take lr");
-        let mut ar = super::ir_arith::IrArith::<VectorValue>::new(&self.builder, ty, &self.libm);
-        let fresh = ar.constant(0.0);
-        let g = ar.add(fresh, d);
-        ar.finish()?;
+        let g = self.fresh_lanes(&[d])?[0];
         let g_ptr = self.ptr_at(grads, a, t, j)?;
         let p_ptr = self.ptr_at(vals, a, t, j)?;
         if !self.deferred[a.at(0).index()] {
