@@ -102,9 +102,10 @@ impl Graph {
         (0..n).map(|_| self.input()).collect()
     }
 
-    /// A new input whose gradient backward does not compute (it stays 0), like a tensor
-    /// without `requires_grad` in PyTorch: data such as pixels, whose gradient training
-    /// never reads. On an MLP that saves a third of backward's arithmetic in the first layer.
+    /// A new input whose gradient backward does not compute (it stays 0; only if the input
+    /// is itself the loss does it get the loss's 1), like a tensor without `requires_grad`
+    /// in PyTorch: data such as pixels, whose gradient training never reads. On an MLP that
+    /// saves a third of backward's arithmetic in the first layer.
     pub fn input_without_grad(&self) -> Value<'_> {
         self.new_input(false)
     }

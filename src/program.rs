@@ -167,7 +167,7 @@ pub trait Program {
     }
 
     /// The gradient of `v` as of the last `backward` (0 for nodes the loss does not depend
-    /// on, and for inputs made without gradient).
+    /// on, and for inputs made without gradient unless one is the loss itself).
     fn grad(&self, v: Value<'_>) -> Result<f64> {
         Ok(self.grads()[self.kept_slot(v)?.index()])
     }

@@ -301,7 +301,7 @@ impl Program for Jit {
         self.native.buffers_mut()
     }
     fn is_kept(&self, slot: Slot) -> bool {
-        self.kept[slot.index()]
+        self.kept.get(slot.index()).copied().unwrap_or(true)
     }
     fn run_forward(&mut self) {
         self.native.forward();
