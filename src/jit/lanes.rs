@@ -471,15 +471,17 @@ impl<'ctx> Lowerer<'ctx, '_> {
             let after = self.builder.build_float_add(before, d, "")?;
             return self.store_lanes(grads, a, t, group, lanes, after);
         }
+        // One slot for every lane: its running sum stays in a register, lanes from the last.
         let i32t = self.context.i32_type();
+        let mut sum = self.load_at(grads, a, t, group.first)?;
         for lane in (0..lanes.width).rev() {
             let x = self
                 .builder
                 .build_extract_element(d, i32t.const_int(lane as u64, false), "")?
                 .into_float_value();
-            self.accumulate_at(grads, a, t, self.lane_index(group, lanes, lane)?, x)?;
+            sum = self.builder.build_float_add(sum, x, "")?;
         }
-        Ok(())
+        self.store_at(grads, a, t, group.first, sum)
     }
 }
 
