@@ -283,6 +283,12 @@ impl Tape {
     /// `0..num_params`; the layout pass ([`crate::passes::layout`]) picks it so that a
     /// layer's weights are read with unit stride across its neurons.
     pub fn with_param_layout(&self, from: &[u32]) -> Result<Tape> {
+        self.clone().into_param_layout(from)
+    }
+
+    /// [`Tape::with_param_layout`], reusing this tape's memory (a compile moves millions
+    /// of operand slots; allocating them anew costs more than rewriting them).
+    pub fn into_param_layout(mut self, from: &[u32]) -> Result<Tape> {
         let p = self.num_params;
         if from.len() != p {
             return Err(Error::InvalidTape {
@@ -309,28 +315,24 @@ impl Tape {
                 s
             }
         };
-        let mut nodes = self.nodes.clone();
+        let params: Vec<TapeNode> = self.nodes[..p].to_vec();
         for (s, &f) in from.iter().enumerate() {
-            nodes[s] = self.nodes[f as usize];
+            self.nodes[s] = params[f as usize];
         }
-        let tape = Tape {
-            nodes,
-            args: self.args.iter().map(|&a| moved(a)).collect(),
-            param_slots: self.param_slots.iter().map(|&s| moved(s)).collect(),
-            outputs: self.outputs.iter().map(|&s| moved(s)).collect(),
-            loss: self.loss.map(moved),
-            slot_of: self
-                .slot_of
-                .iter()
-                .map(|&s| if s == DROPPED { s } else { moved(Slot(s)).0 })
-                .collect(),
-            graph_id: self.graph_id,
-            num_params: self.num_params,
-            num_inputs: self.num_inputs,
-            param_init: self.param_init.clone(),
-        };
-        tape.verify()?;
-        Ok(tape)
+        for a in self
+            .args
+            .iter_mut()
+            .chain(&mut self.param_slots)
+            .chain(&mut self.outputs)
+            .chain(&mut self.loss)
+        {
+            *a = moved(*a);
+        }
+        for s in self.slot_of.iter_mut().filter(|s| **s != DROPPED) {
+            *s = moved(Slot(*s)).0;
+        }
+        self.verify()?;
+        Ok(self)
     }
 
     pub fn outputs(&self) -> &[Slot] {

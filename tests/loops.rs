@@ -222,17 +222,22 @@ fn nests_of(g: &Graph) -> Vec<(u32, bool)> {
 }
 
 #[test]
-fn a_layer_wider_than_a_lane_group_with_input_gradients() {
-    // 70 tanh neurons: one full group of 64 lanes and a rest of 6; the inputs take
-    // gradients, which every lane adds into the same slots, last neuron first.
-    let g = Graph::new();
-    let mut rng = StdRng::seed_from_u64(12);
-    let layer = Layer::new(&g, 9, 70, Activation::Tanh, &mut rng);
-    let x = g.inputs(9);
-    let out = layer.call(&x).unwrap();
-    g.set_loss(g.sum(out.iter().map(|&o| o * o))).unwrap();
-    assert!(check("70-wide layer", &g) > 0);
-    assert_eq!(nests_of(&g), vec![(70, true)]);
+fn layers_wider_than_a_lane_group_with_input_gradients() {
+    // Tanh neurons whose inputs take gradients, which every lane adds into the same slots,
+    // last neuron first. 70: one group of 64 and a rest of 6; 130: a loop over two groups of
+    // 64 and a rest of 2; 136: a loop over 17 groups of 8 (the largest multiple of 8 that
+    // divides it, so no rest).
+    for (width, group) in [(70, 64), (130, 64), (136, 8)] {
+        assert_eq!(tapejit::passes::loops::lane_group(width), group);
+        let g = Graph::new();
+        let mut rng = StdRng::seed_from_u64(12);
+        let layer = Layer::new(&g, 9, width as usize, Activation::Tanh, &mut rng);
+        let x = g.inputs(9);
+        let out = layer.call(&x).unwrap();
+        g.set_loss(g.sum(out.iter().map(|&o| o * o))).unwrap();
+        assert!(check(&format!("{width}-wide layer"), &g) > 0);
+        assert_eq!(nests_of(&g), vec![(width, true)]);
+    }
 }
 
 #[test]

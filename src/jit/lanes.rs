@@ -7,7 +7,7 @@
 //! ([`Nest::independent`] for forward, [`Nest::lanes`] for backward). After the param layout
 //! pass, a layer's weights for one input are adjacent, so lanes load them with one vector load.
 //!
-//! Repetitions run in groups of [`LANE_GROUP`], a group as vectors of up to [`WIDTH`] lanes,
+//! Repetitions run in groups of [`lane_group`] (up to 64), a group as vectors of up to [`WIDTH`] lanes,
 //! so a dot product keeps eight independent vector accumulators in flight.
 
 use inkwell::types::VectorType;
@@ -16,7 +16,7 @@ use inkwell::values::{BasicValue, IntValue, PointerValue, VectorValue};
 use super::ir_arith::IrArith;
 use super::lower::{Emit, Lowerer};
 use crate::op::Arith;
-use crate::passes::loops::{Affine, DotLoop, Item, MapLoop, Nest, SumLoop, LANE_GROUP};
+use crate::passes::loops::{lane_group, Affine, DotLoop, Item, MapLoop, Nest, SumLoop};
 
 /// Lanes per vector: eight doubles, one AVX-512 register (LLVM splits it where vectors are
 /// narrower).
@@ -91,7 +91,7 @@ impl<'ctx> Lowerer<'ctx, '_> {
         })
     }
 
-    /// Runs `body` on every group of [`LANE_GROUP`] repetitions (a loop over the full
+    /// Runs `body` on every group of [`lane_group`] repetitions (a loop over the full
     /// groups, and the rest), in increasing or decreasing order.
     fn for_each_group(
         &self,
@@ -100,16 +100,19 @@ impl<'ctx> Lowerer<'ctx, '_> {
         mut body: impl FnMut(&Self, &Group<'ctx>) -> Emit<()>,
     ) -> Emit<()> {
         let i64t = self.context.i64_type();
-        let (full, rest) = (count / LANE_GROUP, count % LANE_GROUP);
-        let rest_group = Group::new(i64t.const_int((full * LANE_GROUP) as u64, false), rest);
+        let size = lane_group(count);
+        let (full, rest) = (count / size, count % size);
+        let rest_group = Group::new(i64t.const_int((full * size) as u64, false), rest);
         if rest > 0 && descending {
             body(self, &rest_group)?;
         }
-        if full > 0 {
+        if full == 1 {
+            body(self, &Group::new(i64t.const_zero(), size))?;
+        } else if full > 1 {
             self.emit_loop(full, descending, &[], |this, g, _| {
-                let size = i64t.const_int(LANE_GROUP as u64, false);
-                let first = this.builder.build_int_mul(g, size, "group")?;
-                body(this, &Group::new(first, LANE_GROUP))?;
+                let stride = i64t.const_int(size as u64, false);
+                let first = this.builder.build_int_mul(g, stride, "group")?;
+                body(this, &Group::new(first, size))?;
                 Ok(Vec::new())
             })?;
         }

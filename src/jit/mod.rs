@@ -206,7 +206,7 @@ impl JitBuilder {
         let mut schedule = recovery::schedule(&tape, self.loop_recovery);
         let tape = match layout::param_layout(&tape, &schedule) {
             Some(from) => {
-                let moved = tape.with_param_layout(&from)?;
+                let moved = tape.into_param_layout(&from)?;
                 schedule = recovery::schedule(&moved, self.loop_recovery);
                 moved
             }

@@ -123,16 +123,30 @@ pub struct Nest {
     /// No repetition reads what another one writes, so forward may run each body item for
     /// every repetition before the next item, and several repetitions at once.
     pub independent: bool,
-    /// Backward may run repetitions side by side too: group by group of [`LANE_GROUP`]
-    /// repetitions (groups from the last), the body items from the last, and within an item
+    /// Backward may run repetitions side by side too: group by group of
+    /// [`lane_group`]`(count)` repetitions (groups from the last), the body items from the last, and within an item
     /// step and operand in the item's order, every repetition of the group from the last. The
     /// pass checks that this order adds every gradient's contributions in the interpreter's
     /// order ([`backward_lanes_keep_order`]).
     pub lanes: bool,
 }
 
-/// Repetitions a lane lowering runs together (vectors of repetitions, side by side).
-pub const LANE_GROUP: u32 = 64;
+/// At most this many repetitions run together in lanes (eight vectors of eight).
+pub const MAX_LANE_GROUP: u32 = 64;
+
+/// How many of a nest's `count` repetitions a lane lowering runs together: all of them up to
+/// [`MAX_LANE_GROUP`], else the largest multiple of 8 up to it that divides `count` (no
+/// ragged last group: its code would be a second copy), else [`MAX_LANE_GROUP`].
+pub fn lane_group(count: u32) -> u32 {
+    if count <= MAX_LANE_GROUP {
+        return count;
+    }
+    (1..=MAX_LANE_GROUP / 8)
+        .rev()
+        .map(|v| 8 * v)
+        .find(|g| count % g == 0)
+        .unwrap_or(MAX_LANE_GROUP)
+}
 
 /// One step of the lowered program, in tape order.
 #[derive(Clone, Debug, PartialEq)]
@@ -516,8 +530,9 @@ fn backward_lanes_keep_order(body: &[Item], count: u32) -> bool {
     };
     // 1 + the rank of each slot's last addition so far (0: none yet).
     let mut last = vec![0u64; span.len()];
-    for group in (0..count.div_ceil(LANE_GROUP)).rev() {
-        let lanes = group * LANE_GROUP..((group + 1) * LANE_GROUP).min(count);
+    let size = lane_group(count);
+    for group in (0..count.div_ceil(size)).rev() {
+        let lanes = group * size..((group + 1) * size).min(count);
         for (k, cs) in per_item.iter().enumerate().rev() {
             // The lane order within an item: step, operand, repetition from the last.
             for c in cs {
