@@ -228,7 +228,7 @@ fn layers_wider_than_a_lane_group_with_input_gradients() {
     // 64 and a rest of 2; 136: a loop over 17 groups of 8 (the largest multiple of 8 that
     // divides it, so no rest).
     for (width, group) in [(70, 64), (130, 64), (136, 8)] {
-        assert_eq!(tapejit::passes::loops::lane_group(width), group);
+        assert_eq!(tapejit::passes::lanes::lane_group(width), group);
         let g = Graph::new();
         let mut rng = StdRng::seed_from_u64(12);
         let layer = Layer::new(&g, 9, width as usize, Activation::Tanh, &mut rng);

@@ -16,7 +16,8 @@ use inkwell::values::{BasicValue, IntValue, PointerValue, VectorValue};
 use super::ir_arith::IrArith;
 use super::lower::{Emit, Lowerer};
 use crate::op::Arith;
-use crate::passes::loops::{lane_group, Affine, DotLoop, Item, MapLoop, Nest, SumLoop};
+use crate::passes::lanes::lane_group;
+use crate::passes::loops::{Affine, DotLoop, Item, MapLoop, Nest, SumLoop};
 
 /// Lanes per vector: eight doubles, one AVX-512 register (LLVM splits it where vectors are
 /// narrower).
