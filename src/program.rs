@@ -114,6 +114,31 @@ pub trait Program {
         })
     }
 
+    /// Trains on `inputs`, one sample after the other (`num_inputs` numbers each): a `step`
+    /// per sample, with the same results. Returns each step's loss. Every number is checked
+    /// before the first step; a length that is not a whole number of samples, no samples, or
+    /// a graph without inputs is an error. The JIT runs a first layer's weight update and the
+    /// next sample's forward through it in one pass over its weights (`jit/step.rs`).
+    fn train(&mut self, inputs: &[f64], lr: f64) -> Result<Vec<f64>> {
+        self.tape().loss().ok_or(Error::NoLoss)?;
+        let width = self.tape().num_inputs();
+        if width == 0 || inputs.is_empty() || inputs.len() % width != 0 {
+            return Err(Error::WrongLength {
+                what: "training inputs (a whole number of samples)",
+                expected: width.max(1) * (inputs.len() / width.max(1)).max(1),
+                got: inputs.len(),
+            });
+        }
+        check_finite("input", inputs)?;
+        self.begin_step();
+        Ok(self.run_train(inputs, lr))
+    }
+
+    /// `train` on checked inputs: `step` per sample. A backend may do it in one go.
+    fn run_train(&mut self, inputs: &[f64], lr: f64) -> Vec<f64> {
+        step_per_sample(self, inputs, lr)
+    }
+
     /// The params, in the order they were created.
     fn params(&self) -> Vec<f64> {
         let v = self.values();
@@ -181,6 +206,30 @@ pub trait Program {
             Err(Error::NotKept { node: v.id() })
         }
     }
+}
+
+/// `run_step` on each sample of checked `inputs`, returning the losses `step` would.
+pub(crate) fn step_per_sample<P: Program + ?Sized>(p: &mut P, inputs: &[f64], lr: f64) -> Vec<f64> {
+    let width = p.tape().num_inputs();
+    let base = p.tape().input_base();
+    let Some(loss) = p.tape().loss() else {
+        return Vec::new();
+    };
+    let leaf = p.tape().op(loss).is_leaf();
+    inputs
+        .chunks(width)
+        .map(|x| {
+            p.buffers_mut().0[base..base + width].copy_from_slice(x);
+            // As in `step`: a leaf loss is read before the update.
+            let before = p.values()[loss.index()];
+            p.run_step(lr);
+            if leaf {
+                before
+            } else {
+                p.values()[loss.index()]
+            }
+        })
+        .collect()
 }
 
 /// The checks of `set_inputs`: one finite number per input.

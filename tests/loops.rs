@@ -345,3 +345,84 @@ fn gradients_step_defers_are_there_whenever_anyone_looks() {
         }
     }
 }
+
+#[test]
+fn train_is_step_per_sample_bit_for_bit() {
+    // `train` fuses a first layer's weight update with the next sample's forward; whatever
+    // it fuses, every backend must end where `step` per sample ends, losses included.
+    for (nin, hidden, samples) in [(24, vec![12], 7), (20, vec![70, 5], 4), (16, vec![9], 1)] {
+        let g = Graph::new();
+        Classifier::new(&g, nin, &hidden, 3, &mut StdRng::seed_from_u64(17)).unwrap();
+        let width = g.num_inputs();
+        let mut rng = StdRng::seed_from_u64(18);
+        let inputs: Vec<f64> = (0..samples)
+            .flat_map(|s| {
+                let mut x = random_inputs(&mut rng, width);
+                x[nin..].fill(0.0);
+                x[nin + s % 3] = 1.0;
+                x
+            })
+            .collect();
+        let mut reference = tapejit::Interpreter::new(&g).unwrap();
+        let want: Vec<u64> = inputs
+            .chunks(width)
+            .map(|x| reference.step(x, 0.05).unwrap().to_bits())
+            .collect();
+        for mut b in interpreter_and_every_jit_level(&g) {
+            let p = b.program.as_mut();
+            let got: Vec<u64> = p
+                .train(&inputs, 0.05)
+                .unwrap()
+                .iter()
+                .map(|l| l.to_bits())
+                .collect();
+            let at = format!("{nin}-{hidden:?}, {samples} samples, {}", b.name);
+            assert_eq!(got, want, "{at}: losses");
+            let bits = |v: Vec<f64>| v.into_iter().map(f64::to_bits).collect::<Vec<_>>();
+            assert_eq!(bits(p.params()), bits(reference.params()), "{at}: params");
+            assert_eq!(
+                bits(p.param_grads()),
+                bits(reference.param_grads()),
+                "{at}: grads"
+            );
+            let kept = common::kept_slots(&reference, p);
+            for s in kept {
+                assert_eq!(
+                    p.values()[s].to_bits(),
+                    reference.values()[s].to_bits(),
+                    "{at}: value {s}"
+                );
+                assert_eq!(
+                    p.grads()[s].to_bits(),
+                    reference.grads()[s].to_bits(),
+                    "{at}: grad {s}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn train_checks_every_input_before_the_first_step() {
+    let g = Graph::new();
+    Classifier::new(&g, 10, &[9], 3, &mut StdRng::seed_from_u64(19)).unwrap();
+    for mut b in interpreter_and_every_jit_level(&g) {
+        let p = b.program.as_mut();
+        let before = p.params();
+        let mut inputs = vec![0.5; 13 * 3];
+        inputs[13 * 2 + 4] = f64::INFINITY;
+        assert!(matches!(
+            p.train(&inputs, 0.1),
+            Err(tapejit::Error::NonFinite { .. })
+        ));
+        assert!(matches!(
+            p.train(&inputs[..20], 0.1),
+            Err(tapejit::Error::WrongLength { .. })
+        ));
+        assert!(matches!(
+            p.train(&[], 0.1),
+            Err(tapejit::Error::WrongLength { .. })
+        ));
+        assert_eq!(p.params(), before, "{}: nothing ran", b.name);
+    }
+}

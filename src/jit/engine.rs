@@ -19,7 +19,7 @@ use inkwell::targets::{CodeModel, InitializationConfig, RelocMode, Target, Targe
 use inkwell::OptimizationLevel;
 
 use super::lower::{
-    libm_symbols, HostCpu, Lowered, Lowerer, BACKWARD, FORWARD, MATERIALIZE, STEP, UPDATE,
+    libm_symbols, HostCpu, Lowered, Lowerer, BACKWARD, FORWARD, MATERIALIZE, STEP, TRAIN, UPDATE,
 };
 use super::{JitBuilder, JitStats};
 use crate::error::{Error, Result};
@@ -29,6 +29,7 @@ use crate::tape::Tape;
 
 type PassFn = unsafe extern "C" fn(*mut f64, *mut f64);
 type UpdateFn = unsafe extern "C" fn(*mut f64, *mut f64, f64);
+type TrainFn = unsafe extern "C" fn(*mut f64, *mut f64, f64, *const f64, i64, *mut f64);
 
 fn llvm_error(stage: &'static str, message: impl ToString) -> Error {
     Error::Llvm {
@@ -119,6 +120,7 @@ struct Entries {
     update: UpdateFn,
     step: UpdateFn,
     materialize: PassFn,
+    train: Option<TrainFn>,
 }
 
 // SAFETY: the LLVM context, module and engine are used by one thread at a time (every use
@@ -184,7 +186,11 @@ impl Native {
     ) -> Result<(Module<'static>, ExecutionEngine<'static>, Entries, bool)> {
         let cpu = host_cpu();
         let start = Instant::now();
-        let Lowered { module, defers } = Lowerer::new(ctx, tape, &cpu, options.fast_math)
+        let Lowered {
+            module,
+            defers,
+            trains,
+        } = Lowerer::new(ctx, tape, &cpu, options.fast_math)
             .lower(schedule, options.chunk_size)
             .map_err(|e| llvm_error("IR emission", e))?;
         module
@@ -226,6 +232,7 @@ impl Native {
         let (forward, backward) = (address(FORWARD)?, address(BACKWARD)?);
         let (update, step) = (address(UPDATE)?, address(STEP)?);
         let materialize = address(MATERIALIZE)?;
+        let train = if trains { Some(address(TRAIN)?) } else { None };
         stats.codegen_secs = start.elapsed().as_secs_f64();
         // SAFETY: the addresses are of functions the lowering defined with exactly these
         // signatures (see `lower`), and they stay valid while `engine` lives.
@@ -236,6 +243,7 @@ impl Native {
                 update: std::mem::transmute::<usize, UpdateFn>(update),
                 step: std::mem::transmute::<usize, UpdateFn>(step),
                 materialize: std::mem::transmute::<usize, PassFn>(materialize),
+                train: train.map(|t| std::mem::transmute::<usize, TrainFn>(t)),
             }
         };
         Ok((module, engine, entries, defers))
@@ -304,6 +312,34 @@ impl Native {
         let (vals, grads) = self.buffers_mut();
         // SAFETY: as in `forward`.
         unsafe { f(vals.as_mut_ptr(), grads.as_mut_ptr(), lr) }
+    }
+
+    /// Runs `train` over the `inputs.len() / num_inputs` samples of `inputs`, which must be a
+    /// whole number `>= 1` of them (the caller checks; `num_inputs` is the tape's), and
+    /// returns their losses; `None` if the module has no `train`.
+    pub fn train(&mut self, inputs: &[f64], num_inputs: usize, lr: f64) -> Option<Vec<f64>> {
+        let train = self.entries.train?;
+        let n = inputs.len().checked_div(num_inputs).filter(|&n| n >= 1)?;
+        if n * num_inputs != inputs.len() {
+            return None;
+        }
+        let mut losses = vec![0.0; n];
+        self.pending.set(false);
+        let (vals, grads) = (self.vals.as_mut_ptr(), self.grads.get_mut().as_mut_ptr());
+        // SAFETY: as in `forward`; `train` reads `n * num_inputs` numbers of `inputs` (its
+        // length, checked above) and writes `n` losses.
+        unsafe {
+            train(
+                vals,
+                grads,
+                lr,
+                inputs.as_ptr(),
+                n as i64,
+                losses.as_mut_ptr(),
+            )
+        }
+        self.pending.set(self.defers);
+        Some(losses)
     }
 
     /// Runs `step` (zero_grad, forward, backward, update) over the buffers. The gradients it

@@ -61,6 +61,8 @@ impl<'ctx> Lowerer<'ctx, '_> {
                 match item {
                     Item::Map(map) => this.emit_map_forward_lanes(vals, map, group)?,
                     Item::Sum(sum) => this.emit_sum_forward_lanes(vals, sum, None, group)?,
+                    // `train` computed this dot while updating its weights.
+                    Item::Dot(dot) if self.merges(dot) => {}
                     Item::Dot(dot) => {
                         this.emit_sum_forward_lanes(vals, &dot.sum, Some(&dot.products), group)?
                     }
@@ -247,6 +249,9 @@ impl<'ctx> Lowerer<'ctx, '_> {
         if !sum.needs_grad {
             return Ok(());
         }
+        if self.merges(dot) {
+            return self.emit_dot_backward_merged_lanes(vals, grads, dot, group);
+        }
         let gs = self.sum_grads_lanes(vals, grads, sum, group)?;
         let g_products = self.fresh_lanes(&gs)?;
         self.emit_loop(map.len, true, &[], |this, t, _| {
@@ -259,6 +264,64 @@ impl<'ctx> Lowerer<'ctx, '_> {
             this.accumulate_args_lanes(vals, grads, map, t, group, &locals)?;
             Ok(Vec::new())
         })?;
+        Ok(())
+    }
+
+    /// `train`'s dot: this sample's backward, which updates the weights, and the next
+    /// sample's forward, which reads them, in one pass over the weights. The bias (`first`)
+    /// is updated first, as in the backward alone; then for `t` from the first (the order of
+    /// additions into distinct weights is free, and the next sample's sums must run left to
+    /// right) each weight is updated and its product with the next sample's input, which
+    /// `train` put in the inputs' (unused) gradient slots, added to that sample's sums.
+    fn emit_dot_backward_merged_lanes(
+        &self,
+        vals: PointerValue<'ctx>,
+        grads: PointerValue<'ctx>,
+        dot: &DotLoop,
+        group: &Group<'ctx>,
+    ) -> Emit<()> {
+        let (sum, map) = (&dot.sum, &dot.products);
+        let zero = self.context.i64_type().const_zero();
+        let gs = self.sum_grads_lanes(vals, grads, sum, group)?;
+        let g_products = self.fresh_lanes(&gs)?;
+        let biases = group
+            .vectors
+            .iter()
+            .map(|&lanes| self.load_lanes(vals, sum.first, zero, group, lanes))
+            .collect::<Emit<Vec<_>>>()?;
+        let sums = self.emit_loop_carrying(map.len, false, &biases, |this, t, accs| {
+            let locals = group
+                .vectors
+                .iter()
+                .zip(&g_products)
+                .map(|(&lanes, &g)| this.product_grads_lanes(vals, map, t, group, lanes, g))
+                .collect::<Emit<Vec<_>>>()?;
+            this.accumulate_args_lanes(vals, grads, map, t, group, &locals)?;
+            group
+                .vectors
+                .iter()
+                .zip(accs)
+                .map(|(&lanes, &acc)| {
+                    // Updated params from `vals`, the next sample's inputs from `grads`.
+                    let x = map
+                        .args
+                        .iter()
+                        .zip(&map.grad_args)
+                        .map(|(&a, &param)| {
+                            let buf = if param { vals } else { grads };
+                            this.load_lanes(buf, a, t, group, lanes)
+                        })
+                        .collect::<Emit<Vec<_>>>()?;
+                    let mut ar = this.vector_arith(lanes);
+                    let product = map.op.forward(&mut ar, &x);
+                    ar.finish()?;
+                    this.add_to_sum(acc, product)
+                })
+                .collect()
+        })?;
+        for (&lanes, &total) in group.vectors.iter().zip(&sums) {
+            self.store_lanes(vals, sum.slot, zero, group, lanes, total)?;
+        }
         Ok(())
     }
 

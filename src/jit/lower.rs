@@ -16,6 +16,8 @@
 //! - `update(ptr vals, ptr grads, double lr)`
 //! - `step(ptr vals, ptr grads, double lr)`: zero_grad, forward, backward, update (`step.rs`)
 //! - `materialize(ptr vals, ptr grads)`: stores the gradients `step` deferred (`step.rs`)
+//! - `train(ptr vals, ptr grads, double lr, ptr inputs, i64 n, ptr losses)`: `step` on `n`
+//!   samples, where a first layer allows it (`step.rs`)
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -31,7 +33,7 @@ use inkwell::values::{
 
 use super::ir_arith::IrArith;
 use crate::op::{libm, Op};
-use crate::passes::loops::{Affine, Item, Schedule};
+use crate::passes::loops::{Affine, Item, MapLoop, Schedule};
 use crate::tape::{Slot, Tape};
 
 /// Names of the generated entry points.
@@ -40,6 +42,7 @@ pub const BACKWARD: &str = "backward";
 pub const UPDATE: &str = "update";
 pub const STEP: &str = "step";
 pub const MATERIALIZE: &str = "materialize";
+pub const TRAIN: &str = "train";
 
 /// Math functions the IR calls, with the addresses the engine must map them to. Their names
 /// are private so that LLVM does not recognize (and rewrite) them as libm calls.
@@ -86,12 +89,19 @@ pub struct Lowerer<'ctx, 't> {
     pub(super) deferred: Vec<bool>,
     /// Whether `step` defers any gradient.
     pub(super) defers: bool,
+    /// While emitting `train`'s passes: the dot (by its sum's slots) whose weight update
+    /// computes the next sample's sums, so its forward is skipped (`step.rs`).
+    pub(super) train_dot: Option<Affine>,
+    /// Whether the module has `train`.
+    pub(super) trains: bool,
 }
 
-/// A lowered module and whether its `step` defers gradients to `materialize`.
+/// A lowered module, whether its `step` defers gradients to `materialize`, and whether it
+/// has `train`.
 pub struct Lowered<'ctx> {
     pub module: Module<'ctx>,
     pub defers: bool,
+    pub trains: bool,
 }
 
 /// A function an entry point calls: with `vals` and `second`, and `lr` if it takes one.
@@ -142,6 +152,8 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
             kept: vec![true; tape.len()],
             deferred: vec![false; tape.len()],
             defers: false,
+            train_dot: None,
+            trains: false,
         }
     }
 
@@ -149,10 +161,7 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
     pub fn lower(mut self, schedule: &Schedule, chunk_size: usize) -> Emit<Lowered<'ctx>> {
         let groups = function_groups(self.tape, schedule, chunk_size);
         self.kept = schedule.kept(self.tape);
-        let mut forward = Vec::with_capacity(groups.len());
-        for (k, group) in groups.iter().enumerate() {
-            forward.push(self.lower_forward_group(k, group)?);
-        }
+        let forward = self.lower_forward(&groups, "fwd")?;
         self.lower_driver(FORWARD, &forward, false)?;
         let backward = self.lower_backward(&groups, "bwd")?;
         self.lower_driver(BACKWARD, &backward, false)?;
@@ -161,6 +170,7 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
         Ok(Lowered {
             module: self.module,
             defers: self.defers,
+            trains: self.trains,
         })
     }
 
@@ -190,6 +200,32 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
         }
         parts.push(part(self.lower_backward_rest(prefix)?));
         Ok(parts)
+    }
+
+    /// A `void name(ptr noalias vals, ptr noalias grads, params...)`, inlinable, with its
+    /// entry block selected.
+    pub(super) fn begin_function_typed(
+        &self,
+        name: &str,
+        params: &[inkwell::types::BasicMetadataTypeEnum<'ctx>],
+    ) -> FunctionValue<'ctx> {
+        let ty = self.context.void_type().fn_type(params, false);
+        let f = self.module.add_function(name, ty, None);
+        for &a in &self.fn_attributes {
+            f.add_attribute(AttributeLoc::Function, a);
+        }
+        let noalias = Attribute::get_named_enum_kind_id("noalias");
+        for i in 0..2 {
+            f.add_attribute(
+                AttributeLoc::Param(i),
+                self.context.create_enum_attribute(noalias, 0),
+            );
+        }
+        f.get_nth_param(0).unwrap().set_name("vals");
+        f.get_nth_param(1).unwrap().set_name("grads");
+        let entry = self.context.append_basic_block(f, "entry");
+        self.builder.position_at_end(entry);
+        f
     }
 
     /// A `void name(ptr noalias vals, ptr noalias grads [, double lr])` with its entry block
@@ -316,8 +352,21 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
     /// slots): the two sets are disjoint, so both pointers may be `noalias`, and code
     /// generation need not order every load after every store (4-6x faster codegen at O2).
     /// A group with loops reads what it stored, so it takes `(vals, grads)`.
-    fn lower_forward_group(&mut self, k: usize, group: &[Item]) -> Emit<Part<'ctx>> {
-        let f = self.begin_function(&format!("fwd{k}"), false, false);
+    /// The forward pass as parts, `{prefix}0`, `{prefix}1`, ...
+    pub(super) fn lower_forward(
+        &mut self,
+        groups: &[Vec<Item>],
+        prefix: &str,
+    ) -> Emit<Vec<Part<'ctx>>> {
+        groups
+            .iter()
+            .enumerate()
+            .map(|(k, group)| self.lower_forward_group(&format!("{prefix}{k}"), group))
+            .collect()
+    }
+
+    fn lower_forward_group(&mut self, name: &str, group: &[Item]) -> Emit<Part<'ctx>> {
+        let f = self.begin_function(name, false, false);
         let straight_only = group.iter().all(|i| matches!(i, Item::Straight(_)));
         let (vals, second) = self.buffers(f);
         let out = if straight_only {
@@ -552,7 +601,20 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
     ) -> Emit<()> {
         let f = self.begin_function(name, with_lr, true);
         let (vals, grads) = self.buffers(f);
-        let lr = f.get_nth_param(2);
+        let lr = f.get_nth_param(2).map(|lr| lr.into_float_value());
+        self.emit_calls(parts, vals, grads, lr)?;
+        self.builder.build_return(None)?;
+        Ok(())
+    }
+
+    /// Calls `parts` in order on the buffers (with `lr` where a part takes it).
+    pub(super) fn emit_calls(
+        &self,
+        parts: &[Part<'ctx>],
+        vals: PointerValue<'ctx>,
+        grads: PointerValue<'ctx>,
+        lr: Option<FloatValue<'ctx>>,
+    ) -> Emit<()> {
         for part in parts {
             let second = match part.second {
                 Buf::Vals => vals,
@@ -564,7 +626,6 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
             }
             self.builder.build_call(part.f, &args, "")?;
         }
-        self.builder.build_return(None)?;
         Ok(())
     }
 }
@@ -641,7 +702,8 @@ pub(super) fn function_groups(
 }
 
 /// Marks the slots whose gradients a loop reads or accumulates in memory: exactly those, not
-/// the range around them (a layer's sums lie a whole neuron apart).
+/// the range around them (a layer's sums lie a whole neuron apart), and not the operands that
+/// take no gradient (`train` passes the next sample's inputs in theirs).
 fn mark_loop_grads(unit: &Item, in_memory: &mut [bool]) {
     fn mark(a: Affine, len: u32, count: u32, in_memory: &mut [bool]) {
         for j in 0..count {
@@ -651,25 +713,32 @@ fn mark_loop_grads(unit: &Item, in_memory: &mut [bool]) {
         }
     }
     fn visit(item: &Item, count: u32, in_memory: &mut [bool]) {
+        let args = |m: &MapLoop, in_memory: &mut [bool]| {
+            for (&a, _) in m.args.iter().zip(&m.grad_args).filter(|(_, &g)| g) {
+                mark(a, m.len, count, in_memory);
+            }
+        };
         match item {
             Item::Straight(_) => {}
             Item::Map(run) => {
                 mark(run.out, run.len, count, in_memory);
-                for &a in &run.args {
-                    mark(a, run.len, count, in_memory);
-                }
+                args(run, in_memory);
             }
             Item::Sum(sum) => {
                 mark(sum.slot, 1, count, in_memory);
-                mark(sum.first, 1, count, in_memory);
-                mark(sum.tail, sum.tail_len, count, in_memory);
+                if sum.grad_first {
+                    mark(sum.first, 1, count, in_memory);
+                }
+                if sum.grad_tail {
+                    mark(sum.tail, sum.tail_len, count, in_memory);
+                }
             }
             Item::Dot(dot) => {
                 mark(dot.sum.slot, 1, count, in_memory);
-                mark(dot.sum.first, 1, count, in_memory);
-                for &a in &dot.products.args {
-                    mark(a, dot.products.len, count, in_memory);
+                if dot.sum.grad_first {
+                    mark(dot.sum.first, 1, count, in_memory);
                 }
+                args(&dot.products, in_memory);
             }
             Item::Nest(nest) => {
                 for body in &nest.body {

@@ -318,4 +318,11 @@ impl Program for Jit {
     fn begin_step(&mut self) {
         self.native.discard_deferred();
     }
+    fn run_train(&mut self, inputs: &[f64], lr: f64) -> Vec<f64> {
+        let width = self.tape.num_inputs();
+        match self.native.train(inputs, width, lr) {
+            Some(losses) => losses,
+            None => crate::program::step_per_sample(self, inputs, lr),
+        }
+    }
 }

@@ -12,7 +12,7 @@
 
 use inkwell::values::{FloatValue, IntValue, PointerValue, VectorValue};
 
-use super::lower::{Buf, Emit, Lowerer, Part, MATERIALIZE, STEP};
+use super::lower::{Buf, Emit, Lowerer, Part, MATERIALIZE, STEP, TRAIN};
 use crate::op::Op;
 use crate::passes::loops::{Affine, DotLoop, Item, Nest, Schedule};
 use crate::tape::{Slot, Tape};
@@ -50,14 +50,123 @@ impl<'ctx> Lowerer<'ctx, '_> {
         }
         self.step_mode = true;
         self.grad_stored = self.fused_update.clone();
-        parts.extend_from_slice(forward);
-        parts.extend(self.lower_backward(groups, "step_bwd")?);
+        let step_backward = self.lower_backward(groups, "step_bwd")?;
         let rest = self.fused_update.clone();
-        parts.push(self.lower_update("step_update", &rest)?);
+        let step_update = self.lower_update("step_update", &rest)?;
+        parts.extend_from_slice(forward);
+        parts.extend_from_slice(&step_backward);
+        parts.push(step_update);
+        self.lower_driver(STEP, &parts, true)?;
+        if let Some(dot) = train_dot(self.tape, schedule, &deferred) {
+            self.train_dot = Some(dot);
+            self.grad_stored = self.fused_update.clone();
+            let train_backward = self.lower_backward(groups, "train_bwd")?;
+            self.step_mode = false;
+            let train_forward = self.lower_forward(groups, "train_fwd")?;
+            self.train_dot = None;
+            let passes = TrainPasses {
+                forward,
+                step_backward: &step_backward,
+                train_backward: &train_backward,
+                update: step_update,
+                train_forward: &train_forward,
+            };
+            self.lower_train(&passes)?;
+        }
         self.step_mode = false;
         self.lr = None;
-        self.lower_driver(STEP, &parts, true)?;
         self.lower_materialize(schedule, &deferred)
+    }
+
+    /// Whether `dot` is the one `train` merges with the next sample's forward.
+    pub(super) fn merges(&self, dot: &DotLoop) -> bool {
+        self.train_dot == Some(dot.sum.slot)
+    }
+
+    /// `train(vals, grads, lr, inputs, n, losses)`: `step` on each of the `n >= 1` samples
+    /// of `inputs` (`num_inputs` each), the losses into `losses`. Sample 0 runs forward; then
+    /// each sample but the last runs `train_bwd` (its backward, which also computes the next
+    /// sample's first-layer sums, reading that sample's inputs from the inputs' gradient
+    /// slots), the rest of the update, and `train_fwd` (the next forward without that dot);
+    /// the last sample runs `step`'s backward.
+    fn lower_train(&mut self, passes: &TrainPasses<'_, 'ctx>) -> Emit<()> {
+        let ptr = self.context.ptr_type(Default::default());
+        let i64t = self.context.i64_type();
+        let params = [
+            ptr.into(),
+            ptr.into(),
+            self.f64_type.into(),
+            ptr.into(),
+            i64t.into(),
+            ptr.into(),
+        ];
+        let f = self.begin_function_typed(TRAIN, &params);
+        let (vals, grads) = self.buffers(f);
+        let lr = f.get_nth_param(2).unwrap().into_float_value();
+        let inputs = f.get_nth_param(3).unwrap().into_pointer_value();
+        let n = f.get_nth_param(4).unwrap().into_int_value();
+        let losses = f.get_nth_param(5).unwrap().into_pointer_value();
+        let loss = self.tape.loss().expect("train_dot requires a loss");
+        let (p, width) = (self.tape.num_params() as u64, self.tape.num_inputs() as u64);
+        let bytes = i64t.const_int(8 * width, false);
+        let input_slots = |this: &Self, buf| this.slot_ptr(buf, Slot(p as u32));
+
+        self.builder
+            .build_memcpy(input_slots(self, vals)?, 8, inputs, 8, bytes)?;
+        self.emit_calls(passes.forward, vals, grads, Some(lr))?;
+        let entry = self.builder.get_insert_block().expect("positioned");
+        let body = self.context.append_basic_block(f, "sample");
+        let merged = self.context.append_basic_block(f, "merged");
+        let last = self.context.append_basic_block(f, "last");
+        let exit = self.context.append_basic_block(f, "exit");
+        self.builder.build_unconditional_branch(body)?;
+
+        self.builder.position_at_end(body);
+        let s = self.builder.build_phi(i64t, "s")?;
+        let s_value = s.as_basic_value().into_int_value();
+        let value = self.load_slot(vals, loss, "loss")?;
+        // SAFETY: (of the GEPs) s < n, the length of `losses`; (s + 1) * width + width <= n *
+        // width, the length of `inputs`, on the merged path.
+        let loss_ptr = unsafe {
+            self.builder
+                .build_in_bounds_gep(self.f64_type, losses, &[s_value], "")?
+        };
+        self.builder.build_store(loss_ptr, value)?;
+        let next = self
+            .builder
+            .build_int_add(s_value, i64t.const_int(1, false), "next")?;
+        let more = self
+            .builder
+            .build_int_compare(inkwell::IntPredicate::ULT, next, n, "more")?;
+        self.builder.build_conditional_branch(more, merged, last)?;
+
+        self.builder.position_at_end(merged);
+        let offset = self
+            .builder
+            .build_int_mul(next, i64t.const_int(width, false), "")?;
+        let next_inputs = unsafe {
+            self.builder
+                .build_in_bounds_gep(self.f64_type, inputs, &[offset], "next_inputs")?
+        };
+        self.builder
+            .build_memcpy(input_slots(self, grads)?, 8, next_inputs, 8, bytes)?;
+        self.emit_calls(passes.train_backward, vals, grads, Some(lr))?;
+        self.emit_calls(&[passes.update], vals, grads, Some(lr))?;
+        self.builder
+            .build_memcpy(input_slots(self, vals)?, 8, next_inputs, 8, bytes)?;
+        self.emit_calls(passes.train_forward, vals, grads, Some(lr))?;
+        let latch = self.builder.get_insert_block().expect("positioned");
+        self.builder.build_unconditional_branch(body)?;
+        s.add_incoming(&[(&i64t.const_zero(), entry), (&next, latch)]);
+
+        self.builder.position_at_end(last);
+        self.emit_calls(passes.step_backward, vals, grads, Some(lr))?;
+        self.emit_calls(&[passes.update], vals, grads, Some(lr))?;
+        self.builder.build_unconditional_branch(exit)?;
+        self.builder.position_at_end(exit);
+        self.builder.build_return(None)?;
+        self.trains = true;
+        Ok(())
     }
 
     /// `materialize(vals, grads)`: stores the gradients `step` deferred, from the values and
@@ -259,6 +368,38 @@ fn deferred_blocks(tape: &Tape, schedule: &Schedule, fused: &[bool]) -> Vec<(usi
         }
     }
     blocks
+}
+
+/// The passes `train` calls.
+struct TrainPasses<'a, 'ctx> {
+    forward: &'a [Part<'ctx>],
+    step_backward: &'a [Part<'ctx>],
+    train_backward: &'a [Part<'ctx>],
+    update: Part<'ctx>,
+    train_forward: &'a [Part<'ctx>],
+}
+
+/// The dot (by its sum's slots) whose weight update `train` merges with the next sample's
+/// forward: the first thing the tape computes, a nest's first body item, whose weight
+/// gradients `step` defers and whose other operand is inputs without gradient (so the next
+/// sample's values are at hand, and nothing else adds gradients in that loop).
+fn train_dot(
+    tape: &Tape,
+    schedule: &Schedule,
+    deferred: &[(usize, usize, usize)],
+) -> Option<Affine> {
+    let &(k, b, i) = deferred.first()?;
+    let (nest, dot) = nest_dot(schedule, k, b);
+    let other = dot.products.args[1 - i];
+    let inputs = tape.input_base() as u32..(tape.input_base() + tape.num_inputs()) as u32;
+    let span = other.span(dot.products.len, nest.count);
+    let first_computed = k == 0 && b == 0;
+    let other_is_input = other.outer == 0
+        && !dot.products.grad_args[1 - i]
+        && inputs.start <= span.start
+        && span.end <= inputs.end;
+    let loss_computed = tape.loss().is_some_and(|l| !tape.op(l).is_leaf());
+    (first_computed && other_is_input && loss_computed).then_some(dot.sum.slot)
 }
 
 /// Body item `b` of the nest that is schedule item `k`, a dot.
