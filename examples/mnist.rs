@@ -167,6 +167,9 @@ impl Progress {
     }
 }
 
+/// Samples per `Program::train` call.
+const BATCH: usize = 500;
+
 fn run(o: Options) -> Result<(), String> {
     let (train, test) = idx::load_mnist(&o.data).map_err(|e| {
         format!(
@@ -244,12 +247,22 @@ fn run(o: Options) -> Result<(), String> {
         order.shuffle(&mut shuffle_rng);
         let start = Instant::now();
         let mut loss_sum = 0.0;
-        for (done, &i) in order[..n].iter().enumerate() {
-            train
-                .fill_inputs(i, 10, &mut inputs)
-                .map_err(|e| e.to_string())?;
-            loss_sum += program.step(&inputs, o.lr).map_err(|e| e.to_string())?;
-            progress.show(epoch, done + 1, start, loss_sum);
+        // `train` on batches of samples (one `step` each, in order): the JIT runs a batch in
+        // one call; batches keep the progress line moving.
+        let mut batch = Vec::with_capacity(BATCH * inputs.len());
+        for (b, chunk) in order[..n].chunks(BATCH).enumerate() {
+            batch.clear();
+            for &i in chunk {
+                train
+                    .fill_inputs(i, 10, &mut inputs)
+                    .map_err(|e| e.to_string())?;
+                batch.extend_from_slice(&inputs);
+            }
+            let losses = program.train(&batch, o.lr).map_err(|e| e.to_string())?;
+            for loss in losses {
+                loss_sum += loss;
+            }
+            progress.show(epoch, b * BATCH + chunk.len(), start, loss_sum);
         }
         let train_secs = start.elapsed().as_secs_f64();
         mean_loss = loss_sum / n as f64;

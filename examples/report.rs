@@ -129,16 +129,31 @@ trait Trainer {
     fn params(&self) -> Vec<f64>;
 }
 
-impl Trainer for Box<dyn Program> {
+/// A tape backend, trained by `step` per sample, or (`whole_pass`) by one `train` call per
+/// pass over the samples (laid end to end once, untimed, on the first pass).
+struct Backend {
+    program: Box<dyn Program>,
+    whole_pass: bool,
+    concatenated: Vec<f64>,
+}
+
+impl Trainer for Backend {
     fn reset(&mut self, init: &[f64]) {
-        self.set_params(init)
+        self.program
+            .set_params(init)
             .expect("finite params of the right length");
     }
     fn pass(&mut self, samples: &Samples) -> (Duration, f64) {
-        workload::time_steps(self.as_mut(), samples, LR)
+        if !self.whole_pass {
+            return workload::time_steps(self.program.as_mut(), samples, LR);
+        }
+        if self.concatenated.is_empty() {
+            self.concatenated = samples.concatenated();
+        }
+        workload::time_train(self.program.as_mut(), &self.concatenated, LR)
     }
     fn params(&self) -> Vec<f64> {
-        Program::params(self.as_ref()).to_vec()
+        self.program.params()
     }
 }
 
@@ -207,7 +222,11 @@ fn compile(mode: &Mode, g: &Graph, o: &Options) -> Result<Contestant, String> {
         name: mode.name.clone(),
         kind,
         tape: Some((program.tape().len(), median(&compile_secs))),
-        trainer: Box::new(program),
+        trainer: Box::new(Backend {
+            program,
+            whole_pass: mode.whole_pass,
+            concatenated: Vec::new(),
+        }),
         passes: 1,
         exact: mode.exact,
         params: Vec::new(),

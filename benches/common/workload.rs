@@ -53,6 +53,9 @@ pub struct Mode {
     pub engine: Engine,
     /// Whether results must be bit-identical to the interpreter's (false for fast-math).
     pub exact: bool,
+    /// Trained with one `Program::train` call per pass over the samples instead of a `step`
+    /// per sample (same results).
+    pub whole_pass: bool,
 }
 
 impl Mode {
@@ -61,6 +64,7 @@ impl Mode {
             name: "interpreter".into(),
             engine: Engine::Interpreter,
             exact: true,
+            whole_pass: false,
         }
     }
 
@@ -69,6 +73,15 @@ impl Mode {
             name: name.into(),
             engine: Engine::Jit(builder),
             exact: true,
+            whole_pass: false,
+        }
+    }
+
+    /// The mode trained by `Program::train`, one call per pass over the samples.
+    pub fn whole_pass(self) -> Mode {
+        Mode {
+            whole_pass: true,
+            ..self
         }
     }
 
@@ -112,6 +125,7 @@ pub fn modes() -> Vec<Mode> {
             .map(|&level| Mode::jit(level.to_string(), Jit::builder().opt_level(level))),
     );
     let o2 = Jit::builder().opt_level(OptLevel::O2);
+    modes.push(Mode::jit("O2 train()", o2.clone()).whole_pass());
     modes.push(Mode::jit(
         "O2 straight-line",
         o2.clone().loop_recovery(false),
@@ -134,6 +148,11 @@ impl Samples {
 
     pub fn is_empty(&self) -> bool {
         self.inputs.is_empty()
+    }
+
+    /// The samples' inputs laid end to end, as `Program::train` takes them.
+    pub fn concatenated(&self) -> Vec<f64> {
+        self.inputs.concat()
     }
 
     /// The first `n` samples (all if there are fewer).
@@ -202,6 +221,16 @@ pub fn time_steps(program: &mut dyn Program, samples: &Samples, lr: f64) -> (Dur
             .expect("finite inputs of the right length");
     }
     (start.elapsed(), loss)
+}
+
+/// One `Program::train` call over `inputs` (the samples laid end to end); the time it took
+/// and the sum of the losses.
+pub fn time_train(program: &mut dyn Program, inputs: &[f64], lr: f64) -> (Duration, f64) {
+    let start = Instant::now();
+    let losses = program
+        .train(inputs, lr)
+        .expect("finite inputs, a whole number of samples");
+    (start.elapsed(), losses.iter().sum())
 }
 
 /// A compile-time workload that is not an MLP: a random DAG of about `nodes` nodes built

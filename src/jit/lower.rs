@@ -94,6 +94,10 @@ pub struct Lowerer<'ctx, 't> {
     pub(super) train_dot: Option<Affine>,
     /// Whether the module has `train`.
     pub(super) trains: bool,
+    /// The dot `train` will merge, while emitting `step`'s backward (`step.rs`).
+    pub(super) train_plan: Option<Affine>,
+    /// `train`'s variant of the first backward group, emitted beside `step`'s.
+    pub(super) train_group: Option<Part<'ctx>>,
 }
 
 /// A lowered module, whether its `step` defers gradients to `materialize`, and whether it
@@ -154,6 +158,8 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
             defers: false,
             train_dot: None,
             trains: false,
+            train_plan: None,
+            train_group: None,
         }
     }
 
@@ -192,11 +198,24 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
         };
         parts.push(part(self.lower_backward_init(prefix, groups)?));
         for (k, group) in groups.iter().enumerate().rev() {
+            // `train`'s variant of the first group starts from the same bookkeeping.
+            let before = (k == 0 && self.train_plan.is_some()).then(|| self.grad_stored.clone());
             let f = self.lower_backward_group(&format!("{prefix}{k}"), group)?;
             parts.push(Part {
                 lr: self.step_mode,
                 ..part(f)
             });
+            if let Some(before) = before {
+                let after = std::mem::replace(&mut self.grad_stored, before);
+                self.train_dot = self.train_plan;
+                let f = self.lower_backward_group(&format!("train_{prefix}{k}"), group)?;
+                self.train_dot = None;
+                self.grad_stored = after;
+                self.train_group = Some(Part {
+                    lr: self.step_mode,
+                    ..part(f)
+                });
+            }
         }
         parts.push(part(self.lower_backward_rest(prefix)?));
         Ok(parts)
@@ -676,7 +695,9 @@ pub(super) fn function_groups(
         let Item::Straight(range) = item else {
             group.push(item.clone());
             weight += LOOP_WEIGHT * item.loops();
-            if weight >= limit {
+            // A first nest gets a function of its own: `train` (`step.rs`) swaps it.
+            let first_nest = groups.is_empty() && group.len() == 1 && matches!(item, Item::Nest(_));
+            if weight >= limit || first_nest {
                 groups.push(std::mem::take(&mut group));
                 weight = 0;
             }

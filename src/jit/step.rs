@@ -50,19 +50,25 @@ impl<'ctx> Lowerer<'ctx, '_> {
         }
         self.step_mode = true;
         self.grad_stored = self.fused_update.clone();
+        self.train_plan = train_dot(self.tape, schedule, &deferred);
         let step_backward = self.lower_backward(groups, "step_bwd")?;
+        self.train_plan = None;
         let rest = self.fused_update.clone();
         let step_update = self.lower_update("step_update", &rest)?;
         parts.extend_from_slice(forward);
         parts.extend_from_slice(&step_backward);
         parts.push(step_update);
         self.lower_driver(STEP, &parts, true)?;
-        if let Some(dot) = train_dot(self.tape, schedule, &deferred) {
-            self.train_dot = Some(dot);
-            self.grad_stored = self.fused_update.clone();
-            let train_backward = self.lower_backward(groups, "train_bwd")?;
-            self.step_mode = false;
-            let train_forward = self.lower_forward(groups, "train_fwd")?;
+        if let Some(train_group) = self.train_group.take() {
+            // `train`'s passes differ from `step`'s in the first group only, which holds
+            // the first nest alone (`function_groups`): backward parts are init, the groups
+            // from the last, rest.
+            let mut train_backward = step_backward.clone();
+            let first = train_backward.len() - 2;
+            train_backward[first] = train_group;
+            self.train_dot = train_dot(self.tape, schedule, &deferred);
+            let mut train_forward = forward.to_vec();
+            train_forward[0] = self.lower_forward(&groups[..1], "train_fwd")?[0];
             self.train_dot = None;
             let passes = TrainPasses {
                 forward,
