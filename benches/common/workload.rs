@@ -130,7 +130,12 @@ pub fn modes() -> Vec<Mode> {
         "O2 straight-line",
         o2.clone().loop_recovery(false),
     ));
-    modes.push(Mode::jit("O2 fast-math", o2.fast_math(true)).inexact());
+    modes.push(Mode::jit("O2 fast-math", o2.clone().fast_math(true)).inexact());
+    modes.push(
+        Mode::jit("O2 fast-math train()", o2.fast_math(true))
+            .inexact()
+            .whole_pass(),
+    );
     modes
 }
 

@@ -2,7 +2,9 @@
 
 use inkwell::builder::{Builder, BuilderError};
 use inkwell::types::{FloatType, VectorType};
-use inkwell::values::{BasicValueEnum, FloatMathValue, FloatValue, FunctionValue, VectorValue};
+use inkwell::values::{
+    BasicValueEnum, FastMathFlags, FloatMathValue, FloatValue, FunctionValue, VectorValue,
+};
 use inkwell::FloatPredicate;
 
 use super::lower::Emit;
@@ -98,6 +100,8 @@ pub(super) struct IrArith<'a, 'ctx, V: Lanes<'ctx> = FloatValue<'ctx>> {
     ty: V::Ty,
     libm: &'a [FunctionValue<'ctx>; 4],
     error: Option<BuilderError>,
+    /// Fast-math flags for every arithmetic instruction (none in exact code).
+    flags: Option<FastMathFlags>,
 }
 
 impl<'a, 'ctx, V: Lanes<'ctx>> IrArith<'a, 'ctx, V> {
@@ -113,7 +117,14 @@ impl<'a, 'ctx, V: Lanes<'ctx>> IrArith<'a, 'ctx, V> {
             ty,
             libm,
             error: None,
+            flags: None,
         }
+    }
+
+    /// The same emitter, putting `flags` on every arithmetic instruction.
+    pub(super) fn with_fast_math(mut self, flags: Option<FastMathFlags>) -> Self {
+        self.flags = flags;
+        self
     }
 
     pub(super) fn finish(self) -> Emit<()> {
@@ -121,6 +132,12 @@ impl<'a, 'ctx, V: Lanes<'ctx>> IrArith<'a, 'ctx, V> {
     }
 
     fn emit(&mut self, r: Emit<V>) -> V {
+        if let (Ok(v), Some(flags)) = (&r, self.flags) {
+            if let Some(inst) = v.as_instruction_value() {
+                // Arithmetic instructions always take fast-math flags.
+                let _ = inst.set_fast_math_flags(flags);
+            }
+        }
         r.unwrap_or_else(|e| {
             self.error.get_or_insert(e);
             V::undef(self.ty)

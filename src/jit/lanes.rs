@@ -330,7 +330,8 @@ impl<'ctx> Lowerer<'ctx, '_> {
     pub(super) fn fresh_lanes(&self, gs: &[VectorValue<'ctx>]) -> Emit<Vec<VectorValue<'ctx>>> {
         gs.iter()
             .map(|&g| {
-                let mut ar = IrArith::<VectorValue>::new(&self.builder, g.get_type(), &self.libm);
+                let mut ar = IrArith::<VectorValue>::new(&self.builder, g.get_type(), &self.libm)
+                    .with_fast_math(self.loop_fast_math());
                 let fresh = ar.constant(0.0);
                 let sum = ar.add(fresh, g);
                 ar.finish()?;
@@ -442,6 +443,7 @@ impl<'ctx> Lowerer<'ctx, '_> {
 
     fn vector_arith(&self, lanes: Vector) -> IrArith<'_, 'ctx, VectorValue<'ctx>> {
         IrArith::new(&self.builder, self.vector_type(lanes), &self.libm)
+            .with_fast_math(self.loop_fast_math())
     }
 
     fn load_args_lanes(

@@ -261,14 +261,21 @@ impl<'ctx> Lowerer<'ctx, '_> {
     /// `acc + x`, reassociable under [`super::JitBuilder::fast_math`].
     pub(super) fn add_to_sum<V: Lanes<'ctx>>(&self, acc: V, x: V) -> Emit<V> {
         let next = self.builder.build_float_add(acc, x, "acc")?;
-        if self.fast_math {
-            if let Some(inst) = next.as_instruction_value() {
-                let flags = FastMathFlags::AllowReassoc | FastMathFlags::NoSignedZeros;
-                // An fadd always takes fast-math flags.
-                let _ = inst.set_fast_math_flags(flags);
-            }
+        if let (Some(flags), Some(inst)) = (self.loop_fast_math(), next.as_instruction_value()) {
+            // An fadd always takes fast-math flags.
+            let _ = inst.set_fast_math_flags(flags);
         }
         Ok(next)
+    }
+
+    /// Under [`super::JitBuilder::fast_math`], what recovered loops' arithmetic may do:
+    /// reassociate, ignore the sign of zero, contract a multiply and an add into one FMA.
+    pub(super) fn loop_fast_math(&self) -> Option<FastMathFlags> {
+        self.fast_math.then_some(
+            FastMathFlags::AllowReassoc
+                | FastMathFlags::NoSignedZeros
+                | FastMathFlags::AllowContract,
+        )
     }
 
     /// `&buf[a.base + a.stride * t + a.outer * j]`

@@ -291,6 +291,14 @@ impl<'ctx> Lowerer<'ctx, '_> {
         let lr_lanes = splat(self, lr, ty.get_size())?;
         let step = self.builder.build_float_mul(lr_lanes, g, "step")?;
         let p_new = self.builder.build_float_sub(p, step, "p_new")?;
+        if let Some(flags) = self.loop_fast_math() {
+            for inst in [step.as_instruction(), p_new.as_instruction()]
+                .into_iter()
+                .flatten()
+            {
+                let _ = inst.set_fast_math_flags(flags);
+            }
+        }
         self.builder
             .build_store(p_ptr, p_new)?
             .set_alignment(8)
