@@ -271,8 +271,8 @@ impl<'ctx> Lowerer<'ctx, '_> {
     /// sample's forward, which reads them, in one pass over the weights. The bias (`first`)
     /// is updated first, as in the backward alone; then for `t` from the first (the order of
     /// additions into distinct weights is free, and the next sample's sums must run left to
-    /// right) each weight is updated and its product with the next sample's input, which
-    /// `train` put in the inputs' (unused) gradient slots, added to that sample's sums.
+    /// right) each weight is updated and its product with the next sample's input (read
+    /// straight from `train`'s inputs) added to that sample's sums.
     fn emit_dot_backward_merged_lanes(
         &self,
         vals: PointerValue<'ctx>,
@@ -281,6 +281,9 @@ impl<'ctx> Lowerer<'ctx, '_> {
         group: &Group<'ctx>,
     ) -> Emit<()> {
         let (sum, map) = (&dot.sum, &dot.products);
+        let next = self
+            .next_inputs
+            .expect("train's backward takes the next inputs");
         let zero = self.context.i64_type().const_zero();
         let gs = self.sum_grads_lanes(vals, grads, sum, group)?;
         let g_products = self.fresh_lanes(&gs)?;
@@ -302,14 +305,20 @@ impl<'ctx> Lowerer<'ctx, '_> {
                 .iter()
                 .zip(accs)
                 .map(|(&lanes, &acc)| {
-                    // Updated params from `vals`, the next sample's inputs from `grads`.
+                    // Updated params from `vals`, the next sample's inputs from `next`.
                     let x = map
                         .args
                         .iter()
                         .zip(&map.grad_args)
                         .map(|(&a, &param)| {
-                            let buf = if param { vals } else { grads };
-                            this.load_lanes(buf, a, t, group, lanes)
+                            if param {
+                                return this.load_lanes(vals, a, t, group, lanes);
+                            }
+                            let input = Affine {
+                                base: a.base - this.tape.input_base() as i64,
+                                ..a
+                            };
+                            this.load_lanes(next, input, t, group, lanes)
                         })
                         .collect::<Emit<Vec<_>>>()?;
                     let mut ar = this.vector_arith(lanes);

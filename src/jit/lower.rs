@@ -98,6 +98,8 @@ pub struct Lowerer<'ctx, 't> {
     pub(super) train_plan: Option<Affine>,
     /// `train`'s variant of the first backward group, emitted beside `step`'s.
     pub(super) train_group: Option<Part<'ctx>>,
+    /// The next sample's inputs, inside `train`'s variant of the first backward group.
+    pub(super) next_inputs: Option<PointerValue<'ctx>>,
 }
 
 /// A lowered module, whether its `step` defers gradients to `materialize`, and whether it
@@ -160,6 +162,7 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
             trains: false,
             train_plan: None,
             train_group: None,
+            next_inputs: None,
         }
     }
 
@@ -438,9 +441,17 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
     /// live in registers until a loop (which works on memory) or the end of the function
     /// needs them stored.
     fn lower_backward_group(&mut self, name: &str, group: &[Item]) -> Emit<FunctionValue<'ctx>> {
-        let f = self.begin_function(name, self.step_mode, false);
+        let f = if self.train_dot.is_some() {
+            // `train`'s variant also takes the next sample's inputs.
+            let ptr = self.context.ptr_type(Default::default());
+            let params = [ptr.into(), ptr.into(), self.f64_type.into(), ptr.into()];
+            self.begin_function_typed(name, &params)
+        } else {
+            self.begin_function(name, self.step_mode, false)
+        };
         let (vals, grads) = self.buffers(f);
         self.lr = f.get_nth_param(2).map(|lr| lr.into_float_value());
+        self.next_inputs = f.get_nth_param(3).map(|p| p.into_pointer_value());
         let mut values = HashMap::new();
         let mut grad = HashMap::new();
         for unit in group.iter().rev() {
@@ -724,7 +735,7 @@ pub(super) fn function_groups(
 
 /// Marks the slots whose gradients a loop reads or accumulates in memory: exactly those, not
 /// the range around them (a layer's sums lie a whole neuron apart), and not the operands that
-/// take no gradient (`train` passes the next sample's inputs in theirs).
+/// take no gradient (nothing adds into theirs).
 fn mark_loop_grads(unit: &Item, in_memory: &mut [bool]) {
     fn mark(a: Affine, len: u32, count: u32, in_memory: &mut [bool]) {
         for j in 0..count {

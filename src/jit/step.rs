@@ -66,11 +66,13 @@ impl<'ctx> Lowerer<'ctx, '_> {
             let mut train_backward = step_backward.clone();
             let first = train_backward.len() - 2;
             train_backward[first] = train_group;
+            let merged = train_group;
             self.train_dot = train_dot(self.tape, schedule, &deferred);
             let mut train_forward = forward.to_vec();
             train_forward[0] = self.lower_forward(&groups[..1], "train_fwd")?[0];
             self.train_dot = None;
             let passes = TrainPasses {
+                merged,
                 forward,
                 step_backward: &step_backward,
                 train_backward: &train_backward,
@@ -91,10 +93,10 @@ impl<'ctx> Lowerer<'ctx, '_> {
 
     /// `train(vals, grads, lr, inputs, n, losses)`: `step` on each of the `n >= 1` samples
     /// of `inputs` (`num_inputs` each), the losses into `losses`. Sample 0 runs forward; then
-    /// each sample but the last runs `train_bwd` (its backward, which also computes the next
-    /// sample's first-layer sums, reading that sample's inputs from the inputs' gradient
-    /// slots), the rest of the update, and `train_fwd` (the next forward without that dot);
-    /// the last sample runs `step`'s backward.
+    /// each sample but the last runs `train_bwd` (its backward, whose merged group also
+    /// computes the next sample's first-layer sums from that sample's inputs), the rest of
+    /// the update, and `train_fwd` (the next forward without that dot); the last sample runs
+    /// `step`'s backward.
     fn lower_train(&mut self, passes: &TrainPasses<'_, 'ctx>) -> Emit<()> {
         let ptr = self.context.ptr_type(Default::default());
         let i64t = self.context.i64_type();
@@ -154,9 +156,14 @@ impl<'ctx> Lowerer<'ctx, '_> {
             self.builder
                 .build_in_bounds_gep(self.f64_type, inputs, &[offset], "next_inputs")?
         };
-        self.builder
-            .build_memcpy(input_slots(self, grads)?, 8, next_inputs, 8, bytes)?;
-        self.emit_calls(passes.train_backward, vals, grads, Some(lr))?;
+        for part in passes.train_backward {
+            if part.f == passes.merged.f {
+                let args = [vals.into(), grads.into(), lr.into(), next_inputs.into()];
+                self.builder.build_call(part.f, &args, "")?;
+            } else {
+                self.emit_calls(&[*part], vals, grads, Some(lr))?;
+            }
+        }
         self.emit_calls(&[passes.update], vals, grads, Some(lr))?;
         self.builder
             .build_memcpy(input_slots(self, vals)?, 8, next_inputs, 8, bytes)?;
@@ -386,6 +393,8 @@ fn deferred_blocks(tape: &Tape, schedule: &Schedule, fused: &[bool]) -> Vec<(usi
 
 /// The passes `train` calls.
 struct TrainPasses<'a, 'ctx> {
+    /// The backward group whose dot is merged: it also takes the next sample's inputs.
+    merged: Part<'ctx>,
     forward: &'a [Part<'ctx>],
     step_backward: &'a [Part<'ctx>],
     train_backward: &'a [Part<'ctx>],
