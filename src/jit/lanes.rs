@@ -284,6 +284,25 @@ impl<'ctx> Lowerer<'ctx, '_> {
         let next = self
             .next_inputs
             .expect("train's backward takes the next inputs");
+        let this_sample = self.sample_inputs.expect("and this sample's");
+        // The products' operands: params from `vals`, a sample's inputs from `train`'s
+        // argument (`train` does not copy the merged dot's inputs into `vals`).
+        let load_x = |this: &Self, inputs, t, lanes| {
+            map.args
+                .iter()
+                .zip(&map.grad_args)
+                .map(|(&a, &param)| {
+                    if param {
+                        return this.load_lanes(vals, a, t, group, lanes);
+                    }
+                    let input = Affine {
+                        base: a.base - this.tape.input_base() as i64,
+                        ..a
+                    };
+                    this.load_lanes(inputs, input, t, group, lanes)
+                })
+                .collect::<Emit<Vec<_>>>()
+        };
         let zero = self.context.i64_type().const_zero();
         let gs = self.sum_grads_lanes(vals, grads, sum, group)?;
         let g_products = self.fresh_lanes(&gs)?;
@@ -293,34 +312,24 @@ impl<'ctx> Lowerer<'ctx, '_> {
             .map(|&lanes| self.load_lanes(vals, sum.first, zero, group, lanes))
             .collect::<Emit<Vec<_>>>()?;
         let sums = self.emit_loop_carrying(map.len, false, &biases, |this, t, accs| {
-            let locals = group
-                .vectors
-                .iter()
-                .zip(&g_products)
-                .map(|(&lanes, &g)| this.product_grads_lanes(vals, map, t, group, lanes, g))
-                .collect::<Emit<Vec<_>>>()?;
+            let mut locals = Vec::with_capacity(group.vectors.len());
+            for (&lanes, &g) in group.vectors.iter().zip(&g_products) {
+                let x = load_x(this, this_sample, t, lanes)?;
+                let mut ar = this.vector_arith(lanes);
+                let product = map.op.forward(&mut ar, &x);
+                let mut local = Vec::new();
+                map.op.local_grads(&mut ar, &x, product, g, &mut local);
+                ar.finish()?;
+                locals.push(local);
+            }
             this.accumulate_args_lanes(vals, grads, map, t, group, &locals)?;
             group
                 .vectors
                 .iter()
                 .zip(accs)
                 .map(|(&lanes, &acc)| {
-                    // Updated params from `vals`, the next sample's inputs from `next`.
-                    let x = map
-                        .args
-                        .iter()
-                        .zip(&map.grad_args)
-                        .map(|(&a, &param)| {
-                            if param {
-                                return this.load_lanes(vals, a, t, group, lanes);
-                            }
-                            let input = Affine {
-                                base: a.base - this.tape.input_base() as i64,
-                                ..a
-                            };
-                            this.load_lanes(next, input, t, group, lanes)
-                        })
-                        .collect::<Emit<Vec<_>>>()?;
+                    // The updated params, the next sample's inputs.
+                    let x = load_x(this, next, t, lanes)?;
                     let mut ar = this.vector_arith(lanes);
                     let product = map.op.forward(&mut ar, &x);
                     ar.finish()?;

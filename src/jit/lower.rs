@@ -100,6 +100,8 @@ pub struct Lowerer<'ctx, 't> {
     pub(super) train_group: Option<Part<'ctx>>,
     /// The next sample's inputs, inside `train`'s variant of the first backward group.
     pub(super) next_inputs: Option<PointerValue<'ctx>>,
+    /// This sample's inputs, there (`train` does not copy the merged dot's into `vals`).
+    pub(super) sample_inputs: Option<PointerValue<'ctx>>,
 }
 
 /// A lowered module, whether its `step` defers gradients to `materialize`, and whether it
@@ -163,6 +165,7 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
             train_plan: None,
             train_group: None,
             next_inputs: None,
+            sample_inputs: None,
         }
     }
 
@@ -442,9 +445,15 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
     /// needs them stored.
     fn lower_backward_group(&mut self, name: &str, group: &[Item]) -> Emit<FunctionValue<'ctx>> {
         let f = if self.train_dot.is_some() {
-            // `train`'s variant also takes the next sample's inputs.
+            // `train`'s variant also takes the next sample's inputs and this one's.
             let ptr = self.context.ptr_type(Default::default());
-            let params = [ptr.into(), ptr.into(), self.f64_type.into(), ptr.into()];
+            let params = [
+                ptr.into(),
+                ptr.into(),
+                self.f64_type.into(),
+                ptr.into(),
+                ptr.into(),
+            ];
             self.begin_function_typed(name, &params)
         } else {
             self.begin_function(name, self.step_mode, false)
@@ -452,6 +461,7 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
         let (vals, grads) = self.buffers(f);
         self.lr = f.get_nth_param(2).map(|lr| lr.into_float_value());
         self.next_inputs = f.get_nth_param(3).map(|p| p.into_pointer_value());
+        self.sample_inputs = f.get_nth_param(4).map(|p| p.into_pointer_value());
         let mut values = HashMap::new();
         let mut grad = HashMap::new();
         for unit in group.iter().rev() {

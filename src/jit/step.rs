@@ -71,8 +71,16 @@ impl<'ctx> Lowerer<'ctx, '_> {
             let mut train_forward = forward.to_vec();
             train_forward[0] = self.lower_forward(&groups[..1], "train_fwd")?[0];
             self.train_dot = None;
+            let dot_inputs = train_dot_inputs(self.tape, schedule, &deferred);
+            let all = self.tape.input_base() as u32
+                ..(self.tape.input_base() + self.tape.num_inputs()) as u32;
+            let other_inputs = [all.start..dot_inputs.start, dot_inputs.end..all.end]
+                .into_iter()
+                .filter(|r| !r.is_empty())
+                .collect();
             let passes = TrainPasses {
                 merged,
+                other_inputs,
                 forward,
                 step_backward: &step_backward,
                 train_backward: &train_backward,
@@ -152,27 +160,64 @@ impl<'ctx> Lowerer<'ctx, '_> {
         let offset = self
             .builder
             .build_int_mul(next, i64t.const_int(width, false), "")?;
+        // SAFETY: (of the GEP) next < n on this path.
         let next_inputs = unsafe {
             self.builder
                 .build_in_bounds_gep(self.f64_type, inputs, &[offset], "next_inputs")?
         };
+        let here = self
+            .builder
+            .build_int_mul(s_value, i64t.const_int(width, false), "")?;
+        // SAFETY: (of the GEP) s * width + width <= n * width, the length of `inputs`.
+        let sample_inputs = unsafe {
+            self.builder
+                .build_in_bounds_gep(self.f64_type, inputs, &[here], "sample_inputs")?
+        };
         for part in passes.train_backward {
             if part.f == passes.merged.f {
-                let args = [vals.into(), grads.into(), lr.into(), next_inputs.into()];
+                let args = [
+                    vals.into(),
+                    grads.into(),
+                    lr.into(),
+                    next_inputs.into(),
+                    sample_inputs.into(),
+                ];
                 self.builder.build_call(part.f, &args, "")?;
             } else {
                 self.emit_calls(&[*part], vals, grads, Some(lr))?;
             }
         }
         self.emit_calls(&[passes.update], vals, grads, Some(lr))?;
-        self.builder
-            .build_memcpy(input_slots(self, vals)?, 8, next_inputs, 8, bytes)?;
+        // The next forward reads every input but the merged dot's.
+        for run in &passes.other_inputs {
+            let to = self.slot_ptr(vals, Slot(run.start))?;
+            let at = i64t.const_int((run.start as u64) - p, false);
+            // SAFETY: (of the GEP) run lies within the inputs, so within the next sample's.
+            let from = unsafe {
+                self.builder
+                    .build_in_bounds_gep(self.f64_type, next_inputs, &[at], "")?
+            };
+            let len = i64t.const_int(8 * run.len() as u64, false);
+            self.builder.build_memcpy(to, 8, from, 8, len)?;
+        }
         self.emit_calls(passes.train_forward, vals, grads, Some(lr))?;
         let latch = self.builder.get_insert_block().expect("positioned");
         self.builder.build_unconditional_branch(body)?;
         s.add_incoming(&[(&i64t.const_zero(), entry), (&next, latch)]);
 
         self.builder.position_at_end(last);
+        // `step`'s backward reads this sample's inputs from `vals`, and after `train` they
+        // hold the last sample's, as after `step`.
+        let here = self
+            .builder
+            .build_int_mul(s_value, i64t.const_int(width, false), "")?;
+        // SAFETY: (of the GEP) s = n - 1 here.
+        let last_inputs = unsafe {
+            self.builder
+                .build_in_bounds_gep(self.f64_type, inputs, &[here], "last_inputs")?
+        };
+        self.builder
+            .build_memcpy(input_slots(self, vals)?, 8, last_inputs, 8, bytes)?;
         self.emit_calls(passes.step_backward, vals, grads, Some(lr))?;
         self.emit_calls(&[passes.update], vals, grads, Some(lr))?;
         self.builder.build_unconditional_branch(exit)?;
@@ -393,8 +438,11 @@ fn deferred_blocks(tape: &Tape, schedule: &Schedule, fused: &[bool]) -> Vec<(usi
 
 /// The passes `train` calls.
 struct TrainPasses<'a, 'ctx> {
-    /// The backward group whose dot is merged: it also takes the next sample's inputs.
+    /// The backward group whose dot is merged: it also takes the next sample's inputs and
+    /// this one's.
     merged: Part<'ctx>,
+    /// The input slots the merged dot does not read, as runs.
+    other_inputs: Vec<std::ops::Range<u32>>,
     forward: &'a [Part<'ctx>],
     step_backward: &'a [Part<'ctx>],
     train_backward: &'a [Part<'ctx>],
@@ -423,6 +471,27 @@ fn train_dot(
         && span.end <= inputs.end;
     let loss_computed = tape.loss().is_some_and(|l| !tape.op(l).is_leaf());
     (first_computed && other_is_input && loss_computed).then_some(dot.sum.slot)
+}
+
+/// The input slots `train`'s dot reads, if they form one run (else none: `train` then
+/// copies every input into `vals`).
+fn train_dot_inputs(
+    tape: &Tape,
+    schedule: &Schedule,
+    deferred: &[(usize, usize, usize)],
+) -> std::ops::Range<u32> {
+    let empty = tape.input_base() as u32..tape.input_base() as u32;
+    let Some(&(k, b, i)) = deferred.first() else {
+        return empty;
+    };
+    let (nest, dot) = nest_dot(schedule, k, b);
+    let other = dot.products.args[1 - i];
+    let span = other.span(dot.products.len, nest.count);
+    if other.stride == 1 && span.len() == dot.products.len as usize {
+        span
+    } else {
+        empty
+    }
 }
 
 /// Body item `b` of the nest that is schedule item `k`, a dot.
