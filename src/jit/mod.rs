@@ -168,7 +168,8 @@ impl JitBuilder {
     /// (`examples/report`, 2,000 steps) the mean loss is the same and params differ by up to
     /// 1.6e-15 of the largest; the tests hold results to 1e-9. `step` gains nothing (it is
     /// bound by memory traffic); `Program::train`, whose merged loop is bound by arithmetic,
-    /// runs ~10% faster (5.6 against 6.2 us per MNIST sample). Straight-line code never gets fast-math flags.
+    /// runs ~10% faster (5.6 against 6.2 us per MNIST sample). Straight-line code never gets
+    /// fast-math flags.
     pub fn fast_math(mut self, on: bool) -> Self {
         self.fast_math = on;
         self
