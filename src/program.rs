@@ -98,20 +98,10 @@ pub trait Program {
     /// One per-sample SGD step: set inputs, zero_grad, forward, backward, update. Returns the
     /// loss before the update.
     fn step(&mut self, inputs: &[f64], lr: f64) -> Result<f64> {
-        let loss = self.tape().loss().ok_or(Error::NoLoss)?;
+        self.tape().loss().ok_or(Error::NoLoss)?;
         check_inputs(self.tape(), inputs)?;
         self.begin_step();
-        self.set_inputs(inputs)?;
-        // The loss before the update. The update changes params only, so a computed loss is
-        // still in the buffers afterwards; a leaf loss (a param) is read before.
-        let leaf = self.tape().op(loss).is_leaf();
-        let before = self.values()[loss.index()];
-        self.run_step(lr);
-        Ok(if leaf {
-            before
-        } else {
-            self.values()[loss.index()]
-        })
+        Ok(checked_step(self, inputs, lr))
     }
 
     /// Trains on `inputs`, one sample after the other (`num_inputs` numbers each): a `step`
@@ -141,12 +131,7 @@ pub trait Program {
 
     /// The params, in the order they were created.
     fn params(&self) -> Vec<f64> {
-        let v = self.values();
-        self.tape()
-            .param_slots()
-            .iter()
-            .map(|s| v[s.index()])
-            .collect()
+        in_creation_order(self.tape(), self.values())
     }
 
     /// Overwrites every param, given in the order they were created. Wrong length or a
@@ -171,12 +156,7 @@ pub trait Program {
 
     /// The params' gradients, in the order the params were created.
     fn param_grads(&self) -> Vec<f64> {
-        let g = self.grads();
-        self.tape()
-            .param_slots()
-            .iter()
-            .map(|s| g[s.index()])
-            .collect()
+        in_creation_order(self.tape(), self.grads())
     }
 
     /// Whether this program stores `slot`'s value and gradient in its buffers. The
@@ -211,25 +191,33 @@ pub trait Program {
 /// `run_step` on each sample of checked `inputs`, returning the losses `step` would.
 pub(crate) fn step_per_sample<P: Program + ?Sized>(p: &mut P, inputs: &[f64], lr: f64) -> Vec<f64> {
     let width = p.tape().num_inputs();
-    let base = p.tape().input_base();
-    let Some(loss) = p.tape().loss() else {
-        return Vec::new();
-    };
-    let leaf = p.tape().op(loss).is_leaf();
     inputs
         .chunks(width)
-        .map(|x| {
-            p.buffers_mut().0[base..base + width].copy_from_slice(x);
-            // As in `step`: a leaf loss is read before the update.
-            let before = p.values()[loss.index()];
-            p.run_step(lr);
-            if leaf {
-                before
-            } else {
-                p.values()[loss.index()]
-            }
-        })
+        .map(|x| checked_step(p, x, lr))
         .collect()
+}
+
+/// `step` on inputs already checked, for a tape with a loss: the loss before the update.
+fn checked_step<P: Program + ?Sized>(p: &mut P, inputs: &[f64], lr: f64) -> f64 {
+    let (base, n) = (p.tape().input_base(), p.tape().num_inputs());
+    p.buffers_mut().0[base..base + n].copy_from_slice(inputs);
+    let Some(loss) = p.tape().loss() else {
+        return f64::NAN;
+    };
+    // The update changes params only, so a computed loss is still in the buffers
+    // afterwards; a leaf loss (a param) is read before.
+    let before = p.values()[loss.index()];
+    p.run_step(lr);
+    if p.tape().op(loss).is_leaf() {
+        before
+    } else {
+        p.values()[loss.index()]
+    }
+}
+
+/// The params' entries of `buf`, in the order the params were created.
+fn in_creation_order(tape: &Tape, buf: &[f64]) -> Vec<f64> {
+    tape.param_slots().iter().map(|s| buf[s.index()]).collect()
 }
 
 /// The checks of `set_inputs`: one finite number per input.

@@ -259,7 +259,10 @@ impl<'ctx> Lowerer<'ctx, '_> {
                 .vectors
                 .iter()
                 .zip(&g_products)
-                .map(|(&lanes, &g)| this.product_grads_lanes(vals, map, t, group, lanes, g))
+                .map(|(&lanes, &g)| {
+                    let x = this.load_args_lanes(vals, map, t, group, lanes)?;
+                    this.product_grads_lanes(map, lanes, &x, g)
+                })
                 .collect::<Emit<Vec<_>>>()?;
             this.accumulate_args_lanes(vals, grads, map, t, group, &locals)?;
             Ok(Vec::new())
@@ -315,12 +318,7 @@ impl<'ctx> Lowerer<'ctx, '_> {
             let mut locals = Vec::with_capacity(group.vectors.len());
             for (&lanes, &g) in group.vectors.iter().zip(&g_products) {
                 let x = load_x(this, this_sample, t, lanes)?;
-                let mut ar = this.vector_arith(lanes);
-                let product = map.op.forward(&mut ar, &x);
-                let mut local = Vec::new();
-                map.op.local_grads(&mut ar, &x, product, g, &mut local);
-                ar.finish()?;
-                locals.push(local);
+                locals.push(this.product_grads_lanes(map, lanes, &x, g)?);
             }
             this.accumulate_args_lanes(vals, grads, map, t, group, &locals)?;
             group
@@ -358,22 +356,19 @@ impl<'ctx> Lowerer<'ctx, '_> {
             .collect()
     }
 
-    /// The local gradients of one vector of products at step `t`, given their gradient
-    /// `g`, in operand order.
+    /// The local gradients of one vector of products with operands `x`, given their
+    /// gradient `g`, in operand order.
     fn product_grads_lanes(
         &self,
-        vals: PointerValue<'ctx>,
         map: &MapLoop,
-        t: IntValue<'ctx>,
-        group: &Group<'ctx>,
         lanes: Vector,
+        x: &[VectorValue<'ctx>],
         g: VectorValue<'ctx>,
     ) -> Emit<Vec<VectorValue<'ctx>>> {
-        let x = self.load_args_lanes(vals, map, t, group, lanes)?;
         let mut ar = self.vector_arith(lanes);
-        let product = map.op.forward(&mut ar, &x);
+        let product = map.op.forward(&mut ar, x);
         let mut local = Vec::new();
-        map.op.local_grads(&mut ar, &x, product, g, &mut local);
+        map.op.local_grads(&mut ar, x, product, g, &mut local);
         ar.finish()?;
         Ok(local)
     }
@@ -401,7 +396,8 @@ impl<'ctx> Lowerer<'ctx, '_> {
             let g_products = this.fresh_lanes(&gs)?;
             this.emit_loop(map.len, false, &[], |this, t, _| {
                 for (&lanes, &g) in group.vectors.iter().zip(&g_products) {
-                    let local = this.product_grads_lanes(vals, map, t, group, lanes, g)?;
+                    let x = this.load_args_lanes(vals, map, t, group, lanes)?;
+                    let local = this.product_grads_lanes(map, lanes, &x, g)?;
                     let g_operand = this.fresh_lanes(&local[i..=i])?[0];
                     this.store_lanes(grads, map.args[i], t, group, lanes, g_operand)?;
                 }

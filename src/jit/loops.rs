@@ -167,11 +167,7 @@ impl<'ctx> Lowerer<'ctx, '_> {
         if !sum.needs_grad {
             return Ok(());
         }
-        let zero = self.context.i64_type().const_zero();
-        let g = self.load_at(grads, sum.slot, zero, j)?;
-        if sum.grad_first {
-            self.accumulate_at(grads, sum.first, zero, j, g)?;
-        }
+        let g = self.sum_grad_at(grads, sum, j)?;
         if sum.grad_tail {
             self.emit_loop(sum.tail_len, false, &[], |this, t, _| {
                 this.accumulate_at(grads, sum.tail, t, j, g)?;
@@ -179,6 +175,21 @@ impl<'ctx> Lowerer<'ctx, '_> {
             })?;
         }
         Ok(())
+    }
+
+    /// A sum's gradient, after adding it into `first` (the first of its operands).
+    fn sum_grad_at(
+        &self,
+        grads: PointerValue<'ctx>,
+        sum: &SumLoop,
+        j: IntValue<'ctx>,
+    ) -> Emit<FloatValue<'ctx>> {
+        let zero = self.context.i64_type().const_zero();
+        let g = self.load_at(grads, sum.slot, zero, j)?;
+        if sum.grad_first {
+            self.accumulate_at(grads, sum.first, zero, j, g)?;
+        }
+        Ok(g)
     }
 
     /// `vals[slot] = vals[first] + a(0) * b(0) + ...`, left to right, the products in
@@ -216,11 +227,7 @@ impl<'ctx> Lowerer<'ctx, '_> {
         if !sum.needs_grad {
             return Ok(());
         }
-        let zero = self.context.i64_type().const_zero();
-        let g = self.load_at(grads, sum.slot, zero, j)?;
-        if sum.grad_first {
-            self.accumulate_at(grads, sum.first, zero, j, g)?;
-        }
+        let g = self.sum_grad_at(grads, sum, j)?;
         let mut ar = self.ir_arith();
         let fresh = ar.constant(0.0);
         let g_product = ar.add(fresh, g);

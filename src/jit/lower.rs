@@ -266,11 +266,7 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
         if with_lr {
             params.push(self.f64_type.into());
         }
-        let ty = self.context.void_type().fn_type(&params, false);
-        let f = self.module.add_function(name, ty, None);
-        for &a in &self.fn_attributes {
-            f.add_attribute(AttributeLoc::Function, a);
-        }
+        let f = self.begin_function_typed(name, &params);
         if !inline {
             let kind = Attribute::get_named_enum_kind_id("noinline");
             f.add_attribute(
@@ -278,17 +274,6 @@ impl<'ctx, 't> Lowerer<'ctx, 't> {
                 self.context.create_enum_attribute(kind, 0),
             );
         }
-        let noalias = Attribute::get_named_enum_kind_id("noalias");
-        for i in 0..2 {
-            f.add_attribute(
-                AttributeLoc::Param(i),
-                self.context.create_enum_attribute(noalias, 0),
-            );
-        }
-        f.get_nth_param(0).unwrap().set_name("vals");
-        f.get_nth_param(1).unwrap().set_name("grads");
-        let entry = self.context.append_basic_block(f, "entry");
-        self.builder.position_at_end(entry);
         f
     }
 

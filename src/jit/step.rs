@@ -50,7 +50,8 @@ impl<'ctx> Lowerer<'ctx, '_> {
         }
         self.step_mode = true;
         self.grad_stored = self.fused_update.clone();
-        self.train_plan = train_dot(self.tape, schedule, &deferred);
+        let plan = train_plan(self.tape, schedule, &deferred);
+        self.train_plan = plan.as_ref().map(|p| p.dot);
         let step_backward = self.lower_backward(groups, "step_bwd")?;
         self.train_plan = None;
         let rest = self.fused_update.clone();
@@ -59,7 +60,7 @@ impl<'ctx> Lowerer<'ctx, '_> {
         parts.extend_from_slice(&step_backward);
         parts.push(step_update);
         self.lower_driver(STEP, &parts, true)?;
-        if let Some(train_group) = self.train_group.take() {
+        if let (Some(train_group), Some(plan)) = (self.train_group.take(), plan) {
             // `train`'s passes differ from `step`'s in the first group only, which holds
             // the first nest alone (`function_groups`): backward parts are init, the groups
             // from the last, rest.
@@ -67,20 +68,13 @@ impl<'ctx> Lowerer<'ctx, '_> {
             let first = train_backward.len() - 2;
             train_backward[first] = train_group;
             let merged = train_group;
-            self.train_dot = train_dot(self.tape, schedule, &deferred);
+            self.train_dot = Some(plan.dot);
             let mut train_forward = forward.to_vec();
             train_forward[0] = self.lower_forward(&groups[..1], "train_fwd")?[0];
             self.train_dot = None;
-            let dot_inputs = train_dot_inputs(self.tape, schedule, &deferred);
-            let all = self.tape.input_base() as u32
-                ..(self.tape.input_base() + self.tape.num_inputs()) as u32;
-            let other_inputs = [all.start..dot_inputs.start, dot_inputs.end..all.end]
-                .into_iter()
-                .filter(|r| !r.is_empty())
-                .collect();
             let passes = TrainPasses {
                 merged,
-                other_inputs,
+                other_inputs: plan.other_inputs,
                 forward,
                 step_backward: &step_backward,
                 train_backward: &train_backward,
@@ -141,8 +135,7 @@ impl<'ctx> Lowerer<'ctx, '_> {
         let s = self.builder.build_phi(i64t, "s")?;
         let s_value = s.as_basic_value().into_int_value();
         let value = self.load_slot(vals, loss, "loss")?;
-        // SAFETY: (of the GEPs) s < n, the length of `losses`; (s + 1) * width + width <= n *
-        // width, the length of `inputs`, on the merged path.
+        // SAFETY: (of the GEP) s < n, the length of `losses`.
         let loss_ptr = unsafe {
             self.builder
                 .build_in_bounds_gep(self.f64_type, losses, &[s_value], "")?
@@ -157,22 +150,8 @@ impl<'ctx> Lowerer<'ctx, '_> {
         self.builder.build_conditional_branch(more, merged, last)?;
 
         self.builder.position_at_end(merged);
-        let offset = self
-            .builder
-            .build_int_mul(next, i64t.const_int(width, false), "")?;
-        // SAFETY: (of the GEP) next < n on this path.
-        let next_inputs = unsafe {
-            self.builder
-                .build_in_bounds_gep(self.f64_type, inputs, &[offset], "next_inputs")?
-        };
-        let here = self
-            .builder
-            .build_int_mul(s_value, i64t.const_int(width, false), "")?;
-        // SAFETY: (of the GEP) s * width + width <= n * width, the length of `inputs`.
-        let sample_inputs = unsafe {
-            self.builder
-                .build_in_bounds_gep(self.f64_type, inputs, &[here], "sample_inputs")?
-        };
+        let next_inputs = self.sample_ptr(inputs, next, "next_inputs")?;
+        let sample_inputs = self.sample_ptr(inputs, s_value, "sample_inputs")?;
         for part in passes.train_backward {
             if part.f == passes.merged.f {
                 let args = [
@@ -208,14 +187,7 @@ impl<'ctx> Lowerer<'ctx, '_> {
         self.builder.position_at_end(last);
         // `step`'s backward reads this sample's inputs from `vals`, and after `train` they
         // hold the last sample's, as after `step`.
-        let here = self
-            .builder
-            .build_int_mul(s_value, i64t.const_int(width, false), "")?;
-        // SAFETY: (of the GEP) s = n - 1 here.
-        let last_inputs = unsafe {
-            self.builder
-                .build_in_bounds_gep(self.f64_type, inputs, &[here], "last_inputs")?
-        };
+        let last_inputs = self.sample_ptr(inputs, s_value, "last_inputs")?;
         self.builder
             .build_memcpy(input_slots(self, vals)?, 8, last_inputs, 8, bytes)?;
         self.emit_calls(passes.step_backward, vals, grads, Some(lr))?;
@@ -225,6 +197,27 @@ impl<'ctx> Lowerer<'ctx, '_> {
         self.builder.build_return(None)?;
         self.trains = true;
         Ok(())
+    }
+
+    /// `&inputs[sample * num_inputs]`, the first input of a sample of `train`'s argument.
+    fn sample_ptr(
+        &self,
+        inputs: PointerValue<'ctx>,
+        sample: IntValue<'ctx>,
+        name: &str,
+    ) -> Emit<PointerValue<'ctx>> {
+        let width = self.tape.num_inputs() as u64;
+        let offset = self.builder.build_int_mul(
+            sample,
+            self.context.i64_type().const_int(width, false),
+            "",
+        )?;
+        // SAFETY: (of the GEP) `train` takes `n` whole samples, and every caller passes a
+        // sample below `n`.
+        unsafe {
+            self.builder
+                .build_in_bounds_gep(self.f64_type, inputs, &[offset], name)
+        }
     }
 
     /// `materialize(vals, grads)`: stores the gradients `step` deferred, from the values and
@@ -450,15 +443,25 @@ struct TrainPasses<'a, 'ctx> {
     train_forward: &'a [Part<'ctx>],
 }
 
-/// The dot (by its sum's slots) whose weight update `train` merges with the next sample's
-/// forward: the first thing the tape computes, a nest's first body item, whose weight
-/// gradients `step` defers and whose other operand is inputs without gradient (so the next
-/// sample's values are at hand, and nothing else adds gradients in that loop).
-fn train_dot(
+/// What `train` merges, if it can.
+struct TrainPlan {
+    /// The dot (by its sum's slots) whose weight update is merged with the next sample's
+    /// forward.
+    dot: Affine,
+    /// The input slots that dot does not read, as runs: what the next forward needs copied
+    /// into `vals`.
+    other_inputs: Vec<std::ops::Range<u32>>,
+}
+
+/// `train`'s plan: merge the first thing the tape computes if it is a nest's first body
+/// item, a dot whose weight gradients `step` defers and whose other operand is inputs
+/// without gradient (so the next sample's values are at hand, and nothing else adds
+/// gradients in that loop).
+fn train_plan(
     tape: &Tape,
     schedule: &Schedule,
     deferred: &[(usize, usize, usize)],
-) -> Option<Affine> {
+) -> Option<TrainPlan> {
     let &(k, b, i) = deferred.first()?;
     let (nest, dot) = nest_dot(schedule, k, b);
     let other = dot.products.args[1 - i];
@@ -470,28 +473,23 @@ fn train_dot(
         && inputs.start <= span.start
         && span.end <= inputs.end;
     let loss_computed = tape.loss().is_some_and(|l| !tape.op(l).is_leaf());
-    (first_computed && other_is_input && loss_computed).then_some(dot.sum.slot)
-}
-
-/// The input slots `train`'s dot reads, if they form one run (else none: `train` then
-/// copies every input into `vals`).
-fn train_dot_inputs(
-    tape: &Tape,
-    schedule: &Schedule,
-    deferred: &[(usize, usize, usize)],
-) -> std::ops::Range<u32> {
-    let empty = tape.input_base() as u32..tape.input_base() as u32;
-    let Some(&(k, b, i)) = deferred.first() else {
-        return empty;
-    };
-    let (nest, dot) = nest_dot(schedule, k, b);
-    let other = dot.products.args[1 - i];
-    let span = other.span(dot.products.len, nest.count);
-    if other.stride == 1 && span.len() == dot.products.len as usize {
+    if !(first_computed && other_is_input && loss_computed) {
+        return None;
+    }
+    // The dot's inputs, if they form one run; else every input is copied.
+    let read = if other.stride == 1 && span.len() == dot.products.len as usize {
         span
     } else {
-        empty
-    }
+        inputs.start..inputs.start
+    };
+    let other_inputs = [inputs.start..read.start, read.end..inputs.end]
+        .into_iter()
+        .filter(|r| !r.is_empty())
+        .collect();
+    Some(TrainPlan {
+        dot: dot.sum.slot,
+        other_inputs,
+    })
 }
 
 /// Body item `b` of the nest that is schedule item `k`, a dot.
