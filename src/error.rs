@@ -42,6 +42,10 @@ pub enum Error {
     /// A tape failed `Tape::verify`; this is a bug in a pass, reported rather than run.
     #[error("tape invariant broken at slot {slot}: {what}")]
     InvalidTape { slot: u32, what: String },
+    /// A lowering plan failed `Plan::verify`; this is a bug in the planner, reported rather
+    /// than run.
+    #[error("lowering plan invariant broken at slot {slot}: {what}")]
+    InvalidPlan { slot: u32, what: String },
     /// A missing, unreadable or malformed IDX file (MNIST's format).
     #[error("{file}: {problem}")]
     Idx {

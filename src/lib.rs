@@ -2,7 +2,8 @@
 //! native code with LLVM.
 //!
 //! The pipeline: [`Graph`] (micrograd's API) -> [`Tape`] (linear, slot-indexed) ->
-//! [`passes`] (loop recovery, param layout) -> LLVM IR -> native `forward`, `backward`,
+//! [`passes`] (loop recovery, param layout) -> [`plan`] (every lowering decision) -> LLVM
+//! IR -> native `forward`, `backward`,
 //! `update` and `step` ([`Jit`]). The [`Interpreter`] runs the
 //! same tape as the reference every backend must match bit for bit; both implement
 //! [`Program`], so a training loop is written once.
@@ -14,6 +15,7 @@ pub mod idx;
 pub mod interp;
 pub mod op;
 pub mod passes;
+pub mod plan;
 pub mod program;
 pub mod tape;
 

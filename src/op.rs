@@ -8,8 +8,8 @@
 
 /// The scalar operations a backend must provide to evaluate ops.
 ///
-/// Every method is one IEEE-754 double operation (or one call to a libm function through
-/// [`libm`]); implementations must not fuse, reassociate or approximate.
+/// Every method is one IEEE-754 double operation (or one call to a [`MathFn`]);
+/// implementations must not fuse, reassociate or approximate.
 pub trait Arith {
     /// A scalar: an `f64` for the interpreter, an IR value for the JIT.
     type V: Copy;
@@ -19,17 +19,17 @@ pub trait Arith {
     fn mul(&mut self, a: Self::V, b: Self::V) -> Self::V;
     fn div(&mut self, a: Self::V, b: Self::V) -> Self::V;
     fn neg(&mut self, a: Self::V) -> Self::V;
-    fn exp(&mut self, a: Self::V) -> Self::V;
-    fn log(&mut self, a: Self::V) -> Self::V;
-    fn tanh(&mut self, a: Self::V) -> Self::V;
-    fn powf(&mut self, a: Self::V, c: f64) -> Self::V;
+    /// `f(args...)`, calling the very function [`MathFn::address`] names (`args` has
+    /// [`MathFn::arity`] values).
+    fn call(&mut self, f: MathFn, args: &[Self::V]) -> Self::V;
     /// `then if a > b else otherwise` (false when either is NaN).
     fn select_gt(&mut self, a: Self::V, b: Self::V, then: Self::V, otherwise: Self::V) -> Self::V;
 }
 
 /// An operation of the graph. Leaves (`Input`, `Param`, `Const`) have no operands; `Sum` has
-/// one or more; the others have the arity [`Op::arity`] gives.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// one or more; the others have the arity [`Op::arity`] gives. `Op::iter()` lists every
+/// variant once (fields 0), so tests and tables derived from it cover a new op unedited.
+#[derive(Clone, Copy, Debug, PartialEq, strum::EnumIter)]
 pub enum Op {
     /// The `n`-th input, set before each run.
     Input(u32),
@@ -108,10 +108,13 @@ impl Op {
             Op::Mul => ar.mul(x[0], x[1]),
             Op::Div => ar.div(x[0], x[1]),
             Op::Neg => ar.neg(x[0]),
-            Op::Powf(c) => ar.powf(x[0], c),
-            Op::Exp => ar.exp(x[0]),
-            Op::Log => ar.log(x[0]),
-            Op::Tanh => ar.tanh(x[0]),
+            Op::Powf(c) => {
+                let c = ar.constant(c);
+                ar.call(MathFn::Pow, &[x[0], c])
+            }
+            Op::Exp => ar.call(MathFn::Exp, &[x[0]]),
+            Op::Log => ar.call(MathFn::Log, &[x[0]]),
+            Op::Tanh => ar.call(MathFn::Tanh, &[x[0]]),
             Op::Relu => {
                 let zero = ar.constant(0.0);
                 ar.select_gt(zero, x[0], zero, x[0])
@@ -119,7 +122,7 @@ impl Op {
             Op::Sigmoid => {
                 // 1 / (1 + e^-x)
                 let minus_x = ar.neg(x[0]);
-                let e = ar.exp(minus_x);
+                let e = ar.call(MathFn::Exp, &[minus_x]);
                 let one = ar.constant(1.0);
                 let denom = ar.add(one, e);
                 ar.div(one, denom)
@@ -174,7 +177,8 @@ impl Op {
             Op::Powf(c) => {
                 // d(a^c)/da = c * a^(c-1), as micrograd writes it
                 let c_ = ar.constant(c);
-                let a_pow = ar.powf(x[0], c - 1.0);
+                let c_minus_1 = ar.constant(c - 1.0);
+                let a_pow = ar.call(MathFn::Pow, &[x[0], c_minus_1]);
                 let d = ar.mul(c_, a_pow);
                 local.push(ar.mul(d, g));
             }
@@ -213,10 +217,63 @@ impl Op {
     }
 }
 
-/// The libm functions both backends call. The JIT calls these very functions (by address), so
-/// the interpreter and the JIT agree bit for bit, and LLVM cannot rewrite them (it would turn
-/// `pow(x, 2.0)` into `x * x`, which can differ in the last bit).
-pub mod libm {
+/// The math functions ops call. Both backends call these very functions: the interpreter
+/// directly, the JIT by address under private symbol names ([`MathFn::symbol`]), so the two
+/// agree bit for bit and LLVM cannot recognize and rewrite them (it would turn `pow(x, 2.0)`
+/// into `x * x`, which can differ in the last bit). A new function is one variant and one
+/// arm in each `match` below; `MathFn::iter()` lists them all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, strum::EnumIter)]
+pub enum MathFn {
+    Exp,
+    Log,
+    Tanh,
+    /// `pow(x, c)`.
+    Pow,
+}
+
+impl MathFn {
+    /// The private name the JIT's IR calls it by.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            MathFn::Exp => "tapejit_exp",
+            MathFn::Log => "tapejit_log",
+            MathFn::Tanh => "tapejit_tanh",
+            MathFn::Pow => "tapejit_pow",
+        }
+    }
+
+    /// How many `f64` arguments it takes.
+    pub fn arity(self) -> usize {
+        match self {
+            MathFn::Exp | MathFn::Log | MathFn::Tanh => 1,
+            MathFn::Pow => 2,
+        }
+    }
+
+    /// The address of its `extern "C"` implementation, for the JIT to bind the symbol to.
+    pub fn address(self) -> usize {
+        match self {
+            MathFn::Exp => math::exp as *const () as usize,
+            MathFn::Log => math::log as *const () as usize,
+            MathFn::Tanh => math::tanh as *const () as usize,
+            MathFn::Pow => math::pow as *const () as usize,
+        }
+    }
+
+    /// Calls it on `args` ([`MathFn::arity`] of them; missing ones read as NaN).
+    pub fn eval(self, args: &[f64]) -> f64 {
+        let arg = |i: usize| args.get(i).copied().unwrap_or(f64::NAN);
+        match self {
+            MathFn::Exp => math::exp(arg(0)),
+            MathFn::Log => math::log(arg(0)),
+            MathFn::Tanh => math::tanh(arg(0)),
+            MathFn::Pow => math::pow(arg(0), arg(1)),
+        }
+    }
+}
+
+/// The implementations behind [`MathFn`], with the C ABI the JIT calls them through.
+mod math {
     pub extern "C" fn exp(x: f64) -> f64 {
         x.exp()
     }
@@ -226,7 +283,7 @@ pub mod libm {
     pub extern "C" fn tanh(x: f64) -> f64 {
         x.tanh()
     }
-    pub extern "C" fn powf(x: f64, c: f64) -> f64 {
+    pub extern "C" fn pow(x: f64, c: f64) -> f64 {
         x.powf(c)
     }
 }
@@ -254,17 +311,8 @@ impl Arith for F64 {
     fn neg(&mut self, a: f64) -> f64 {
         -a
     }
-    fn exp(&mut self, a: f64) -> f64 {
-        libm::exp(a)
-    }
-    fn log(&mut self, a: f64) -> f64 {
-        libm::log(a)
-    }
-    fn tanh(&mut self, a: f64) -> f64 {
-        libm::tanh(a)
-    }
-    fn powf(&mut self, a: f64, c: f64) -> f64 {
-        libm::powf(a, c)
+    fn call(&mut self, f: MathFn, args: &[f64]) -> f64 {
+        f.eval(args)
     }
     fn select_gt(&mut self, a: f64, b: f64, then: f64, otherwise: f64) -> f64 {
         if a > b {

@@ -8,6 +8,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tapejit::nn::{Activation, Classifier, Layer};
 use tapejit::passes::loops::{schedule, Item};
+use tapejit::plan::{Plan, PlanOptions};
 use tapejit::{Graph, Jit, Program, Tape, Value};
 
 /// Checks every backend against the interpreter and returns the loops the JIT made.
@@ -155,7 +156,7 @@ fn schedules_cover_every_node_once_in_order() {
                     covered.extend(a..=b);
                     covered.push(d.sum.slot.at(0).0);
                 }
-                Item::Nest(_) => unreachable!("flattened"),
+                Item::Nest(_) | Item::SumPart { .. } => unreachable!("flattened, no parts"),
             }
         }
         assert_eq!(
@@ -208,14 +209,21 @@ fn fast_math_agrees_to_rounding_and_is_off_by_default() {
     }
 }
 
-/// The nests of `g`'s schedule (after the JIT's param layout), as (count, lanes).
+/// The nests of `g`'s plan (after the JIT's param layout), as (count, whether backward runs
+/// in lanes).
 fn nests_of(g: &Graph) -> Vec<(u32, bool)> {
     let jit = Jit::compile(g).unwrap();
-    schedule(jit.tape(), true)
-        .items
+    let options = PlanOptions {
+        chunk_size: 250,
+        fast_math: false,
+    };
+    let plan = Plan::new(jit.tape(), &schedule(jit.tape(), true), options);
+    plan.verify(jit.tape()).unwrap();
+    plan.functions
         .iter()
+        .flatten()
         .filter_map(|i| match i {
-            Item::Nest(n) => Some((n.count, n.lanes)),
+            Item::Nest(n) => Some((n.count, n.lanes.backward().is_some())),
             _ => None,
         })
         .collect()
@@ -228,7 +236,7 @@ fn layers_wider_than_a_lane_group_with_input_gradients() {
     // 64 and a rest of 2; 136: a loop over 17 groups of 8 (the largest multiple of 8 that
     // divides it, so no rest).
     for (width, group) in [(70, 64), (130, 64), (136, 8)] {
-        assert_eq!(tapejit::passes::lanes::lane_group(width), group);
+        assert_eq!(tapejit::plan::lane_group(width), group);
         let g = Graph::new();
         let mut rng = StdRng::seed_from_u64(12);
         let layer = Layer::new(&g, 9, width as usize, Activation::Tanh, &mut rng);

@@ -18,14 +18,14 @@ use inkwell::passes::PassBuilderOptions;
 use inkwell::targets::{CodeModel, InitializationConfig, RelocMode, Target, TargetMachine};
 use inkwell::OptimizationLevel;
 
-use super::lower::{
-    libm_symbols, HostCpu, Lowered, Lowerer, BACKWARD, FORWARD, MATERIALIZE, STEP, TRAIN, UPDATE,
-};
+use super::emit::{Emitter, HostCpu, Lowered, BACKWARD, FORWARD, MATERIALIZE, STEP, TRAIN, UPDATE};
 use super::{JitBuilder, JitStats};
 use crate::error::{Error, Result};
-use crate::passes::loops::Schedule;
+use crate::op::MathFn;
+use crate::plan::Plan;
 use crate::program::initial_buffers;
 use crate::tape::Tape;
+use strum::IntoEnumIterator;
 
 type PassFn = unsafe extern "C" fn(*mut f64, *mut f64);
 type UpdateFn = unsafe extern "C" fn(*mut f64, *mut f64, f64);
@@ -144,7 +144,7 @@ impl Native {
     /// Lowers, verifies, optimizes and JITs `tape`, filling in `stats`.
     pub fn compile(
         tape: &Tape,
-        schedule: &Schedule,
+        plan: &Plan,
         options: &JitBuilder,
         stats: &mut JitStats,
     ) -> Result<Native> {
@@ -153,9 +153,10 @@ impl Native {
         // SAFETY: the context lives until `Native::drop` (or the error path below) frees it,
         // after everything that borrows it; 'static is never observable outside this module.
         let ctx: &'static Context = unsafe { context.as_ref() };
-        let built = Self::build(ctx, tape, schedule, options, stats);
+        let built = Self::build(ctx, tape, plan, options, stats);
         match built {
-            Ok((module, engine, entries, defers)) => {
+            Ok((module, engine, entries)) => {
+                let defers = plan.step.as_ref().is_some_and(|s| !s.deferred.is_empty());
                 let (vals, grads) = initial_buffers(tape);
                 Ok(Native {
                     vals,
@@ -180,18 +181,14 @@ impl Native {
     fn build(
         ctx: &'static Context,
         tape: &Tape,
-        schedule: &Schedule,
+        plan: &Plan,
         options: &JitBuilder,
         stats: &mut JitStats,
-    ) -> Result<(Module<'static>, ExecutionEngine<'static>, Entries, bool)> {
+    ) -> Result<(Module<'static>, ExecutionEngine<'static>, Entries)> {
         let cpu = host_cpu();
         let start = Instant::now();
-        let Lowered {
-            module,
-            defers,
-            trains,
-        } = Lowerer::new(ctx, tape, &cpu, options.fast_math)
-            .lower(schedule, options.chunk_size)
+        let Lowered { module, trains } = Emitter::new(ctx, tape, plan, &cpu)
+            .emit()
             .map_err(|e| llvm_error("IR emission", e))?;
         module
             .verify()
@@ -218,9 +215,9 @@ impl Native {
         let engine = module
             .create_jit_execution_engine(options.codegen_level())
             .map_err(|e| llvm_error("execution engine", e))?;
-        for (name, address) in libm_symbols() {
-            if let Some(f) = module.get_function(name) {
-                engine.add_global_mapping(&f, address);
+        for math in MathFn::iter() {
+            if let Some(f) = module.get_function(math.symbol()) {
+                engine.add_global_mapping(&f, math.address());
             }
         }
         let address = |name| {
@@ -246,7 +243,7 @@ impl Native {
                 train: train.map(|t| std::mem::transmute::<usize, TrainFn>(t)),
             }
         };
-        Ok((module, engine, entries, defers))
+        Ok((module, engine, entries))
     }
 
     pub fn values(&self) -> &[f64] {

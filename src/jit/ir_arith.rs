@@ -7,8 +7,8 @@ use inkwell::values::{
 };
 use inkwell::FloatPredicate;
 
-use super::lower::Emit;
-use crate::op::Arith;
+use super::emit::Emit;
+use crate::op::{Arith, MathFn};
 
 /// What [`IrArith`] computes on: one `f64` (a [`FloatValue`]), or a vector of them (a
 /// [`VectorValue`]), one lane per repetition of a nest. Every IEEE operation acts lane by
@@ -16,10 +16,11 @@ use crate::op::Arith;
 pub(super) trait Lanes<'ctx>: FloatMathValue<'ctx> + Copy {
     /// The IR type of a value.
     type Ty: Copy;
+    fn ty_of(self) -> Self::Ty;
     fn splat(ty: Self::Ty, c: f64) -> Self;
     fn undef(ty: Self::Ty) -> Self;
     fn from_basic(v: BasicValueEnum<'ctx>) -> Self;
-    /// `f(args...)`, lane by lane: the libm functions are scalar.
+    /// `f(args...)`, lane by lane: the math functions are scalar.
     fn call(
         builder: &Builder<'ctx>,
         ty: Self::Ty,
@@ -30,6 +31,9 @@ pub(super) trait Lanes<'ctx>: FloatMathValue<'ctx> + Copy {
 
 impl<'ctx> Lanes<'ctx> for FloatValue<'ctx> {
     type Ty = FloatType<'ctx>;
+    fn ty_of(self) -> Self::Ty {
+        self.get_type()
+    }
     fn splat(ty: Self::Ty, c: f64) -> Self {
         ty.const_float(c)
     }
@@ -56,6 +60,9 @@ impl<'ctx> Lanes<'ctx> for FloatValue<'ctx> {
 
 impl<'ctx> Lanes<'ctx> for VectorValue<'ctx> {
     type Ty = VectorType<'ctx>;
+    fn ty_of(self) -> Self::Ty {
+        self.get_type()
+    }
     fn splat(ty: Self::Ty, c: f64) -> Self {
         let lane = ty.get_element_type().into_float_type().const_float(c);
         VectorType::const_vector(&vec![lane; ty.get_size() as usize])
@@ -92,30 +99,29 @@ impl<'ctx> Lanes<'ctx> for VectorValue<'ctx> {
     }
 }
 
-/// [`Arith`] over an LLVM builder: each method emits the one instruction (or libm call) the
+/// The module's declaration of each [`MathFn`].
+pub(super) type MathTable<'ctx> = std::collections::HashMap<MathFn, FunctionValue<'ctx>>;
+
+/// [`Arith`] over an LLVM builder: each method emits the one instruction (or math call) the
 /// interpreter performs, on one value or on every lane of a vector. Builder errors (an
 /// unpositioned builder, a bug of ours) are kept and reported by [`IrArith::finish`].
 pub(super) struct IrArith<'a, 'ctx, V: Lanes<'ctx> = FloatValue<'ctx>> {
     builder: &'a Builder<'ctx>,
     ty: V::Ty,
-    libm: &'a [FunctionValue<'ctx>; 4],
+    math: &'a MathTable<'ctx>,
     error: Option<BuilderError>,
     /// Fast-math flags for every arithmetic instruction (none in exact code).
     flags: Option<FastMathFlags>,
 }
 
 impl<'a, 'ctx, V: Lanes<'ctx>> IrArith<'a, 'ctx, V> {
-    /// An emitter at the builder's position for values of type `ty`; `libm` holds `exp`,
-    /// `log`, `tanh`, `pow`.
-    pub(super) fn new(
-        builder: &'a Builder<'ctx>,
-        ty: V::Ty,
-        libm: &'a [FunctionValue<'ctx>; 4],
-    ) -> Self {
+    /// An emitter at the builder's position for values of type `ty`, calling the math
+    /// functions `math` declares.
+    pub(super) fn new(builder: &'a Builder<'ctx>, ty: V::Ty, math: &'a MathTable<'ctx>) -> Self {
         IrArith {
             builder,
             ty,
-            libm,
+            math,
             error: None,
             flags: None,
         }
@@ -142,11 +148,6 @@ impl<'a, 'ctx, V: Lanes<'ctx>> IrArith<'a, 'ctx, V> {
             self.error.get_or_insert(e);
             V::undef(self.ty)
         })
-    }
-
-    fn call(&mut self, f: FunctionValue<'ctx>, args: &[V]) -> V {
-        let r = V::call(self.builder, self.ty, f, args);
-        self.emit(r)
     }
 }
 
@@ -175,18 +176,13 @@ impl<'ctx, V: Lanes<'ctx>> Arith for IrArith<'_, 'ctx, V> {
         let r = self.builder.build_float_neg(a, "");
         self.emit(r)
     }
-    fn exp(&mut self, a: V) -> V {
-        self.call(self.libm[0], &[a])
-    }
-    fn log(&mut self, a: V) -> V {
-        self.call(self.libm[1], &[a])
-    }
-    fn tanh(&mut self, a: V) -> V {
-        self.call(self.libm[2], &[a])
-    }
-    fn powf(&mut self, a: V, c: f64) -> V {
-        let c = V::splat(self.ty, c);
-        self.call(self.libm[3], &[a, c])
+    fn call(&mut self, f: MathFn, args: &[V]) -> V {
+        // The emitter declares every `MathFn` before emitting any code.
+        let r = match self.math.get(&f) {
+            Some(&declared) => V::call(self.builder, self.ty, declared, args),
+            None => Err(BuilderError::UnsetPosition),
+        };
+        self.emit(r)
     }
     fn select_gt(&mut self, a: V, b: V, then: V, otherwise: V) -> V {
         let r = self

@@ -3,12 +3,9 @@
 //! `lower` turns the tape into an IR module, `engine` optimizes it for the host CPU and owns
 //! the machine code; [`Jit`] ties them to the [`Program`] API.
 
+mod emit;
 mod engine;
 mod ir_arith;
-mod lanes;
-mod loops;
-mod lower;
-mod step;
 
 use inkwell::OptimizationLevel;
 
@@ -17,6 +14,7 @@ use std::time::Instant;
 use crate::error::Result;
 use crate::graph::Graph;
 use crate::passes::{layout, loops as recovery};
+use crate::plan::{Plan, PlanOptions};
 use crate::program::Program;
 use crate::tape::{Slot, Tape};
 use engine::Native;
@@ -87,7 +85,7 @@ pub struct JitStats {
     pub functions: usize,
     /// IR instructions after optimization.
     pub ir_instructions: usize,
-    /// Seconds spent finding loops and laying out params.
+    /// Seconds spent finding loops, laying out params and planning the lowering.
     pub schedule_secs: f64,
     /// Seconds spent emitting and verifying IR.
     pub ir_build_secs: f64,
@@ -99,6 +97,8 @@ pub struct JitStats {
     pub loops: usize,
     /// Tape nodes those loops cover.
     pub loop_nodes: usize,
+    /// How deep the loops nest (0: no nest; 1: nests of loops; 2: nests of nests ...).
+    pub nest_depth: usize,
 }
 
 impl JitStats {
@@ -204,23 +204,25 @@ impl JitBuilder {
             ..JitStats::default()
         };
         let start = Instant::now();
-        let mut schedule = recovery::schedule(&tape, self.loop_recovery);
-        let tape = match layout::param_layout(&tape, &schedule) {
-            Some(from) => {
-                let moved = tape.into_param_layout(&from)?;
-                schedule = recovery::schedule(&moved, self.loop_recovery);
-                moved
-            }
-            None => tape,
-        };
+        let schedule = recovery::schedule(&tape, self.loop_recovery);
+        let (tape, schedule) = layout::apply(tape, schedule)?;
+        let plan = Plan::new(
+            &tape,
+            &schedule,
+            PlanOptions {
+                chunk_size: self.chunk_size,
+                fast_math: self.fast_math,
+            },
+        );
+        plan.verify(&tape)?;
         stats.schedule_secs = start.elapsed().as_secs_f64();
-        stats.loops = schedule.loops;
-        stats.loop_nodes = schedule.loop_nodes;
-        let kept = schedule.kept(&tape);
-        let native = Native::compile(&tape, &schedule, self, &mut stats)?;
+        stats.loops = plan.loops;
+        stats.loop_nodes = plan.loop_nodes;
+        stats.nest_depth = plan.nest_depth;
+        let native = Native::compile(&tape, &plan, self, &mut stats)?;
         Ok(Jit {
             tape,
-            kept,
+            kept: plan.kept,
             native,
             stats,
             opt_level: self.opt_level,
@@ -257,7 +259,7 @@ impl JitBuilder {
 /// ```
 pub struct Jit {
     tape: Tape,
-    /// Per slot: whether the buffers hold it ([`recovery::Schedule::kept`]).
+    /// Per slot: whether the buffers hold it ([`Plan::kept`]).
     kept: Vec<bool>,
     native: Native,
     stats: JitStats,

@@ -1,61 +1,27 @@
-//! Which orders a [`Nest`](super::loops::Nest)'s repetitions may run in: the lane lowering (`jit/lanes.rs`) runs
-//! them side by side, and this module decides when that changes no result.
+//! Which orders the repetitions of a [`Nest`](super::loops::Nest) whose body holds no nest
+//! may run in: the plan ([`crate::plan`]) runs them side by side in vector lanes where these
+//! analyses show that changes no result.
 //!
 //! - Forward: repetitions may interleave when none reads what another writes
 //!   ([`repetitions_independent`]).
 //! - Backward: interleaving reorders gradient additions; [`backward_lanes_keep_order`] walks
-//!   the lane order and checks every slot still receives its additions in the interpreter's
-//!   order.
-//! - [`lane_group`]: how many repetitions run together, shared by the check and the lowering.
+//!   the lane order for a given lane group size and checks every slot still receives its
+//!   additions in the interpreter's order.
 
-use super::loops::{Affine, Item, MapLoop};
-
-/// At most this many repetitions run together in lanes (eight vectors of eight).
-pub const MAX_LANE_GROUP: u32 = 64;
-
-/// How many of a nest's `count` repetitions a lane lowering runs together: all of them up to
-/// [`MAX_LANE_GROUP`], else the largest multiple of 8 up to it that divides `count` (no
-/// ragged last group: its code would be a second copy), else [`MAX_LANE_GROUP`].
-pub fn lane_group(count: u32) -> u32 {
-    if count <= MAX_LANE_GROUP {
-        return count;
-    }
-    (1..=MAX_LANE_GROUP / 8)
-        .rev()
-        .map(|v| 8 * v)
-        .find(|g| count % g == 0)
-        .unwrap_or(MAX_LANE_GROUP)
-}
+use super::loops::{AccessKind, Affine, Item, MapLoop};
 
 /// Slots `a.at(0..len)`.
 type Run = (Affine, u32);
 
-/// The slots an item writes and reads.
-fn outputs_and_inputs(item: &Item) -> (Vec<Run>, Vec<Run>) {
-    match item {
-        Item::Map(m) => (
-            vec![(m.out, m.len)],
-            m.args.iter().map(|&a| (a, m.len)).collect(),
-        ),
-        Item::Sum(s) => (vec![(s.slot, 1)], vec![(s.first, 1), (s.tail, s.tail_len)]),
-        Item::Dot(d) => (
-            vec![(d.sum.slot, 1)],
-            std::iter::once((d.sum.first, 1))
-                .chain(d.products.args.iter().map(|&a| (a, d.products.len)))
-                .collect(),
-        ),
-        Item::Straight(_) | Item::Nest(_) => (Vec::new(), Vec::new()),
-    }
-}
-
 /// Whether every slot a repetition reads is written by no repetition or by itself. Linear in
 /// the nodes the nest covers: it marks each written slot with its repetition.
 pub fn repetitions_independent(body: &[Item], count: u32) -> bool {
-    let (mut outputs, mut inputs) = (Vec::new(), Vec::new());
-    for item in body {
-        let (o, i) = outputs_and_inputs(item);
-        outputs.extend(o);
-        inputs.extend(i);
+    let (mut outputs, mut inputs): (Vec<Run>, Vec<Run>) = (Vec::new(), Vec::new());
+    for access in body.iter().flat_map(Item::accesses) {
+        match access.kind {
+            AccessKind::Writes { .. } => outputs.push((access.at, access.len)),
+            AccessKind::Reads { .. } => inputs.push((access.at, access.len)),
+        }
     }
     let Some(span) = outputs
         .iter()
@@ -131,16 +97,22 @@ fn contributions(item: &Item) -> Vec<Contribution> {
             }
             map(&dot.products, 1, &mut out);
         }
-        _ => {}
+        Item::Map(_)
+        | Item::Sum(_)
+        | Item::Dot(_)
+        | Item::Straight(_)
+        | Item::Nest(_)
+        | Item::SumPart { .. } => {}
     }
     out
 }
 
-/// Whether the lane order of [`Nest::lanes`](super::loops::Nest::lanes) adds every gradient's contributions in the
-/// interpreter's order (repetitions from the last, items from the last, each item's steps in
-/// order). Walks the lane order, checking that each slot's contributions come in increasing
-/// interpreter rank: linear in the additions.
-pub fn backward_lanes_keep_order(body: &[Item], count: u32) -> bool {
+/// Whether the lane order of [`Lanes::Both`](super::loops::Lanes::Both) with groups of
+/// `size` repetitions adds every gradient's contributions in the interpreter's order
+/// (repetitions from the last, items from the last, each item's steps in order). Walks the
+/// lane order, checking that each slot's contributions come in increasing interpreter rank:
+/// linear in the additions.
+pub fn backward_lanes_keep_order(body: &[Item], count: u32, size: u32) -> bool {
     let per_item: Vec<Vec<Contribution>> = body.iter().map(contributions).collect();
     let Some(span) = per_item
         .iter()
@@ -159,7 +131,6 @@ pub fn backward_lanes_keep_order(body: &[Item], count: u32) -> bool {
     };
     // 1 + the rank of each slot's last addition so far (0: none yet).
     let mut last = vec![0u64; span.len()];
-    let size = lane_group(count);
     for group in (0..count.div_ceil(size)).rev() {
         let lanes = group * size..((group + 1) * size).min(count);
         for (k, cs) in per_item.iter().enumerate().rev() {

@@ -5,12 +5,36 @@
 //! [`Nest`] computes its repetitions (neurons) side by side, so it wants the opposite: the
 //! weights of all neurons for one input next to each other. This pass moves every param
 //! matrix a nest reads into that order (input-major, repetition-minor), which makes the
-//! lowering's loads unit-stride across repetitions. Only slots move; no operation changes,
-//! so results stay bit-identical. [`crate::Program::params`] and friends keep speaking
-//! creation order.
+//! lowering's loads unit-stride across repetitions, and rewrites the schedule it was given to
+//! the moved slots. Only slots move; no operation changes, so results stay bit-identical.
+//! [`crate::Program::params`] and friends keep speaking creation order.
 
-use crate::passes::loops::{Affine, Item, Nest, Schedule};
+use crate::error::Result;
+use crate::passes::loops::{AccessKind, Affine, Item, Nest, Schedule};
 use crate::tape::Tape;
+
+/// `tape` and `schedule` with the params of `schedule`'s nests laid out input-major; both
+/// unchanged if no param moves, or if some loop's slots would stop being affine.
+pub fn apply(tape: Tape, schedule: Schedule) -> Result<(Tape, Schedule)> {
+    let Some(from) = param_layout(&tape, &schedule) else {
+        return Ok((tape, schedule));
+    };
+    let mut to = vec![0u32; from.len()];
+    for (s, &f) in from.iter().enumerate() {
+        to[f as usize] = s as u32;
+    }
+    let mut remapped = true;
+    let items = schedule
+        .items
+        .iter()
+        .map(|item| remap(item, &to, &[], &mut remapped))
+        .collect();
+    if !remapped {
+        return Ok((tape, schedule));
+    }
+    let moved = tape.into_param_layout(&from)?;
+    Ok((moved, Schedule { items, ..schedule }))
+}
 
 /// The param layout for `schedule`'s nests as `from` for [`Tape::with_param_layout`] (the
 /// param now in slot `from[s]` moves to slot `s`), or `None` if every param stays.
@@ -21,7 +45,7 @@ pub fn param_layout(tape: &Tape, schedule: &Schedule) -> Option<Vec<u32>> {
     for item in &schedule.items {
         let Item::Nest(nest) = item else { continue };
         for (a, len) in operands(nest) {
-            if a.outer == 0 {
+            if a.outer[0] == 0 {
                 continue;
             }
             // Input-major: every repetition's slot for `t`, then for `t + 1`.
@@ -49,19 +73,90 @@ pub fn param_layout(tape: &Tape, schedule: &Schedule) -> Option<Vec<u32>> {
     moved.then_some(from)
 }
 
-/// The operands a nest reads, each with its length along `t`.
+/// The operands a nest of one level reads, each with its length along `t` (nests in its
+/// body keep their layout).
 fn operands(nest: &Nest) -> Vec<(Affine, u32)> {
+    if nest.body.iter().any(|b| matches!(b, Item::Nest(_))) {
+        return Vec::new();
+    }
     nest.body
         .iter()
-        .flat_map(|item| match item {
-            Item::Map(m) => m.args.iter().map(|&a| (a, m.len)).collect(),
-            Item::Sum(s) => vec![(s.first, 1), (s.tail, s.tail_len)],
-            Item::Dot(d) => vec![
-                (d.sum.first, 1),
-                (d.products.args[0], d.products.len),
-                (d.products.args[1], d.products.len),
-            ],
-            Item::Straight(_) | Item::Nest(_) => Vec::new(),
-        })
+        .flat_map(Item::accesses)
+        .filter(|a| matches!(a.kind, AccessKind::Reads { .. }))
+        .map(|a| (a.at, a.len))
         .collect()
+}
+
+/// `item` (inside nests of `counts` repetitions, innermost first) with param slot `s` moved
+/// to `to[s]`; clears `ok` if a moved sequence is no longer affine.
+fn remap(item: &Item, to: &[u32], counts: &[u32], ok: &mut bool) -> Item {
+    match item {
+        Item::Nest(nest) => {
+            let counts: Vec<u32> = std::iter::once(nest.count)
+                .chain(counts.iter().copied())
+                .collect();
+            Item::Nest(Nest {
+                body: nest
+                    .body
+                    .iter()
+                    .map(|b| remap(b, to, &counts, ok))
+                    .collect(),
+                ..nest.clone()
+            })
+        }
+        Item::Straight(_) | Item::SumPart { .. } => item.clone(),
+        _ => item.map_affines(&mut |a, len| {
+            remap_affine(a, len, counts, to).unwrap_or_else(|| {
+                *ok = false;
+                a
+            })
+        }),
+    }
+}
+
+/// `a` over `t < len` and the nests' repetitions with params moved, if still affine.
+fn remap_affine(a: Affine, len: u32, counts: &[u32], to: &[u32]) -> Option<Affine> {
+    let p = to.len() as i64;
+    let moved = |s: u32| if (s as i64) < p { to[s as usize] } else { s };
+    let points = every_point(len, counts);
+    if points
+        .iter()
+        .all(|(t, js)| a.at_levels(*t, js).0 as i64 >= p)
+    {
+        return Some(a);
+    }
+    let origin = moved(a.at(0).0) as i64;
+    let mut b = Affine { base: origin, ..a };
+    if len > 1 {
+        b.stride = moved(a.at(1).0) as i64 - origin;
+    }
+    for (level, &count) in counts.iter().enumerate() {
+        if count > 1 {
+            let mut js = vec![0; counts.len()];
+            js[level] = 1;
+            b.outer[level] = moved(a.at_levels(0, &js).0) as i64 - origin;
+        }
+    }
+    let affine = points
+        .iter()
+        .all(|(t, js)| b.at_levels(*t, js).0 == moved(a.at_levels(*t, js).0));
+    affine.then_some(b)
+}
+
+/// Every `(t, js)` of a sequence of `len` inside nests of `counts` repetitions.
+fn every_point(len: u32, counts: &[u32]) -> Vec<(u32, Vec<u32>)> {
+    let mut points: Vec<(u32, Vec<u32>)> = (0..len).map(|t| (t, Vec::new())).collect();
+    for &count in counts {
+        points = points
+            .into_iter()
+            .flat_map(|(t, js)| {
+                (0..count).map(move |j| {
+                    let mut js = js.clone();
+                    js.push(j);
+                    (t, js)
+                })
+            })
+            .collect();
+    }
+    points
 }

@@ -22,17 +22,22 @@
 
 use std::ops::Range;
 
-use super::lanes::{backward_lanes_keep_order, repetitions_independent};
 use crate::op::Op;
 use crate::tape::{Slot, Tape};
 
-/// Slot `base + stride * t + outer * j` of iteration `t` of a loop, in iteration `j` of its
-/// [`Nest`] (`j` = 0 outside nests).
+/// How deep nests may nest: a loop in a nest in a nest ... ([`Affine::outer`] has one
+/// coefficient per level).
+pub const MAX_NEST_DEPTH: usize = 4;
+
+/// Slot `base + stride * t + outer[0] * j0 + outer[1] * j1 + ...` of iteration `t` of a loop,
+/// in iteration `j0` of the innermost [`Nest`] around it, `j1` of the next one out, and so
+/// on (all `j` are 0 outside nests).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Affine {
     pub base: i64,
     pub stride: i64,
-    pub outer: i64,
+    /// Per enclosing nest, innermost first: how far the slot moves per repetition.
+    pub outer: [i64; MAX_NEST_DEPTH],
 }
 
 impl Affine {
@@ -41,7 +46,7 @@ impl Affine {
         Affine {
             base: s.0 as i64,
             stride: 0,
-            outer: 0,
+            outer: [0; MAX_NEST_DEPTH],
         }
     }
 
@@ -49,8 +54,36 @@ impl Affine {
         self.at_nested(t, 0)
     }
 
+    /// The slot in iteration `t`, repetition `j` of the innermost nest (0 of any other).
     pub fn at_nested(self, t: u32, j: u32) -> Slot {
-        Slot((self.base + self.stride * t as i64 + self.outer * j as i64) as u32)
+        self.at_levels(t, &[j])
+    }
+
+    /// The slot in iteration `t`, repetition `js[0]` of the innermost nest, `js[1]` of the
+    /// next one out, ... (missing levels are 0).
+    pub fn at_levels(self, t: u32, js: &[u32]) -> Slot {
+        let across: i64 = self.outer.iter().zip(js).map(|(&o, &j)| o * j as i64).sum();
+        Slot((self.base + self.stride * t as i64 + across) as u32)
+    }
+
+    /// The same sequence, one nest level deeper: repetition `j` of a new innermost nest moves
+    /// it by `step`.
+    pub fn nested(self, step: i64) -> Affine {
+        let mut outer = [0; MAX_NEST_DEPTH];
+        outer[0] = step;
+        outer[1..].copy_from_slice(&self.outer[..MAX_NEST_DEPTH - 1]);
+        Affine { outer, ..self }
+    }
+
+    /// The same sequence in repetition `j` of its innermost nest, one nest level out.
+    pub fn unnested(self, j: i64) -> Affine {
+        let mut outer = [0; MAX_NEST_DEPTH];
+        outer[..MAX_NEST_DEPTH - 1].copy_from_slice(&self.outer[1..]);
+        Affine {
+            base: self.base + self.outer[0] * j,
+            stride: self.stride,
+            outer,
+        }
     }
 
     /// The span between the extreme slots of iterations `0..len` of nest iterations
@@ -73,7 +106,7 @@ impl Affine {
         Affine {
             base: first.0 as i64,
             stride: second.0 as i64 - first.0 as i64,
-            outer: 0,
+            outer: [0; MAX_NEST_DEPTH],
         }
     }
 }
@@ -120,28 +153,107 @@ pub struct DotLoop {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Nest {
     pub count: u32,
+    /// Loops, single nodes (maps of one), and nests: one repetition, in tape order.
     pub body: Vec<Item>,
-    /// No repetition reads what another one writes, so forward may run each body item for
-    /// every repetition before the next item, and several repetitions at once.
-    pub independent: bool,
-    /// Backward may run repetitions side by side too: group by group of
-    /// [`super::lanes::lane_group`]`(count)` repetitions (groups from the last), the body items from the last, and within an item
-    /// step and operand in the item's order, every repetition of the group from the last. The
-    /// pass checks that this order adds every gradient's contributions in the interpreter's
-    /// order ([`super::lanes::backward_lanes_keep_order`]).
-    pub lanes: bool,
+    /// Which repetitions run side by side in vector lanes. Loop recovery leaves
+    /// [`Lanes::None`]; the plan decides ([`crate::plan`]).
+    pub lanes: Lanes,
+}
+
+/// How a [`Nest`]'s repetitions run: one after the other, or `group` at a time in vector
+/// lanes (one repetition per lane), each lane doing exactly its repetition's operations.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Lanes {
+    /// Forward and backward one repetition after the other.
+    #[default]
+    None,
+    /// Forward in lane groups (no repetition reads what another writes); backward one
+    /// repetition after the other.
+    Forward { group: u32 },
+    /// Forward and backward in lane groups (backward: groups from the last, body items from
+    /// the last, within an item step and operand in the item's order, every repetition of the
+    /// group from the last; the plan checked that this adds every gradient's contributions
+    /// in the interpreter's order).
+    Both { group: u32 },
+}
+
+impl Lanes {
+    /// Repetitions per lane group in forward, if forward runs in lanes.
+    pub fn forward(self) -> Option<u32> {
+        match self {
+            Lanes::None => None,
+            Lanes::Forward { group } | Lanes::Both { group } => Some(group),
+        }
+    }
+
+    /// Repetitions per lane group in backward, if backward runs in lanes.
+    pub fn backward(self) -> Option<u32> {
+        match self {
+            Lanes::Both { group } => Some(group),
+            Lanes::None | Lanes::Forward { .. } => None,
+        }
+    }
 }
 
 /// One step of the lowered program, in tape order.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Item {
-    /// Straight-line nodes: the non-leaf slots of the range.
+    /// Straight-line nodes: the non-leaf slots of the range. Never in a nest's body (there a
+    /// straight-line run is a sequence of maps of one node each).
     Straight(Range<u32>),
     Map(MapLoop),
     Sum(SumLoop),
     Dot(DotLoop),
-    /// Only `Map`, `Sum` and `Dot` items in its body.
     Nest(Nest),
+    /// Operands `args` of the straight-line `sum` at `slot`, added to what earlier parts
+    /// summed (the first part starts from its first operand): the plan cuts a sum too wide
+    /// for one function into parts ([`crate::plan`]); loop recovery never makes them.
+    SumPart {
+        slot: Slot,
+        args: Range<u32>,
+    },
+}
+
+/// Slots `at.at_levels(t, js)` for `t` in `0..len` and every repetition `js` of the nests
+/// around an item, and what the item does with them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Access {
+    pub at: Affine,
+    pub len: u32,
+    pub kind: AccessKind,
+}
+
+impl Access {
+    /// Calls `f` on every slot, inside nests of `counts` repetitions (innermost first).
+    pub fn for_each_slot(&self, counts: &[u32], mut f: impl FnMut(Slot)) {
+        let mut js = vec![0u32; counts.len()];
+        loop {
+            for t in 0..self.len {
+                f(self.at.at_levels(t, &js));
+            }
+            // The next repetition, innermost level fastest.
+            let mut level = 0;
+            while level < counts.len() {
+                js[level] += 1;
+                if js[level] < counts[level] {
+                    break;
+                }
+                js[level] = 0;
+                level += 1;
+            }
+            if level == counts.len() {
+                return;
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AccessKind {
+    /// Forward writes the values (and backward reads their gradients, if `grad`).
+    Writes { grad: bool },
+    /// Forward reads the values; backward adds into their gradients if `grad`.
+    Reads { grad: bool },
 }
 
 /// The tape as the lowering walks it: straight-line ranges and loops, covering every non-leaf
@@ -220,10 +332,10 @@ pub fn schedule(tape: &Tape, recover: bool) -> Schedule {
 }
 
 impl Item {
-    /// Tape nodes the item covers (0 for straight-line ranges).
+    /// Tape nodes the item covers (0 for straight-line code).
     pub fn loop_nodes(&self) -> usize {
         match self {
-            Item::Straight(_) => 0,
+            Item::Straight(_) | Item::SumPart { .. } => 0,
             Item::Map(m) => m.len as usize,
             Item::Sum(_) => 1,
             Item::Dot(d) => d.products.len as usize + 1,
@@ -232,11 +344,11 @@ impl Item {
     }
 
     /// The item as the flat sequence of items it stands for: a nest unrolled into its
-    /// repetitions, anything else as it is.
+    /// repetitions (recursively), anything else as it is.
     pub fn flattened(&self) -> Vec<Item> {
         match self {
             Item::Nest(n) => (0..n.count as i64)
-                .flat_map(|j| n.body.iter().map(move |b| iteration(b, j)))
+                .flat_map(|j| n.body.iter().flat_map(move |b| iteration(b, j).flattened()))
                 .collect(),
             other => vec![other.clone()],
         }
@@ -245,9 +357,117 @@ impl Item {
     /// Loops the item lowers to.
     pub fn loops(&self) -> usize {
         match self {
-            Item::Straight(_) => 0,
+            Item::Straight(_) | Item::SumPart { .. } => 0,
             Item::Map(_) | Item::Sum(_) | Item::Dot(_) => 1,
             Item::Nest(n) => 1 + n.body.iter().map(Item::loops).sum::<usize>(),
+        }
+    }
+
+    /// How deep its nests nest (0 for anything but a nest).
+    pub fn depth(&self) -> usize {
+        match self {
+            Item::Nest(n) => 1 + n.body.iter().map(Item::depth).max().unwrap_or(0),
+            _ => 0,
+        }
+    }
+
+    /// The slots a loop item reads and writes, in one place for every pass that asks: the
+    /// value it writes first, then its operands in operand order. A nest answers for its body
+    /// (the `Affine`s of its items have the nest's level); straight-line code answers nothing
+    /// (the tape says what it reads).
+    pub fn accesses(&self) -> Vec<Access> {
+        let writes = |at, len, grad| Access {
+            at,
+            len,
+            kind: AccessKind::Writes { grad },
+        };
+        let reads = |at, len, grad| Access {
+            at,
+            len,
+            kind: AccessKind::Reads { grad },
+        };
+        match self {
+            Item::Map(m) => std::iter::once(writes(m.out, m.len, m.needs_grad))
+                .chain(
+                    m.args
+                        .iter()
+                        .zip(&m.grad_args)
+                        .map(|(&a, &g)| reads(a, m.len, g && m.needs_grad)),
+                )
+                .collect(),
+            Item::Sum(s) => vec![
+                writes(s.slot, 1, s.needs_grad),
+                reads(s.first, 1, s.grad_first && s.needs_grad),
+                reads(s.tail, s.tail_len, s.grad_tail && s.needs_grad),
+            ],
+            // The products live in registers: only their operands are accessed.
+            Item::Dot(d) => {
+                let (m, s) = (&d.products, &d.sum);
+                vec![
+                    writes(s.slot, 1, s.needs_grad),
+                    reads(s.first, 1, s.grad_first && s.needs_grad),
+                ]
+                .into_iter()
+                .chain(
+                    m.args
+                        .iter()
+                        .zip(&m.grad_args)
+                        .map(|(&a, &g)| reads(a, m.len, g && s.needs_grad)),
+                )
+                .collect()
+            }
+            Item::Nest(n) => n.body.iter().flat_map(Item::accesses).collect(),
+            Item::Straight(_) | Item::SumPart { .. } => Vec::new(),
+        }
+    }
+
+    /// [`Item::accesses`] of a top-level item, each with the repetition counts of the nests
+    /// around it, innermost first.
+    pub fn nested_accesses(&self) -> Vec<(Access, Vec<u32>)> {
+        fn visit(item: &Item, counts: &[u32], out: &mut Vec<(Access, Vec<u32>)>) {
+            match item {
+                Item::Nest(n) => {
+                    let inner: Vec<u32> = std::iter::once(n.count)
+                        .chain(counts.iter().copied())
+                        .collect();
+                    for b in &n.body {
+                        visit(b, &inner, out);
+                    }
+                }
+                _ => out.extend(item.accesses().into_iter().map(|a| (a, counts.to_vec()))),
+            }
+        }
+        let mut out = Vec::new();
+        visit(self, &[], &mut out);
+        out
+    }
+
+    /// The same item with every [`Affine`] (a nest's body's too) replaced by `f` of it and
+    /// the length of its sequence along `t`.
+    pub fn map_affines(&self, f: &mut impl FnMut(Affine, u32) -> Affine) -> Item {
+        let map = |m: &MapLoop, f: &mut dyn FnMut(Affine, u32) -> Affine| MapLoop {
+            out: f(m.out, m.len),
+            args: m.args.iter().map(|&a| f(a, m.len)).collect(),
+            ..m.clone()
+        };
+        let sum = |s: &SumLoop, f: &mut dyn FnMut(Affine, u32) -> Affine| SumLoop {
+            slot: f(s.slot, 1),
+            first: f(s.first, 1),
+            tail: f(s.tail, s.tail_len),
+            ..s.clone()
+        };
+        match self {
+            Item::Map(m) => Item::Map(map(m, f)),
+            Item::Sum(s) => Item::Sum(sum(s, f)),
+            Item::Dot(d) => Item::Dot(DotLoop {
+                products: map(&d.products, f),
+                sum: sum(&d.sum, f),
+            }),
+            Item::Nest(n) => Item::Nest(Nest {
+                body: n.body.iter().map(|b| b.map_affines(f)).collect(),
+                ..n.clone()
+            }),
+            Item::Straight(_) | Item::SumPart { .. } => self.clone(),
         }
     }
 }
@@ -321,7 +541,7 @@ fn nest_items(tape: &Tape, items: Vec<Item>) -> Vec<Item> {
 fn nestable(tape: &Tape, item: &Item) -> Option<Item> {
     match item {
         Item::Map(_) | Item::Sum(_) | Item::Dot(_) => Some(item.clone()),
-        Item::Nest(_) => None,
+        Item::Nest(_) | Item::SumPart { .. } => None,
         Item::Straight(range) => {
             let mut nodes = range.clone().map(Slot).filter(|&s| !tape.op(s).is_leaf());
             let s = nodes.next()?;
@@ -371,58 +591,26 @@ fn nest_at(items: &[Option<Item>], period: usize) -> Option<Nest> {
         count += 1;
     }
     let count = count as u32;
-    (count >= MIN_NEST).then(|| {
-        let independent = repetitions_independent(&body, count);
-        Nest {
-            independent,
-            lanes: independent && backward_lanes_keep_order(&body, count),
-            count,
-            body,
-        }
+    (count >= MIN_NEST).then_some(Nest {
+        count,
+        body,
+        lanes: Lanes::None,
     })
 }
 
-/// The affine fields of an item, in a fixed order.
+/// The affine fields of an item, in [`Item::map_affines`] order.
 fn affines(item: &Item) -> Vec<Affine> {
-    match item {
-        Item::Map(m) => std::iter::once(m.out)
-            .chain(m.args.iter().copied())
-            .collect(),
-        Item::Sum(s) => vec![s.slot, s.first, s.tail],
-        Item::Dot(d) => affines(&Item::Map(d.products.clone()))
-            .into_iter()
-            .chain(affines(&Item::Sum(d.sum.clone())))
-            .collect(),
-        Item::Straight(_) | Item::Nest(_) => Vec::new(),
-    }
+    let mut fields = Vec::new();
+    item.map_affines(&mut |a, _| {
+        fields.push(a);
+        a
+    });
+    fields
 }
 
-/// `item` with its affine fields replaced, in [`affines`] order.
+/// `item` with its affine fields replaced, in [`Item::map_affines`] order.
 fn with_affines(item: &Item, fields: &mut impl Iterator<Item = Affine>) -> Item {
-    let mut next = || fields.next().expect("one affine per field");
-    match item {
-        Item::Map(m) => Item::Map(MapLoop {
-            out: next(),
-            args: m.args.iter().map(|_| next()).collect(),
-            ..m.clone()
-        }),
-        Item::Sum(s) => Item::Sum(SumLoop {
-            slot: next(),
-            first: next(),
-            tail: next(),
-            ..s.clone()
-        }),
-        Item::Dot(d) => {
-            let Item::Map(products) = with_affines(&Item::Map(d.products.clone()), fields) else {
-                unreachable!("a map stays a map")
-            };
-            let Item::Sum(sum) = with_affines(&Item::Sum(d.sum.clone()), fields) else {
-                unreachable!("a sum stays a sum")
-            };
-            Item::Dot(DotLoop { products, sum })
-        }
-        other => other.clone(),
-    }
+    item.map_affines(&mut |a, _| fields.next().unwrap_or(a))
 }
 
 /// `a` with outer strides that lead to `b`, if `b` is `a` one repetition later.
@@ -454,22 +642,14 @@ fn with_outer(a: &Item, b: &Item) -> Option<Item> {
     (same_shape && strides_agree).then(|| {
         with_affines(
             a,
-            &mut fa.iter().zip(&fb).map(|(x, y)| Affine {
-                outer: y.base - x.base,
-                ..*x
-            }),
+            &mut fa.iter().zip(&fb).map(|(x, y)| x.nested(y.base - x.base)),
         )
     })
 }
 
-/// Repetition `j` of a body item, as the flat item it stands for.
+/// Repetition `j` of a body item, as the item it stands for one nest level out.
 fn iteration(item: &Item, j: i64) -> Item {
-    let mut fields = affines(item).into_iter().map(|a| Affine {
-        base: a.base + a.outer * j,
-        stride: a.stride,
-        outer: 0,
-    });
-    with_affines(item, &mut fields)
+    item.map_affines(&mut |a, _| a.unnested(j))
 }
 
 /// The next non-leaf slot after `s`, if only leaves lie between.

@@ -1,0 +1,533 @@
+//! Loop items ([`crate::passes::loops`]) as LLVM loops over memory, in the interpreter's
+//! order: forward by increasing `t` (and repetition), backward by decreasing `t` (and
+//! repetition) with a nest's body reversed; a sum's operands left to right.
+//!
+//! Each item kind is lowered once, generic over [`LaneIo`]: as scalars for one repetition at
+//! a time, as vectors for a nest's lane groups. LLVM may vectorize a scalar loop only where
+//! that cannot change a result: no fast-math flags reach it unless the user asked.
+
+use inkwell::values::{FastMathFlags, FloatValue, IntValue, PointerValue, VectorValue};
+
+use super::lanes::{LaneIo, Reps, Vector};
+use super::IrArith;
+use super::{Emit, Emitter, Frame, Pass};
+use crate::op::Arith;
+use crate::passes::loops::{Affine, DotLoop, Item, MapLoop, Nest, SumLoop};
+
+impl<'ctx> Emitter<'ctx, '_> {
+    /// Forward of a loop item outside any nest.
+    pub(super) fn item_forward(&self, frame: Frame<'ctx>, item: &Item) -> Emit<()> {
+        self.forward_in(frame, item, &[])
+    }
+
+    /// Backward of a loop item outside any nest.
+    pub(super) fn item_backward(&self, frame: Frame<'ctx>, item: &Item) -> Emit<()> {
+        self.backward_in(frame, item, &[])
+    }
+
+    /// Forward of `item` in repetition `js` of the nests around it (innermost first).
+    fn forward_in(&self, frame: Frame<'ctx>, item: &Item, js: &[IntValue<'ctx>]) -> Emit<()> {
+        match item {
+            Item::Nest(nest) => self.nest_forward(frame, nest, js),
+            _ => self.body_forward::<FloatValue>(frame, item, &Reps::scalar(js.to_vec())),
+        }
+    }
+
+    fn backward_in(&self, frame: Frame<'ctx>, item: &Item, js: &[IntValue<'ctx>]) -> Emit<()> {
+        match item {
+            Item::Nest(nest) => self.nest_backward(frame, nest, js),
+            _ => self.body_backward::<FloatValue>(frame, item, &Reps::scalar(js.to_vec())),
+        }
+    }
+
+    /// A nest's forward: lane groups, each body item for the whole group, where the plan
+    /// allows; otherwise `for j in 0..count { body }`.
+    fn nest_forward(&self, frame: Frame<'ctx>, nest: &Nest, outer: &[IntValue<'ctx>]) -> Emit<()> {
+        if let Some(group) = nest.lanes.forward() {
+            return self.for_each_group(nest.count, group, false, outer, |this, reps| {
+                nest.body
+                    .iter()
+                    .try_for_each(|item| this.body_forward::<VectorValue>(frame, item, reps))
+            });
+        }
+        self.emit_loop::<FloatValue>(nest.count, false, &[], |this, j, _| {
+            let js = with_innermost(j, outer);
+            for item in &nest.body {
+                this.forward_in(frame, item, &js)?;
+            }
+            Ok(Vec::new())
+        })?;
+        Ok(())
+    }
+
+    /// A nest's backward: lane groups from the last, body items from the last, where the
+    /// plan allows; otherwise `for j in (0..count).rev() { body reversed }`.
+    fn nest_backward(&self, frame: Frame<'ctx>, nest: &Nest, outer: &[IntValue<'ctx>]) -> Emit<()> {
+        if let Some(group) = nest.lanes.backward() {
+            return self.for_each_group(nest.count, group, true, outer, |this, reps| {
+                nest.body
+                    .iter()
+                    .rev()
+                    .try_for_each(|item| this.body_backward::<VectorValue>(frame, item, reps))
+            });
+        }
+        self.emit_loop::<FloatValue>(nest.count, true, &[], |this, j, _| {
+            let js = with_innermost(j, outer);
+            for item in nest.body.iter().rev() {
+                this.backward_in(frame, item, &js)?;
+            }
+            Ok(Vec::new())
+        })?;
+        Ok(())
+    }
+
+    /// Runs `body` on every group of `size` repetitions (a loop over the full groups, and
+    /// the rest), in increasing or decreasing order.
+    pub(super) fn for_each_group(
+        &self,
+        count: u32,
+        size: u32,
+        descending: bool,
+        outer: &[IntValue<'ctx>],
+        mut body: impl FnMut(&Self, &Reps<'ctx>) -> Emit<()>,
+    ) -> Emit<()> {
+        let i64t = self.context.i64_type();
+        let (full, rest) = (count / size, count % size);
+        let rest_group = Reps::group(i64t.const_int((full * size) as u64, false), outer, rest);
+        if rest > 0 && descending {
+            body(self, &rest_group)?;
+        }
+        if full == 1 {
+            body(self, &Reps::group(i64t.const_zero(), outer, size))?;
+        } else if full > 1 {
+            self.emit_loop::<FloatValue>(full, descending, &[], |this, g, _| {
+                let stride = i64t.const_int(size as u64, false);
+                let first = this.builder.build_int_mul(g, stride, "group")?;
+                body(this, &Reps::group(first, outer, size))?;
+                Ok(Vec::new())
+            })?;
+        }
+        if rest > 0 && !descending {
+            body(self, &rest_group)?;
+        }
+        Ok(())
+    }
+
+    fn body_forward<V: LaneIo<'ctx>>(
+        &self,
+        frame: Frame<'ctx>,
+        item: &Item,
+        reps: &Reps<'ctx>,
+    ) -> Emit<()> {
+        match item {
+            Item::Map(map) => self.map_forward::<V>(frame, map, reps),
+            Item::Sum(sum) => self.sum_forward::<V>(frame, sum, None, reps),
+            // `train` computed this dot while updating its weights.
+            Item::Dot(dot) if matches!(frame.pass, Pass::TrainForward) && self.merges(dot) => {
+                Ok(())
+            }
+            Item::Dot(dot) => self.sum_forward::<V>(frame, &dot.sum, Some(&dot.products), reps),
+            Item::Nest(nest) => self.nest_forward(frame, nest, &reps.js),
+            Item::Straight(_) | Item::SumPart { .. } => Ok(()),
+        }
+    }
+
+    fn body_backward<V: LaneIo<'ctx>>(
+        &self,
+        frame: Frame<'ctx>,
+        item: &Item,
+        reps: &Reps<'ctx>,
+    ) -> Emit<()> {
+        match item {
+            Item::Map(map) => self.map_backward::<V>(frame, map, reps),
+            Item::Sum(sum) => self.sum_backward::<V>(frame, sum, reps),
+            Item::Dot(dot) => self.dot_backward::<V>(frame, dot, reps),
+            Item::Nest(nest) => self.nest_backward(frame, nest, &reps.js),
+            Item::Straight(_) | Item::SumPart { .. } => Ok(()),
+        }
+    }
+
+    /// Whether `dot` is the one `train` merges with the next sample's forward.
+    fn merges(&self, dot: &DotLoop) -> bool {
+        let train = self.plan.step.as_ref().and_then(|s| s.train.as_ref());
+        train.is_some_and(|t| t.dot == dot.sum.slot)
+    }
+
+    /// `vals[out(t)] = op(vals[args(t)]...)` for `t` in `0..len`.
+    fn map_forward<V: LaneIo<'ctx>>(
+        &self,
+        frame: Frame<'ctx>,
+        map: &MapLoop,
+        reps: &Reps<'ctx>,
+    ) -> Emit<()> {
+        self.emit_loop::<V>(map.len, false, &[], |this, t, _| {
+            for &lanes in &reps.vectors {
+                let x = this.load_args::<V>(frame.vals, map, t, reps, lanes)?;
+                let mut ar = this.arith::<V>(lanes);
+                let y = map.op.forward(&mut ar, &x);
+                ar.finish()?;
+                V::store(this, frame.vals, map.out, t, reps, lanes, y)?;
+            }
+            Ok(Vec::new())
+        })?;
+        Ok(())
+    }
+
+    /// A sum per lane, left to right; with `products`, a dot product whose terms are the
+    /// products of the map (computed here, never stored).
+    fn sum_forward<V: LaneIo<'ctx>>(
+        &self,
+        frame: Frame<'ctx>,
+        sum: &SumLoop,
+        products: Option<&MapLoop>,
+        reps: &Reps<'ctx>,
+    ) -> Emit<()> {
+        let zero = self.context.i64_type().const_zero();
+        let firsts = reps
+            .vectors
+            .iter()
+            .map(|&lanes| V::load(self, frame.vals, sum.first, zero, reps, lanes))
+            .collect::<Emit<Vec<_>>>()?;
+        let totals = self.emit_loop(sum.tail_len, false, &firsts, |this, t, accs| {
+            reps.vectors
+                .iter()
+                .zip(accs)
+                .map(|(&lanes, &acc)| {
+                    let term = match products {
+                        Some(map) => {
+                            let x = this.load_args::<V>(frame.vals, map, t, reps, lanes)?;
+                            let mut ar = this.arith::<V>(lanes);
+                            let product = map.op.forward(&mut ar, &x);
+                            ar.finish()?;
+                            product
+                        }
+                        None => V::load(this, frame.vals, sum.tail, t, reps, lanes)?,
+                    };
+                    this.add_to_sum(acc, term)
+                })
+                .collect()
+        })?;
+        for (&lanes, &total) in reps.vectors.iter().zip(&totals) {
+            V::store(self, frame.vals, sum.slot, zero, reps, lanes, total)?;
+        }
+        Ok(())
+    }
+
+    /// For `t` from `len - 1` down to 0, each operand's gradient `+=` its local gradient, in
+    /// operand order. Nothing if the map needs no gradient.
+    fn map_backward<V: LaneIo<'ctx>>(
+        &self,
+        frame: Frame<'ctx>,
+        map: &MapLoop,
+        reps: &Reps<'ctx>,
+    ) -> Emit<()> {
+        if !map.needs_grad {
+            return Ok(());
+        }
+        self.emit_loop::<V>(map.len, true, &[], |this, t, _| {
+            let mut locals = Vec::with_capacity(reps.vectors.len());
+            for &lanes in &reps.vectors {
+                let g = V::load(this, frame.grads, map.out, t, reps, lanes)?;
+                let out = V::load(this, frame.vals, map.out, t, reps, lanes)?;
+                let x = this.load_args::<V>(frame.vals, map, t, reps, lanes)?;
+                let mut ar = this.arith::<V>(lanes);
+                let mut local = Vec::new();
+                map.op.local_grads(&mut ar, &x, out, g, &mut local);
+                ar.finish()?;
+                locals.push(local);
+            }
+            this.accumulate_args(frame, map, t, reps, &locals)?;
+            Ok(Vec::new())
+        })?;
+        Ok(())
+    }
+
+    /// The sum's gradient into `first`, then into the tail left to right.
+    fn sum_backward<V: LaneIo<'ctx>>(
+        &self,
+        frame: Frame<'ctx>,
+        sum: &SumLoop,
+        reps: &Reps<'ctx>,
+    ) -> Emit<()> {
+        if !sum.needs_grad {
+            return Ok(());
+        }
+        let gs = self.sum_grads::<V>(frame, sum, reps)?;
+        if sum.grad_tail {
+            self.emit_loop::<V>(sum.tail_len, false, &[], |this, t, _| {
+                for (&lanes, &g) in reps.vectors.iter().zip(&gs).rev() {
+                    V::accumulate(this, frame, sum.tail, t, reps, lanes, g)?;
+                }
+                Ok(Vec::new())
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The sum's gradient into `first`, then the products' backward from the last: each
+    /// product's gradient is `0 + g` (what its zeroed buffer would hold: it turns a -0 into
+    /// +0, as the interpreter's buffer does).
+    fn dot_backward<V: LaneIo<'ctx>>(
+        &self,
+        frame: Frame<'ctx>,
+        dot: &DotLoop,
+        reps: &Reps<'ctx>,
+    ) -> Emit<()> {
+        let (sum, map) = (&dot.sum, &dot.products);
+        if !sum.needs_grad {
+            return Ok(());
+        }
+        if let Pass::TrainBackward {
+            next_inputs,
+            sample_inputs,
+            ..
+        } = frame.pass
+        {
+            if self.merges(dot) {
+                return self.merged_dot_backward::<V>(
+                    frame,
+                    dot,
+                    reps,
+                    (next_inputs, sample_inputs),
+                );
+            }
+        }
+        let gs = self.sum_grads::<V>(frame, sum, reps)?;
+        let g_products = self.fresh(&gs)?;
+        self.emit_loop::<V>(map.len, true, &[], |this, t, _| {
+            let locals = reps
+                .vectors
+                .iter()
+                .zip(&g_products)
+                .map(|(&lanes, &g)| {
+                    let x = this.load_args::<V>(frame.vals, map, t, reps, lanes)?;
+                    this.product_grads(map, lanes, &x, g)
+                })
+                .collect::<Emit<Vec<_>>>()?;
+            this.accumulate_args(frame, map, t, reps, &locals)?;
+            Ok(Vec::new())
+        })?;
+        Ok(())
+    }
+
+    /// `train`'s dot: this sample's backward, which updates the weights, and the next
+    /// sample's forward, which reads them, in one pass over the weights. The bias (`first`)
+    /// is updated first, as in the backward alone; then for `t` from the first (the order of
+    /// additions into distinct weights is free, and the next sample's sums must run left to
+    /// right) each weight is updated and its product with the next sample's input (read
+    /// straight from `train`'s inputs) added to that sample's sums.
+    fn merged_dot_backward<V: LaneIo<'ctx>>(
+        &self,
+        frame: Frame<'ctx>,
+        dot: &DotLoop,
+        reps: &Reps<'ctx>,
+        (next, this_sample): (PointerValue<'ctx>, PointerValue<'ctx>),
+    ) -> Emit<()> {
+        let (sum, map) = (&dot.sum, &dot.products);
+        // The products' operands: params from `vals`, a sample's inputs from `train`'s
+        // argument (`train` does not copy the merged dot's inputs into `vals`).
+        let load_x = |this: &Self, inputs, t, lanes| {
+            map.args
+                .iter()
+                .zip(&map.grad_args)
+                .map(|(&a, &param)| {
+                    if param {
+                        return V::load(this, frame.vals, a, t, reps, lanes);
+                    }
+                    let input = Affine {
+                        base: a.base - this.tape.input_base() as i64,
+                        ..a
+                    };
+                    V::load(this, inputs, input, t, reps, lanes)
+                })
+                .collect::<Emit<Vec<_>>>()
+        };
+        let zero = self.context.i64_type().const_zero();
+        let gs = self.sum_grads::<V>(frame, sum, reps)?;
+        let g_products = self.fresh(&gs)?;
+        let biases = reps
+            .vectors
+            .iter()
+            .map(|&lanes| V::load(self, frame.vals, sum.first, zero, reps, lanes))
+            .collect::<Emit<Vec<_>>>()?;
+        let sums = self.emit_loop(map.len, false, &biases, |this, t, accs| {
+            let mut locals = Vec::with_capacity(reps.vectors.len());
+            for (&lanes, &g) in reps.vectors.iter().zip(&g_products) {
+                let x = load_x(this, this_sample, t, lanes)?;
+                locals.push(this.product_grads(map, lanes, &x, g)?);
+            }
+            this.accumulate_args(frame, map, t, reps, &locals)?;
+            reps.vectors
+                .iter()
+                .zip(accs)
+                .map(|(&lanes, &acc)| {
+                    // The updated params, the next sample's inputs.
+                    let x = load_x(this, next, t, lanes)?;
+                    let mut ar = this.arith::<V>(lanes);
+                    let product = map.op.forward(&mut ar, &x);
+                    ar.finish()?;
+                    this.add_to_sum(acc, product)
+                })
+                .collect()
+        })?;
+        for (&lanes, &total) in reps.vectors.iter().zip(&sums) {
+            V::store(self, frame.vals, sum.slot, zero, reps, lanes, total)?;
+        }
+        Ok(())
+    }
+
+    /// Stores the gradients of operand `i` of a dot's products that `step` deferred:
+    /// `0 + local_i` with the products' gradient `0 + g_sum`, as the lane backward computes
+    /// them. The operand itself may have been updated since; a product's local gradient for
+    /// one operand reads only the other (the plan defers nothing else).
+    pub(super) fn deferred_grads(
+        &self,
+        frame: Frame<'ctx>,
+        nest: &Nest,
+        dot: &DotLoop,
+        i: usize,
+        group: u32,
+    ) -> Emit<()> {
+        let (sum, map) = (&dot.sum, &dot.products);
+        let zero = self.context.i64_type().const_zero();
+        self.for_each_group(nest.count, group, false, &[], |this, reps| {
+            let gs = reps
+                .vectors
+                .iter()
+                .map(|&lanes| VectorValue::load(this, frame.grads, sum.slot, zero, reps, lanes))
+                .collect::<Emit<Vec<_>>>()?;
+            let g_products = this.fresh(&gs)?;
+            this.emit_loop::<VectorValue>(map.len, false, &[], |this, t, _| {
+                for (&lanes, &g) in reps.vectors.iter().zip(&g_products) {
+                    let x = this.load_args::<VectorValue>(frame.vals, map, t, reps, lanes)?;
+                    let local = this.product_grads(map, lanes, &x, g)?;
+                    let g_operand = this.fresh(&local[i..=i])?[0];
+                    VectorValue::store(this, frame.grads, map.args[i], t, reps, lanes, g_operand)?;
+                }
+                Ok(Vec::new())
+            })?;
+            Ok(())
+        })
+    }
+
+    /// Loads a sum's gradient for every vector and adds it into `first`.
+    fn sum_grads<V: LaneIo<'ctx>>(
+        &self,
+        frame: Frame<'ctx>,
+        sum: &SumLoop,
+        reps: &Reps<'ctx>,
+    ) -> Emit<Vec<V>> {
+        let zero = self.context.i64_type().const_zero();
+        let gs = reps
+            .vectors
+            .iter()
+            .map(|&lanes| V::load(self, frame.grads, sum.slot, zero, reps, lanes))
+            .collect::<Emit<Vec<_>>>()?;
+        if sum.grad_first {
+            for (&lanes, &g) in reps.vectors.iter().zip(&gs).rev() {
+                V::accumulate(self, frame, sum.first, zero, reps, lanes, g)?;
+            }
+        }
+        Ok(gs)
+    }
+
+    /// `0 + g` per vector: what a gradient buffer zeroed by backward holds after receiving
+    /// `g` once.
+    pub(super) fn fresh<V: LaneIo<'ctx>>(&self, gs: &[V]) -> Emit<Vec<V>> {
+        gs.iter()
+            .map(|&g| {
+                let ty = V::ty_of(g);
+                let mut ar = IrArith::<V>::new(&self.builder, ty, &self.math)
+                    .with_fast_math(self.loop_fast_math());
+                let fresh = ar.constant(0.0);
+                let sum = ar.add(fresh, g);
+                ar.finish()?;
+                Ok(sum)
+            })
+            .collect()
+    }
+
+    /// The local gradients of one vector of products with operands `x`, given their
+    /// gradient `g`, in operand order.
+    fn product_grads<V: LaneIo<'ctx>>(
+        &self,
+        map: &MapLoop,
+        lanes: Vector,
+        x: &[V],
+        g: V,
+    ) -> Emit<Vec<V>> {
+        let mut ar = self.arith::<V>(lanes);
+        let product = map.op.forward(&mut ar, x);
+        let mut local = Vec::new();
+        map.op.local_grads(&mut ar, x, product, g, &mut local);
+        ar.finish()?;
+        Ok(local)
+    }
+
+    /// Adds each operand's local gradients (`locals[vector][operand]`), operand by operand,
+    /// vectors from the last: the order the plan checked lanes for.
+    fn accumulate_args<V: LaneIo<'ctx>>(
+        &self,
+        frame: Frame<'ctx>,
+        map: &MapLoop,
+        t: IntValue<'ctx>,
+        reps: &Reps<'ctx>,
+        locals: &[Vec<V>],
+    ) -> Emit<()> {
+        for (i, (&a, &takes)) in map.args.iter().zip(&map.grad_args).enumerate() {
+            if !takes {
+                continue;
+            }
+            for (&lanes, local) in reps.vectors.iter().zip(locals).rev() {
+                V::accumulate(self, frame, a, t, reps, lanes, local[i])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The operands of iteration `t` of a map.
+    fn load_args<V: LaneIo<'ctx>>(
+        &self,
+        vals: PointerValue<'ctx>,
+        map: &MapLoop,
+        t: IntValue<'ctx>,
+        reps: &Reps<'ctx>,
+        lanes: Vector,
+    ) -> Emit<Vec<V>> {
+        map.args
+            .iter()
+            .map(|&a| V::load(self, vals, a, t, reps, lanes))
+            .collect()
+    }
+
+    /// Arithmetic on values of `lanes`, with the loops' fast-math flags.
+    fn arith<V: LaneIo<'ctx>>(&self, lanes: Vector) -> IrArith<'_, 'ctx, V> {
+        IrArith::new(&self.builder, V::ty(self, lanes), &self.math)
+            .with_fast_math(self.loop_fast_math())
+    }
+
+    /// `acc + x`, reassociable under [`crate::JitBuilder::fast_math`].
+    fn add_to_sum<V: LaneIo<'ctx>>(&self, acc: V, x: V) -> Emit<V> {
+        let next = self.builder.build_float_add(acc, x, "acc")?;
+        if let (Some(flags), Some(inst)) = (self.loop_fast_math(), next.as_instruction_value()) {
+            // An fadd always takes fast-math flags.
+            let _ = inst.set_fast_math_flags(flags);
+        }
+        Ok(next)
+    }
+
+    /// Under [`crate::JitBuilder::fast_math`], what recovered loops' arithmetic may do:
+    /// reassociate, ignore the sign of zero, contract a multiply and an add into one FMA.
+    pub(super) fn loop_fast_math(&self) -> Option<FastMathFlags> {
+        self.plan.fast_math.then_some(
+            FastMathFlags::AllowReassoc
+                | FastMathFlags::NoSignedZeros
+                | FastMathFlags::AllowContract,
+        )
+    }
+}
+
+/// `j` as the innermost repetition, inside `outer`.
+fn with_innermost<'ctx>(j: IntValue<'ctx>, outer: &[IntValue<'ctx>]) -> Vec<IntValue<'ctx>> {
+    std::iter::once(j).chain(outer.iter().copied()).collect()
+}

@@ -1,0 +1,388 @@
+//! Repetitions of nests, and how a loop item reads and writes its slots for them: one
+//! repetition at a time as scalars, or several side by side in vector lanes.
+//!
+//! A layer's neurons are independent: neuron `j` computes exactly what it would alone, so
+//! several neurons can share one vector instruction, lane `j` doing neuron `j`'s operation.
+//! Every lane performs the interpreter's operations in the interpreter's order; only
+//! *different* repetitions' operations interleave, where the plan proved that harmless
+//! ([`Lanes`](crate::passes::loops::Lanes)). A repetition run alone is the width-1 case: the
+//! item emitters (`items.rs`) are written once, generic over [`LaneIo`], for both.
+
+use inkwell::types::{BasicTypeEnum, FloatType, VectorType};
+use inkwell::values::{BasicValue, FloatValue, FunctionValue, IntValue, PointerValue, VectorValue};
+
+use super::{Emit, Emitter, Frame};
+use crate::passes::loops::Affine;
+use crate::plan::lanes::VECTOR_WIDTH;
+
+/// The lanes of one vector: repetitions `js[0] + offset ..` `js[0] + offset + width`.
+#[derive(Clone, Copy)]
+pub(super) struct Vector {
+    pub(super) offset: u32,
+    pub(super) width: u32,
+}
+
+/// The repetitions an item runs for: the repetition of every enclosing nest, innermost
+/// first (for the innermost, the first of a lane group), and the vectors of lanes.
+pub(super) struct Reps<'ctx> {
+    pub(super) js: Vec<IntValue<'ctx>>,
+    pub(super) vectors: Vec<Vector>,
+}
+
+impl<'ctx> Reps<'ctx> {
+    /// One repetition, `js`, as a scalar.
+    pub(super) fn scalar(js: Vec<IntValue<'ctx>>) -> Self {
+        Reps {
+            js,
+            vectors: vec![Vector {
+                offset: 0,
+                width: 1,
+            }],
+        }
+    }
+
+    /// `count` repetitions of the innermost nest from `first` (outer ones at `outer`), in
+    /// vectors of up to [`VECTOR_WIDTH`] lanes.
+    pub(super) fn group(first: IntValue<'ctx>, outer: &[IntValue<'ctx>], count: u32) -> Self {
+        let vectors = (0..count.div_ceil(VECTOR_WIDTH))
+            .map(|v| Vector {
+                offset: v * VECTOR_WIDTH,
+                width: VECTOR_WIDTH.min(count - v * VECTOR_WIDTH),
+            })
+            .collect();
+        let js = std::iter::once(first)
+            .chain(outer.iter().copied())
+            .collect();
+        Reps { js, vectors }
+    }
+}
+
+/// A value of one repetition (`f64`) or of a vector of lanes (`<w x double>`), and how it
+/// moves between registers and the buffers.
+pub(super) trait LaneIo<'ctx>: super::Lanes<'ctx> {
+    /// The type of a value of `lanes`.
+    fn ty(e: &Emitter<'ctx, '_>, lanes: Vector) -> Self::Ty;
+
+    /// `buf[a(t, j)]` for the vector's repetitions `j`.
+    fn load(
+        e: &Emitter<'ctx, '_>,
+        buf: PointerValue<'ctx>,
+        a: Affine,
+        t: IntValue<'ctx>,
+        reps: &Reps<'ctx>,
+        lanes: Vector,
+    ) -> Emit<Self>;
+
+    /// `buf[a(t, j)] = v[lane]` for the vector's repetitions `j`.
+    fn store(
+        e: &Emitter<'ctx, '_>,
+        buf: PointerValue<'ctx>,
+        a: Affine,
+        t: IntValue<'ctx>,
+        reps: &Reps<'ctx>,
+        lanes: Vector,
+        v: Self,
+    ) -> Emit<()>;
+
+    /// `grads[a(t, j)] += d[lane]` for the vector's repetitions `j`; in `step`, a fused
+    /// param's gradient stored and applied instead.
+    fn accumulate(
+        e: &Emitter<'ctx, '_>,
+        frame: Frame<'ctx>,
+        a: Affine,
+        t: IntValue<'ctx>,
+        reps: &Reps<'ctx>,
+        lanes: Vector,
+        d: Self,
+    ) -> Emit<()>;
+}
+
+impl<'ctx> LaneIo<'ctx> for FloatValue<'ctx> {
+    fn ty(e: &Emitter<'ctx, '_>, _: Vector) -> FloatType<'ctx> {
+        e.f64_type
+    }
+
+    fn load(
+        e: &Emitter<'ctx, '_>,
+        buf: PointerValue<'ctx>,
+        a: Affine,
+        t: IntValue<'ctx>,
+        reps: &Reps<'ctx>,
+        _: Vector,
+    ) -> Emit<Self> {
+        e.load_at(buf, a, t, &reps.js)
+    }
+
+    fn store(
+        e: &Emitter<'ctx, '_>,
+        buf: PointerValue<'ctx>,
+        a: Affine,
+        t: IntValue<'ctx>,
+        reps: &Reps<'ctx>,
+        _: Vector,
+        v: Self,
+    ) -> Emit<()> {
+        let ptr = e.ptr_at(buf, a, t, &reps.js)?;
+        e.builder.build_store(ptr, v)?;
+        Ok(())
+    }
+
+    fn accumulate(
+        e: &Emitter<'ctx, '_>,
+        frame: Frame<'ctx>,
+        a: Affine,
+        t: IntValue<'ctx>,
+        reps: &Reps<'ctx>,
+        _: Vector,
+        d: Self,
+    ) -> Emit<()> {
+        let ptr = e.ptr_at(frame.grads, a, t, &reps.js)?;
+        let before = e
+            .builder
+            .build_load(e.f64_type, ptr, "")?
+            .into_float_value();
+        let after = e.builder.build_float_add(before, d, "")?;
+        e.builder.build_store(ptr, after)?;
+        Ok(())
+    }
+}
+
+impl<'ctx> LaneIo<'ctx> for VectorValue<'ctx> {
+    fn ty(e: &Emitter<'ctx, '_>, lanes: Vector) -> VectorType<'ctx> {
+        e.f64_type.vec_type(lanes.width)
+    }
+
+    /// One vector load when the repetitions are adjacent, a broadcast when they share the
+    /// slot, a gather otherwise.
+    fn load(
+        e: &Emitter<'ctx, '_>,
+        buf: PointerValue<'ctx>,
+        a: Affine,
+        t: IntValue<'ctx>,
+        reps: &Reps<'ctx>,
+        lanes: Vector,
+    ) -> Emit<Self> {
+        let ty = Self::ty(e, lanes);
+        match a.outer[0] {
+            1 => {
+                let ptr = e.ptr_at(buf, a, t, &e.lane_js(reps, lanes)?)?;
+                let v = e.builder.build_load(ty, ptr, "")?;
+                set_alignment(v, 8);
+                Ok(v.into_vector_value())
+            }
+            0 => {
+                let x = e.load_at(buf, a, t, &reps.js)?;
+                e.splat(x, lanes.width)
+            }
+            _ => {
+                let ptrs = e.lane_ptrs(buf, a, t, reps, lanes)?;
+                e.gather(ptrs, ty)
+            }
+        }
+    }
+
+    fn store(
+        e: &Emitter<'ctx, '_>,
+        buf: PointerValue<'ctx>,
+        a: Affine,
+        t: IntValue<'ctx>,
+        reps: &Reps<'ctx>,
+        lanes: Vector,
+        v: Self,
+    ) -> Emit<()> {
+        if a.outer[0] == 1 {
+            let ptr = e.ptr_at(buf, a, t, &e.lane_js(reps, lanes)?)?;
+            let store = e.builder.build_store(ptr, v)?;
+            let _ = store.set_alignment(8);
+            return Ok(());
+        }
+        let ptrs = e.lane_ptrs(buf, a, t, reps, lanes)?;
+        e.scatter(v, ptrs)
+    }
+
+    /// One vector update when the repetitions' slots are adjacent; otherwise lane by lane
+    /// from the last, so a slot the lanes share receives them in the interpreter's order
+    /// (repetitions from the last).
+    fn accumulate(
+        e: &Emitter<'ctx, '_>,
+        frame: Frame<'ctx>,
+        a: Affine,
+        t: IntValue<'ctx>,
+        reps: &Reps<'ctx>,
+        lanes: Vector,
+        d: Self,
+    ) -> Emit<()> {
+        if a.outer[0] == 1 && e.fuses_update(frame, a) {
+            return e.fused_update(frame, a, t, &e.lane_js(reps, lanes)?, d);
+        }
+        if a.outer[0] != 0 {
+            // Each lane its own slot.
+            let before = Self::load(e, frame.grads, a, t, reps, lanes)?;
+            let after = e.builder.build_float_add(before, d, "")?;
+            return Self::store(e, frame.grads, a, t, reps, lanes, after);
+        }
+        // One slot for every lane: its running sum stays in a register, lanes from the last.
+        let i32t = e.context.i32_type();
+        let ptr = e.ptr_at(frame.grads, a, t, &reps.js)?;
+        let mut sum = e
+            .builder
+            .build_load(e.f64_type, ptr, "")?
+            .into_float_value();
+        for lane in (0..lanes.width).rev() {
+            let x = e
+                .builder
+                .build_extract_element(d, i32t.const_int(lane as u64, false), "")?
+                .into_float_value();
+            sum = e.builder.build_float_add(sum, x, "")?;
+        }
+        e.builder.build_store(ptr, sum)?;
+        Ok(())
+    }
+}
+
+impl<'ctx> Emitter<'ctx, '_> {
+    /// `&buf[a.base + a.stride * t + a.outer[0] * js[0] + a.outer[1] * js[1] + ...]`
+    pub(super) fn ptr_at(
+        &self,
+        buf: PointerValue<'ctx>,
+        a: Affine,
+        t: IntValue<'ctx>,
+        js: &[IntValue<'ctx>],
+    ) -> Emit<PointerValue<'ctx>> {
+        let i64t = self.context.i64_type();
+        let mut index = i64t.const_int(a.base as u64, true);
+        let terms =
+            std::iter::once((a.stride, t)).chain(a.outer.iter().copied().zip(js.iter().copied()));
+        for (coefficient, i) in terms.filter(|&(c, _)| c != 0) {
+            let c = i64t.const_int(coefficient as u64, true);
+            let term = self.builder.build_int_mul(i, c, "")?;
+            index = self.builder.build_int_add(index, term, "slot")?;
+        }
+        self.element_ptr(buf, index)
+    }
+
+    pub(super) fn load_at(
+        &self,
+        buf: PointerValue<'ctx>,
+        a: Affine,
+        t: IntValue<'ctx>,
+        js: &[IntValue<'ctx>],
+    ) -> Emit<FloatValue<'ctx>> {
+        let ptr = self.ptr_at(buf, a, t, js)?;
+        Ok(self
+            .builder
+            .build_load(self.f64_type, ptr, "")?
+            .into_float_value())
+    }
+
+    /// The repetitions of a vector's first lane.
+    pub(super) fn lane_js(&self, reps: &Reps<'ctx>, lanes: Vector) -> Emit<Vec<IntValue<'ctx>>> {
+        let mut js = reps.js.clone();
+        if lanes.offset > 0 {
+            let k = self
+                .context
+                .i64_type()
+                .const_int(lanes.offset as u64, false);
+            js[0] = self.builder.build_int_add(js[0], k, "j")?;
+        }
+        Ok(js)
+    }
+
+    /// `x` in every lane of a vector of `width`.
+    pub(super) fn splat(&self, x: FloatValue<'ctx>, width: u32) -> Emit<VectorValue<'ctx>> {
+        let i32t = self.context.i32_type();
+        let mut v = self.f64_type.vec_type(width).get_undef();
+        for lane in 0..width {
+            let index = i32t.const_int(lane as u64, false);
+            v = self.builder.build_insert_element(v, x, index, "")?;
+        }
+        Ok(v)
+    }
+
+    /// `&buf[a(t, j)]` for the vector's repetitions `j`, as a vector of pointers.
+    fn lane_ptrs(
+        &self,
+        buf: PointerValue<'ctx>,
+        a: Affine,
+        t: IntValue<'ctx>,
+        reps: &Reps<'ctx>,
+        lanes: Vector,
+    ) -> Emit<VectorValue<'ctx>> {
+        let i64t = self.context.i64_type();
+        let first = self.ptr_at(buf, a, t, &self.lane_js(reps, lanes)?)?;
+        let first = self.builder.build_ptr_to_int(first, i64t, "")?;
+        let mut addrs = i64t.vec_type(lanes.width).get_undef();
+        let i32t = self.context.i32_type();
+        for lane in 0..lanes.width {
+            let index = i32t.const_int(lane as u64, false);
+            addrs = self.builder.build_insert_element(addrs, first, index, "")?;
+        }
+        let bytes: Vec<_> = (0..lanes.width as i64)
+            .map(|l| i64t.const_int((l * a.outer[0] * 8) as u64, true))
+            .collect();
+        let addrs = self
+            .builder
+            .build_int_add(addrs, VectorType::const_vector(&bytes), "")?;
+        let ptrs = self
+            .context
+            .ptr_type(Default::default())
+            .vec_type(lanes.width);
+        self.builder.build_int_to_ptr(addrs, ptrs, "lanes")
+    }
+
+    /// `llvm.masked.gather` of every lane.
+    fn gather(&self, ptrs: VectorValue<'ctx>, ty: VectorType<'ctx>) -> Emit<VectorValue<'ctx>> {
+        let f =
+            self.masked_intrinsic("llvm.masked.gather", &[ty.into(), ptrs.get_type().into()])?;
+        let args = [
+            ptrs.into(),
+            self.context.i32_type().const_int(8, false).into(),
+            self.all_lanes(ty.get_size()).into(),
+            ty.get_undef().into(),
+        ];
+        let call = self.builder.build_call(f, &args, "")?;
+        Ok(call
+            .try_as_basic_value()
+            .basic()
+            .map_or_else(|| ty.get_undef(), |v| v.into_vector_value()))
+    }
+
+    /// `llvm.masked.scatter` of every lane.
+    fn scatter(&self, v: VectorValue<'ctx>, ptrs: VectorValue<'ctx>) -> Emit<()> {
+        let ty = v.get_type();
+        let f =
+            self.masked_intrinsic("llvm.masked.scatter", &[ty.into(), ptrs.get_type().into()])?;
+        let args = [
+            v.into(),
+            ptrs.into(),
+            self.context.i32_type().const_int(8, false).into(),
+            self.all_lanes(ty.get_size()).into(),
+        ];
+        self.builder.build_call(f, &args, "")?;
+        Ok(())
+    }
+
+    fn masked_intrinsic(
+        &self,
+        name: &str,
+        types: &[BasicTypeEnum<'ctx>],
+    ) -> Emit<FunctionValue<'ctx>> {
+        // LLVM 19 has both intrinsics; a missing one is reported, not a panic.
+        inkwell::intrinsics::Intrinsic::find(name)
+            .and_then(|i| i.get_declaration(&self.module, types))
+            .ok_or(inkwell::builder::BuilderError::UnsetPosition)
+    }
+
+    /// A mask with every lane on.
+    fn all_lanes(&self, width: u32) -> VectorValue<'ctx> {
+        let on = self.context.bool_type().const_int(1, false);
+        VectorType::const_vector(&vec![on; width as usize])
+    }
+}
+
+fn set_alignment<'ctx>(v: impl BasicValue<'ctx>, bytes: u32) {
+    if let Some(inst) = v.as_instruction_value() {
+        // Loads and stores always take an alignment.
+        let _ = inst.set_alignment(bytes);
+    }
+}

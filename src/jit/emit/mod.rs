@@ -1,0 +1,572 @@
+//! The emitter: a [`Plan`] -> one LLVM IR module with the native entry points.
+//!
+//! Every decision was made by the plan; the emitter only writes IR. Its state is what every
+//! function shares (context, module, builder, the math-function table, tape and plan); what
+//! varies per function (its buffers, `step`'s learning rate, `train`'s samples) is a
+//! [`Frame`] passed down. Straight-line code (`straight.rs`) keeps values in SSA registers;
+//! loops (`items.rs`) work on memory, each item kind lowered once for scalars and for vector
+//! lanes (`lanes.rs`); the entry points that train (`step.rs`) call the rest.
+//!
+//! The arithmetic itself is [`crate::op`]'s formulas, instantiated with [`IrArith`]: the IR
+//! performs exactly the interpreter's IEEE operations in the interpreter's order.
+//!
+//! Native signatures (all buffers have one `f64` per slot):
+//! - `forward(ptr vals, ptr grads)`
+//! - `backward(ptr vals, ptr grads)`
+//! - `update(ptr vals, ptr grads, double lr)`
+//! - `step(ptr vals, ptr grads, double lr)`: zero_grad, forward, backward, update
+//! - `materialize(ptr vals, ptr grads)`: stores the gradients `step` deferred
+//! - `train(ptr vals, ptr grads, double lr, ptr inputs, i64 n, ptr losses)`: `step` on `n`
+//!   samples, where the plan merges a first layer
+
+mod items;
+mod lanes;
+mod step;
+mod straight;
+
+use inkwell::attributes::{Attribute, AttributeLoc};
+use inkwell::builder::{Builder, BuilderError};
+use inkwell::context::Context;
+use inkwell::module::Module;
+use inkwell::types::{BasicMetadataTypeEnum, FloatType};
+use inkwell::values::{BasicMetadataValueEnum, FloatValue, FunctionValue, IntValue, PointerValue};
+use inkwell::IntPredicate;
+use strum::IntoEnumIterator;
+
+use super::ir_arith::{IrArith, Lanes, MathTable};
+use crate::op::MathFn;
+use crate::plan::Plan;
+use crate::tape::{Slot, Tape};
+
+/// Names of the generated entry points.
+pub const FORWARD: &str = "forward";
+pub const BACKWARD: &str = "backward";
+pub const UPDATE: &str = "update";
+pub const STEP: &str = "step";
+pub const MATERIALIZE: &str = "materialize";
+pub const TRAIN: &str = "train";
+
+pub(super) type Emit<T> = Result<T, BuilderError>;
+
+/// The host CPU, stamped on every function so codegen uses its features (AVX2, FMA, ...).
+pub struct HostCpu {
+    pub name: String,
+    pub features: String,
+}
+
+/// A lowered module, and whether it has `train`.
+pub struct Lowered<'ctx> {
+    pub module: Module<'ctx>,
+    pub trains: bool,
+}
+
+/// Builds the module for one plan.
+pub struct Emitter<'ctx, 't> {
+    context: &'ctx Context,
+    module: Module<'ctx>,
+    builder: Builder<'ctx>,
+    f64_type: FloatType<'ctx>,
+    math: MathTable<'ctx>,
+    fn_attributes: Vec<Attribute>,
+    tape: &'t Tape,
+    plan: &'t Plan,
+}
+
+/// What varies per function: its buffers, and what the pass it belongs to adds.
+#[derive(Clone, Copy)]
+pub(super) struct Frame<'ctx> {
+    vals: PointerValue<'ctx>,
+    grads: PointerValue<'ctx>,
+    pass: Pass<'ctx>,
+}
+
+/// The pass a function belongs to.
+#[derive(Clone, Copy)]
+enum Pass<'ctx> {
+    Forward,
+    /// `train`'s forward: the merged dot was computed by the previous sample's backward.
+    TrainForward,
+    /// Backward function `function` (`step`'s with its learning rate, if `lr`).
+    Backward {
+        function: usize,
+        lr: Option<FloatValue<'ctx>>,
+    },
+    /// `train`'s backward function 0, whose merged dot also runs the next sample's forward,
+    /// reading both samples' inputs from `train`'s argument.
+    TrainBackward {
+        lr: FloatValue<'ctx>,
+        next_inputs: PointerValue<'ctx>,
+        sample_inputs: PointerValue<'ctx>,
+    },
+    /// `materialize` and the updates.
+    Other,
+}
+
+impl<'ctx> Frame<'ctx> {
+    /// `step`'s learning rate, in its backward.
+    fn lr(&self) -> Option<FloatValue<'ctx>> {
+        match self.pass {
+            Pass::Backward { lr, .. } => lr,
+            Pass::TrainBackward { lr, .. } => Some(lr),
+            _ => None,
+        }
+    }
+
+    /// Whether this is `step`'s (or `train`'s) backward.
+    fn steps(&self) -> bool {
+        self.lr().is_some()
+    }
+
+    /// The backward function being emitted (`train`'s merged one is function 0).
+    fn function(&self) -> usize {
+        match self.pass {
+            Pass::Backward { function, .. } => function,
+            _ => 0,
+        }
+    }
+}
+
+/// A function an entry point calls: with `vals` and `second`, and `lr` if it takes one.
+#[derive(Clone, Copy)]
+pub(super) struct Part<'ctx> {
+    f: FunctionValue<'ctx>,
+    second: Buf,
+    lr: bool,
+}
+
+/// The buffer a function takes as its second argument (the first is always `vals`).
+#[derive(Clone, Copy)]
+enum Buf {
+    Vals,
+    Grads,
+}
+
+impl<'ctx, 't> Emitter<'ctx, 't> {
+    pub fn new(context: &'ctx Context, tape: &'t Tape, plan: &'t Plan, cpu: &HostCpu) -> Self {
+        let module = context.create_module("tapejit");
+        let f64_type = context.f64_type();
+        let math = MathFn::iter()
+            .map(|m| {
+                let params = vec![f64_type.into(); m.arity()];
+                let f = module.add_function(m.symbol(), f64_type.fn_type(&params, false), None);
+                // memory(none): pure, so LLVM may CSE, hoist or drop calls, never reorder
+                // results.
+                for (attr, val) in [("memory", 0), ("nounwind", 0), ("willreturn", 0)] {
+                    let kind = Attribute::get_named_enum_kind_id(attr);
+                    f.add_attribute(
+                        AttributeLoc::Function,
+                        context.create_enum_attribute(kind, val),
+                    );
+                }
+                (m, f)
+            })
+            .collect();
+        let fn_attributes = vec![
+            context.create_string_attribute("target-cpu", &cpu.name),
+            context.create_string_attribute("target-features", &cpu.features),
+            context.create_enum_attribute(Attribute::get_named_enum_kind_id("nounwind"), 0),
+        ];
+        Emitter {
+            context,
+            module,
+            builder: context.create_builder(),
+            f64_type,
+            math,
+            fn_attributes,
+            tape,
+            plan,
+        }
+    }
+
+    /// Emits every entry point and hands the module over.
+    pub fn emit(self) -> Emit<Lowered<'ctx>> {
+        let forward = self.forward_parts("fwd", Pass::Forward)?;
+        self.driver(FORWARD, &forward, false)?;
+        let backward = self.backward_parts("bwd", false)?;
+        self.driver(BACKWARD, &backward, false)?;
+        let update = self.update_function(UPDATE, None)?;
+        let trains = self.step_entries(&forward, &backward, update)?;
+        Ok(Lowered {
+            module: self.module,
+            trains,
+        })
+    }
+
+    /// The forward functions, in order.
+    fn forward_parts(&self, prefix: &str, pass: Pass<'ctx>) -> Emit<Vec<Part<'ctx>>> {
+        let functions = match pass {
+            // `train`'s forward differs in function 0 only.
+            Pass::TrainForward => &self.plan.functions[..1],
+            _ => &self.plan.functions[..],
+        };
+        functions
+            .iter()
+            .enumerate()
+            .map(|(k, items)| self.forward_function(&format!("{prefix}{k}"), items, pass))
+            .collect()
+    }
+
+    /// `{prefix}{k}`: computes and stores the values of the function's slots, in slot order.
+    ///
+    /// A function of straight-line code only gets `vals` twice, loading through the first
+    /// pointer (slots before the function) and storing through the second (its own slots):
+    /// the two sets are disjoint, so both pointers may be `noalias`, and code generation
+    /// need not order every load after every store (4-6x faster codegen at O2). A function
+    /// with loops reads what it stored, so it takes `(vals, grads)`.
+    fn forward_function(&self, name: &str, items: &[Item], pass: Pass<'ctx>) -> Emit<Part<'ctx>> {
+        let f = self.begin_function(name, &[], false);
+        // A sum part that continues one reads its own slot: not through the other pointer.
+        let straight_only = items.iter().all(|i| match i {
+            Item::Straight(_) => true,
+            Item::SumPart { args, .. } => args.start == 0,
+            _ => false,
+        });
+        let (vals, second) = self.buffers(f);
+        let out = if straight_only {
+            second.set_name("out");
+            second
+        } else {
+            vals
+        };
+        let frame = Frame {
+            vals,
+            grads: second,
+            pass,
+        };
+        let mut chunk = straight::ForwardChunk::default();
+        for item in items {
+            match item {
+                Item::Straight(range) => self.straight_forward(&mut chunk, vals, out, range)?,
+                Item::SumPart { slot, args } => {
+                    self.sum_part_forward(&mut chunk, vals, out, *slot, args)?
+                }
+                loop_item => self.item_forward(frame, loop_item)?,
+            }
+        }
+        self.builder.build_return(None)?;
+        Ok(Part {
+            f,
+            second: if straight_only { Buf::Vals } else { Buf::Grads },
+            lr: false,
+        })
+    }
+
+    /// The backward pass as parts (none without a loss): `{prefix}_init`, the functions from
+    /// the last, `{prefix}_rest`; `step`'s if `steps`.
+    fn backward_parts(&self, prefix: &str, steps: bool) -> Emit<Vec<Part<'ctx>>> {
+        let mut parts = Vec::new();
+        if self.tape.loss().is_none() {
+            return Ok(parts);
+        }
+        let part = |f, lr| Part {
+            f,
+            second: Buf::Grads,
+            lr,
+        };
+        parts.push(part(self.backward_init(prefix, steps)?, false));
+        for (k, items) in self.plan.functions.iter().enumerate().rev() {
+            let name = format!("{prefix}{k}");
+            let f = self.backward_function(&name, items, k, steps)?;
+            parts.push(part(f, steps));
+        }
+        parts.push(part(self.backward_rest(prefix, steps)?, false));
+        Ok(parts)
+    }
+
+    /// `{prefix}{k}`: backward function `k` (`step`'s, taking `lr`, if `steps`).
+    fn backward_function(
+        &self,
+        name: &str,
+        items: &[Item],
+        function: usize,
+        steps: bool,
+    ) -> Emit<FunctionValue<'ctx>> {
+        let extra: Vec<BasicMetadataTypeEnum> = if steps {
+            vec![self.f64_type.into()]
+        } else {
+            Vec::new()
+        };
+        let f = self.begin_function(name, &extra, false);
+        let (vals, grads) = self.buffers(f);
+        let lr = f.get_nth_param(2).map(|lr| lr.into_float_value());
+        let frame = Frame {
+            vals,
+            grads,
+            pass: Pass::Backward { function, lr },
+        };
+        self.backward_body(frame, items)?;
+        Ok(f)
+    }
+
+    /// The backward walk over a function's items in reverse order. Straight-line gradients
+    /// live in registers until a loop (which works on memory) or the end of the function
+    /// needs them stored.
+    fn backward_body(&self, frame: Frame<'ctx>, items: &[Item]) -> Emit<()> {
+        let mut chunk = straight::BackwardChunk::default();
+        for item in items.iter().rev() {
+            match item {
+                Item::Straight(range) => self.straight_backward(&mut chunk, frame, range)?,
+                Item::SumPart { slot, args } => {
+                    self.sum_part_backward(&mut chunk, frame, *slot, args)?
+                }
+                loop_item => {
+                    self.store_grads(&mut chunk, frame.grads)?;
+                    self.item_backward(frame, loop_item)?;
+                }
+            }
+        }
+        self.store_grads(&mut chunk, frame.grads)?;
+        straight::erase_unused_loads(chunk.values.values());
+        self.builder.build_return(None)?;
+        Ok(())
+    }
+
+    /// `{prefix}_init`: zeroes the gradients loops accumulate in memory (they have no
+    /// registers to start from 0 in), and sets the loss's to 1 if it is among them.
+    fn backward_init(&self, prefix: &str, steps: bool) -> Emit<FunctionValue<'ctx>> {
+        let f = self.begin_function(&format!("{prefix}_init"), &[], false);
+        let (_, grads) = self.buffers(f);
+        let zeroed = self.plan.grads.zeroed_first(self.tape, steps);
+        self.zero_grads_where(grads, &zeroed)?;
+        if let Some(loss) = self.tape.loss().filter(|l| zeroed[l.index()]) {
+            self.store_slot(grads, loss, self.f64_type.const_float(1.0))?;
+        }
+        self.builder.build_return(None)?;
+        Ok(f)
+    }
+
+    /// `{prefix}_rest`: what no function stored: 1 for a loss no node computes (a leaf), 0
+    /// for every other kept slot outside the gradient cone (params only in `step`).
+    fn backward_rest(&self, prefix: &str, steps: bool) -> Emit<FunctionValue<'ctx>> {
+        let f = self.begin_function(&format!("{prefix}_rest"), &[], false);
+        let (_, grads) = self.buffers(f);
+        let step = self.plan.step.as_ref().filter(|_| steps);
+        let (loss_needs_one, zero) = self.plan.grads.unstored(self.tape, &self.plan.kept, step);
+        if let Some(loss) = self.tape.loss().filter(|_| loss_needs_one) {
+            self.store_slot(grads, loss, self.f64_type.const_float(1.0))?;
+        }
+        self.zero_grads_where(grads, &zero)?;
+        self.builder.build_return(None)?;
+        Ok(f)
+    }
+
+    /// A `void name(ptr noalias vals, ptr noalias grads, extra...)` with its entry block
+    /// selected; `noinline` unless `inline`.
+    fn begin_function(
+        &self,
+        name: &str,
+        extra: &[BasicMetadataTypeEnum<'ctx>],
+        inline: bool,
+    ) -> FunctionValue<'ctx> {
+        let ptr = self.context.ptr_type(Default::default());
+        let params: Vec<BasicMetadataTypeEnum> = [ptr.into(), ptr.into()]
+            .into_iter()
+            .chain(extra.iter().copied())
+            .collect();
+        let ty = self.context.void_type().fn_type(&params, false);
+        let f = self.module.add_function(name, ty, None);
+        for &a in &self.fn_attributes {
+            f.add_attribute(AttributeLoc::Function, a);
+        }
+        let enum_attribute = |name| {
+            self.context
+                .create_enum_attribute(Attribute::get_named_enum_kind_id(name), 0)
+        };
+        for i in 0..2 {
+            f.add_attribute(AttributeLoc::Param(i), enum_attribute("noalias"));
+        }
+        if !inline {
+            f.add_attribute(AttributeLoc::Function, enum_attribute("noinline"));
+        }
+        f.get_nth_param(0).unwrap().set_name("vals");
+        f.get_nth_param(1).unwrap().set_name("grads");
+        let entry = self.context.append_basic_block(f, "entry");
+        self.builder.position_at_end(entry);
+        f
+    }
+
+    fn buffers(&self, f: FunctionValue<'ctx>) -> (PointerValue<'ctx>, PointerValue<'ctx>) {
+        let vals = f.get_nth_param(0).unwrap().into_pointer_value();
+        let grads = f.get_nth_param(1).unwrap().into_pointer_value();
+        (vals, grads)
+    }
+
+    /// `&buf[index]` for an index the plan proved inside the buffer.
+    fn element_ptr(
+        &self,
+        buf: PointerValue<'ctx>,
+        index: IntValue<'ctx>,
+    ) -> Emit<PointerValue<'ctx>> {
+        // SAFETY: (of the GEP, not of Rust code) `Plan::verify` checked that every slot a
+        // function forms lies below the tape length, the buffers' length.
+        unsafe {
+            self.builder
+                .build_in_bounds_gep(self.f64_type, buf, &[index], "")
+        }
+    }
+
+    /// `&buf[slot]`
+    fn slot_ptr(&self, buf: PointerValue<'ctx>, slot: Slot) -> Emit<PointerValue<'ctx>> {
+        let index = self.context.i64_type().const_int(slot.0 as u64, false);
+        self.element_ptr(buf, index)
+    }
+
+    fn load_slot(&self, buf: PointerValue<'ctx>, slot: Slot, name: &str) -> Emit<FloatValue<'ctx>> {
+        let ptr = self.slot_ptr(buf, slot)?;
+        Ok(self
+            .builder
+            .build_load(self.f64_type, ptr, name)?
+            .into_float_value())
+    }
+
+    fn store_slot(&self, buf: PointerValue<'ctx>, slot: Slot, v: FloatValue<'ctx>) -> Emit<()> {
+        let ptr = self.slot_ptr(buf, slot)?;
+        self.builder.build_store(ptr, v)?;
+        Ok(())
+    }
+
+    /// Scalar arithmetic without fast-math flags: straight-line code is always exact.
+    fn scalar_arith(&self) -> IrArith<'_, 'ctx> {
+        IrArith::new(&self.builder, self.f64_type, &self.math)
+    }
+
+    /// Zeroes the gradients of the slots where `which` is true, one memset per run.
+    fn zero_grads_where(&self, grads: PointerValue<'ctx>, which: &[bool]) -> Emit<()> {
+        let zero = self.context.i8_type().const_zero();
+        let mut s = 0;
+        while s < which.len() {
+            if !which[s] {
+                s += 1;
+                continue;
+            }
+            let start = s;
+            while s < which.len() && which[s] {
+                s += 1;
+            }
+            let ptr = self.slot_ptr(grads, Slot(start as u32))?;
+            let bytes = self
+                .context
+                .i64_type()
+                .const_int(8 * (s - start) as u64, false);
+            self.builder.build_memset(ptr, 8, zero, bytes)?;
+        }
+        Ok(())
+    }
+
+    /// An entry point that calls `parts` in order (taking `lr` if `with_lr`).
+    fn driver(&self, name: &str, parts: &[Part<'ctx>], with_lr: bool) -> Emit<()> {
+        let extra: Vec<BasicMetadataTypeEnum> = if with_lr {
+            vec![self.f64_type.into()]
+        } else {
+            Vec::new()
+        };
+        let f = self.begin_function(name, &extra, true);
+        let (vals, grads) = self.buffers(f);
+        let lr = f.get_nth_param(2).map(|lr| lr.into_float_value());
+        self.calls(parts, vals, grads, lr)?;
+        self.builder.build_return(None)?;
+        Ok(())
+    }
+
+    /// Calls `parts` in order on the buffers (with `lr` where a part takes it).
+    fn calls(
+        &self,
+        parts: &[Part<'ctx>],
+        vals: PointerValue<'ctx>,
+        grads: PointerValue<'ctx>,
+        lr: Option<FloatValue<'ctx>>,
+    ) -> Emit<()> {
+        for part in parts {
+            let second = match part.second {
+                Buf::Vals => vals,
+                Buf::Grads => grads,
+            };
+            let mut args: Vec<BasicMetadataValueEnum> = vec![vals.into(), second.into()];
+            if let Some(lr) = lr.filter(|_| part.lr) {
+                args.push(lr.into());
+            }
+            self.builder.build_call(part.f, &args, "")?;
+        }
+        Ok(())
+    }
+
+    /// Emits `for t in 0..len` (or `(0..len).rev()`) around `body` (which may emit loops of
+    /// its own); `body` gets `t` and the carried values and returns their next values.
+    /// Returns the carried values after the last iteration. A loop of one iteration is its
+    /// body alone, with `t` = 0 (a nest's single nodes are maps of one).
+    fn emit_loop<V: Lanes<'ctx>>(
+        &self,
+        len: u32,
+        descending: bool,
+        carried: &[V],
+        mut body: impl FnMut(&Self, IntValue<'ctx>, &[V]) -> Emit<Vec<V>>,
+    ) -> Emit<Vec<V>> {
+        let i64t = self.context.i64_type();
+        if len == 1 {
+            return body(self, i64t.const_zero(), carried);
+        }
+        let entry = self
+            .builder
+            .get_insert_block()
+            .expect("positioned in a function");
+        let f = entry.get_parent().expect("the block is in a function");
+        let header = self.context.append_basic_block(f, "loop");
+        let exit = self.context.append_basic_block(f, "exit");
+        self.builder.build_unconditional_branch(header)?;
+
+        self.builder.position_at_end(header);
+        let t = self.builder.build_phi(i64t, "t")?;
+        let phis = carried
+            .iter()
+            .map(|c| {
+                let ty = c.as_basic_value_enum().get_type();
+                self.builder.build_phi(ty, "carried")
+            })
+            .collect::<Emit<Vec<_>>>()?;
+        let t_value = t.as_basic_value().into_int_value();
+        let current: Vec<V> = phis
+            .iter()
+            .map(|p| V::from_basic(p.as_basic_value()))
+            .collect();
+        let next_carried = body(self, t_value, &current)?;
+        let one = i64t.const_int(1, false);
+        let (start, next, more) = if descending {
+            let next = self.builder.build_int_sub(t_value, one, "t_next")?;
+            let more = self.builder.build_int_compare(
+                IntPredicate::NE,
+                t_value,
+                i64t.const_zero(),
+                "more",
+            )?;
+            (i64t.const_int(len as u64 - 1, false), next, more)
+        } else {
+            let next = self.builder.build_int_add(t_value, one, "t_next")?;
+            let end = i64t.const_int(len as u64, false);
+            let more = self
+                .builder
+                .build_int_compare(IntPredicate::ULT, next, end, "more")?;
+            (i64t.const_zero(), next, more)
+        };
+        let latch = self.builder.get_insert_block().expect("positioned");
+        self.builder.build_conditional_branch(more, header, exit)?;
+        t.add_incoming(&[(&start, entry), (&next, latch)]);
+        for ((phi, init), next) in phis.iter().zip(carried).zip(&next_carried) {
+            phi.add_incoming(&[(init, entry), (next, latch)]);
+        }
+
+        // LCSSA: carried values leave the loop through phis of the exit block.
+        self.builder.position_at_end(exit);
+        next_carried
+            .iter()
+            .map(|v| {
+                let out = self
+                    .builder
+                    .build_phi(v.as_basic_value_enum().get_type(), "total")?;
+                out.add_incoming(&[(v, latch)]);
+                Ok(V::from_basic(out.as_basic_value()))
+            })
+            .collect()
+    }
+}
+
+use crate::passes::loops::Item;

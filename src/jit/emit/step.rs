@@ -1,0 +1,322 @@
+//! The entry points that train: `update`, `step` (as the plan's [`StepPlan`] says), `train`
+//! and `materialize`.
+
+use inkwell::values::{FloatValue, IntValue, PointerValue, VectorValue};
+
+use super::{Buf, Emit, Emitter, Frame, Part, Pass, MATERIALIZE, STEP, TRAIN};
+use crate::passes::loops::Affine;
+use crate::plan::{StepPlan, TrainPlan};
+use crate::tape::Slot;
+
+impl<'ctx> Emitter<'ctx, '_> {
+    /// `step`, `train` if the plan merges a layer, and `materialize`; whether there is
+    /// `train`.
+    pub(super) fn step_entries(
+        &self,
+        forward: &[Part<'ctx>],
+        backward: &[Part<'ctx>],
+        update: Part<'ctx>,
+    ) -> Emit<bool> {
+        let Some(plan) = &self.plan.step else {
+            let mut parts = vec![self.zero_param_grads()?];
+            parts.extend_from_slice(forward);
+            parts.extend_from_slice(backward);
+            parts.push(update);
+            self.driver(STEP, &parts, true)?;
+            self.materialize(None)?;
+            return Ok(false);
+        };
+        let step_backward = self.backward_parts("step_bwd", true)?;
+        let step_update = self.update_function("step_update", Some(&plan.fused))?;
+        let mut parts = forward.to_vec();
+        parts.extend_from_slice(&step_backward);
+        parts.push(step_update);
+        self.driver(STEP, &parts, true)?;
+        if let Some(train) = &plan.train {
+            self.train(train, forward, &step_backward, step_update)?;
+        }
+        self.materialize(Some(plan))?;
+        Ok(plan.train.is_some())
+    }
+
+    /// `train(vals, grads, lr, inputs, n, losses)`: `step` on each of the `n >= 1` samples
+    /// of `inputs` (`num_inputs` each), the losses into `losses`. Sample 0 runs forward; then
+    /// each sample but the last runs `train_bwd0` in place of `step`'s backward function 0
+    /// (its merged dot also computes the next sample's first-layer sums from that sample's
+    /// inputs), the rest of the update, and `train_fwd0` (the next forward without that dot);
+    /// the last sample runs `step`'s backward.
+    fn train(
+        &self,
+        plan: &TrainPlan,
+        forward: &[Part<'ctx>],
+        step_backward: &[Part<'ctx>],
+        update: Part<'ctx>,
+    ) -> Emit<()> {
+        let ptr = self.context.ptr_type(Default::default());
+        let i64t = self.context.i64_type();
+        let train_forward0 = self.forward_parts("train_fwd", Pass::TrainForward)?[0];
+        let mut train_forward = forward.to_vec();
+        train_forward[0] = train_forward0;
+        let merged = self.begin_function(
+            "train_bwd0",
+            &[self.f64_type.into(), ptr.into(), ptr.into()],
+            false,
+        );
+        {
+            let (vals, grads) = self.buffers(merged);
+            let param = |i| merged.get_nth_param(i).unwrap();
+            let frame = Frame {
+                vals,
+                grads,
+                pass: Pass::TrainBackward {
+                    lr: param(2).into_float_value(),
+                    next_inputs: param(3).into_pointer_value(),
+                    sample_inputs: param(4).into_pointer_value(),
+                },
+            };
+            self.backward_body(frame, &self.plan.functions[0])?;
+        }
+
+        let f = self.begin_function(
+            TRAIN,
+            &[self.f64_type.into(), ptr.into(), i64t.into(), ptr.into()],
+            true,
+        );
+        let (vals, grads) = self.buffers(f);
+        let lr = f.get_nth_param(2).unwrap().into_float_value();
+        let inputs = f.get_nth_param(3).unwrap().into_pointer_value();
+        let n = f.get_nth_param(4).unwrap().into_int_value();
+        let losses = f.get_nth_param(5).unwrap().into_pointer_value();
+        let loss = self.tape.loss().expect("the plan merges only with a loss");
+        let (p, width) = (self.tape.num_params() as u64, self.tape.num_inputs() as u64);
+        let bytes = i64t.const_int(8 * width, false);
+        let input_slots = |this: &Self| this.slot_ptr(vals, Slot(p as u32));
+
+        self.builder
+            .build_memcpy(input_slots(self)?, 8, inputs, 8, bytes)?;
+        self.calls(forward, vals, grads, Some(lr))?;
+        let entry = self.builder.get_insert_block().expect("positioned");
+        let body = self.context.append_basic_block(f, "sample");
+        let merged_block = self.context.append_basic_block(f, "merged");
+        let last = self.context.append_basic_block(f, "last");
+        let exit = self.context.append_basic_block(f, "exit");
+        self.builder.build_unconditional_branch(body)?;
+
+        self.builder.position_at_end(body);
+        let s = self.builder.build_phi(i64t, "s")?;
+        let s_value = s.as_basic_value().into_int_value();
+        let value = self.load_slot(vals, loss, "loss")?;
+        // `losses` has `n` entries and s < n.
+        self.builder
+            .build_store(self.element_ptr(losses, s_value)?, value)?;
+        let next = self
+            .builder
+            .build_int_add(s_value, i64t.const_int(1, false), "next")?;
+        let more = self
+            .builder
+            .build_int_compare(inkwell::IntPredicate::ULT, next, n, "more")?;
+        self.builder
+            .build_conditional_branch(more, merged_block, last)?;
+
+        self.builder.position_at_end(merged_block);
+        let next_inputs = self.sample_ptr(inputs, next, "next_inputs")?;
+        let sample_inputs = self.sample_ptr(inputs, s_value, "sample_inputs")?;
+        // `step`'s backward parts are init, the functions from the last, rest: function 0
+        // is the last but one.
+        let merged_at = step_backward.len() - 2;
+        for (k, part) in step_backward.iter().enumerate() {
+            if k == merged_at {
+                let args = [
+                    vals.into(),
+                    grads.into(),
+                    lr.into(),
+                    next_inputs.into(),
+                    sample_inputs.into(),
+                ];
+                self.builder.build_call(merged, &args, "")?;
+            } else {
+                self.calls(&[*part], vals, grads, Some(lr))?;
+            }
+        }
+        self.calls(&[update], vals, grads, Some(lr))?;
+        // The next forward reads every input but the merged dot's.
+        for run in &plan.other_inputs {
+            let to = self.slot_ptr(vals, Slot(run.start))?;
+            let at = i64t.const_int((run.start as u64) - p, false);
+            // The run lies within the inputs, so within the next sample's.
+            let from = self.element_ptr(next_inputs, at)?;
+            let len = i64t.const_int(8 * run.len() as u64, false);
+            self.builder.build_memcpy(to, 8, from, 8, len)?;
+        }
+        self.calls(&train_forward, vals, grads, Some(lr))?;
+        let latch = self.builder.get_insert_block().expect("positioned");
+        self.builder.build_unconditional_branch(body)?;
+        s.add_incoming(&[(&i64t.const_zero(), entry), (&next, latch)]);
+
+        self.builder.position_at_end(last);
+        // `step`'s backward reads this sample's inputs from `vals`, and after `train` they
+        // hold the last sample's, as after `step`.
+        let last_inputs = self.sample_ptr(inputs, s_value, "last_inputs")?;
+        self.builder
+            .build_memcpy(input_slots(self)?, 8, last_inputs, 8, bytes)?;
+        self.calls(step_backward, vals, grads, Some(lr))?;
+        self.calls(&[update], vals, grads, Some(lr))?;
+        self.builder.build_unconditional_branch(exit)?;
+        self.builder.position_at_end(exit);
+        self.builder.build_return(None)?;
+        Ok(())
+    }
+
+    /// `&inputs[sample * num_inputs]`, the first input of a sample of `train`'s argument
+    /// (the native `train` takes `n` whole samples, and callers pass a sample below `n`).
+    fn sample_ptr(
+        &self,
+        inputs: PointerValue<'ctx>,
+        sample: IntValue<'ctx>,
+        name: &str,
+    ) -> Emit<PointerValue<'ctx>> {
+        let width = self.tape.num_inputs() as u64;
+        let i64t = self.context.i64_type();
+        let offset = self
+            .builder
+            .build_int_mul(sample, i64t.const_int(width, false), name)?;
+        self.element_ptr(inputs, offset)
+    }
+
+    /// `materialize(vals, grads)`: stores the gradients `step` deferred, from the values and
+    /// sum gradients it left in the buffers.
+    fn materialize(&self, plan: Option<&StepPlan>) -> Emit<()> {
+        let f = self.begin_function(MATERIALIZE, &[], true);
+        let (vals, grads) = self.buffers(f);
+        let frame = Frame {
+            vals,
+            grads,
+            pass: Pass::Other,
+        };
+        for d in plan.iter().flat_map(|p| &p.deferred) {
+            let group = d.nest.lanes.backward().unwrap_or(1);
+            self.deferred_grads(frame, &d.nest, d.dot(), d.operand, group)?;
+        }
+        self.builder.build_return(None)?;
+        Ok(())
+    }
+
+    /// `name(vals, grads, lr)`: `vals[p] -= lr * grads[p]` for every param but those `skip`
+    /// marks, as loops LLVM may vectorize (each param is independent, so vectorizing keeps
+    /// every result exact).
+    pub(super) fn update_function(&self, name: &str, skip: Option<&[bool]>) -> Emit<Part<'ctx>> {
+        let f = self.begin_function(name, &[self.f64_type.into()], true);
+        let (vals, grads) = self.buffers(f);
+        let lr = f.get_nth_param(2).unwrap().into_float_value();
+        lr.set_name("lr");
+        let skips = |s: usize| skip.is_some_and(|k| k[s]);
+        let p = self.tape.num_params();
+        let mut s = 0;
+        while s < p {
+            if skips(s) {
+                s += 1;
+                continue;
+            }
+            let start = s;
+            while s < p && !skips(s) {
+                s += 1;
+            }
+            let run = Affine {
+                base: start as i64,
+                stride: 1,
+                outer: [0; crate::passes::loops::MAX_NEST_DEPTH],
+            };
+            self.emit_loop::<FloatValue>((s - start) as u32, false, &[], |this, i, _| {
+                let g = this.load_at(grads, run, i, &[])?;
+                let p = this.load_at(vals, run, i, &[])?;
+                let p_new = this.sgd(p, g, lr)?;
+                let ptr = this.ptr_at(vals, run, i, &[])?;
+                this.builder.build_store(ptr, p_new)?;
+                Ok(Vec::new())
+            })?;
+        }
+        self.builder.build_return(None)?;
+        Ok(Part {
+            f,
+            second: Buf::Grads,
+            lr: true,
+        })
+    }
+
+    /// `p - lr * g`, the interpreter's update of one param.
+    fn sgd(
+        &self,
+        p: FloatValue<'ctx>,
+        g: FloatValue<'ctx>,
+        lr: FloatValue<'ctx>,
+    ) -> Emit<FloatValue<'ctx>> {
+        let step = self.builder.build_float_mul(lr, g, "step")?;
+        self.builder.build_float_sub(p, step, "p_new")
+    }
+
+    /// `zero_params(vals, grads)`: what `zero_grad` does.
+    fn zero_param_grads(&self) -> Emit<Part<'ctx>> {
+        let f = self.begin_function("zero_params", &[], false);
+        let (_, grads) = self.buffers(f);
+        let mut params = vec![false; self.tape.len()];
+        params[..self.tape.num_params()].fill(true);
+        self.zero_grads_where(grads, &params)?;
+        self.builder.build_return(None)?;
+        Ok(Part {
+            f,
+            second: Buf::Grads,
+            lr: false,
+        })
+    }
+
+    /// Whether `grads[a(t, j)] += d` is, in this frame, a param's whole gradient to store and
+    /// apply (`step`'s fused update).
+    pub(super) fn fuses_update(&self, frame: Frame<'ctx>, a: Affine) -> bool {
+        let fused = self.plan.step.as_ref().map(|s| &s.fused);
+        frame.steps() && fused.is_some_and(|f| f[a.at(0).index()])
+    }
+
+    /// A fused param's gradient and update, for the lanes from repetition `js`: `g = 0 + d`
+    /// (its zeroed buffer plus its one contribution), stored unless deferred, and
+    /// `p -= lr * g`.
+    pub(super) fn fused_update(
+        &self,
+        frame: Frame<'ctx>,
+        a: Affine,
+        t: IntValue<'ctx>,
+        js: &[IntValue<'ctx>],
+        d: VectorValue<'ctx>,
+    ) -> Emit<()> {
+        let ty = d.get_type();
+        let Some(lr) = frame.lr() else {
+            return Ok(());
+        };
+        let g = self.fresh(&[d])?[0];
+        let g_ptr = self.ptr_at(frame.grads, a, t, js)?;
+        let p_ptr = self.ptr_at(frame.vals, a, t, js)?;
+        let deferred = self.plan.step.as_ref().map(|s| &s.deferred_slots);
+        if !deferred.is_some_and(|d| d[a.at(0).index()]) {
+            self.builder.build_store(g_ptr, g)?.set_alignment(8).ok();
+        }
+        let p = self.builder.build_load(ty, p_ptr, "p")?.into_vector_value();
+        if let Some(inst) = p.as_instruction() {
+            inst.set_alignment(8).ok();
+        }
+        let lr_lanes = self.splat(lr, ty.get_size())?;
+        let step = self.builder.build_float_mul(lr_lanes, g, "step")?;
+        let p_new = self.builder.build_float_sub(p, step, "p_new")?;
+        if let Some(flags) = self.loop_fast_math() {
+            for inst in [step.as_instruction(), p_new.as_instruction()]
+                .into_iter()
+                .flatten()
+            {
+                let _ = inst.set_fast_math_flags(flags);
+            }
+        }
+        self.builder
+            .build_store(p_ptr, p_new)?
+            .set_alignment(8)
+            .ok();
+        Ok(())
+    }
+}

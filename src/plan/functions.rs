@@ -1,0 +1,100 @@
+//! The schedule cut into native functions of bounded size: every LLVM pass then sees
+//! functions of bounded size, which keeps compile time linear in the tape, operands
+//! included.
+
+use crate::op::Op;
+use crate::passes::loops::Item;
+use crate::tape::{Slot, Tape};
+
+/// What a loop weighs against the chunk size: its body is a few nodes.
+pub const LOOP_WEIGHT: usize = 16;
+
+/// `items` cut into functions of about `chunk_size` weight: straight-line nodes count with
+/// their operands, loops count [`LOOP_WEIGHT`]. A `sum` heavier than a whole function is cut
+/// into [`Item::SumPart`]s that continue one another across functions, its additions kept in
+/// order. A first nest gets a function of its own (`train` swaps it).
+pub fn cut(tape: &Tape, items: &[Item], chunk_size: usize) -> Vec<Vec<Item>> {
+    let limit = chunk_size.max(1);
+    let mut cutter = Cutter {
+        limit,
+        functions: Vec::new(),
+        current: Vec::new(),
+        weight: 0,
+    };
+    for item in items {
+        let Item::Straight(range) = item else {
+            cutter.push(item.clone(), LOOP_WEIGHT * item.loops());
+            let first_nest = cutter.functions.is_empty()
+                && cutter.current.len() == 1
+                && matches!(item, Item::Nest(_));
+            if first_nest {
+                cutter.flush();
+            }
+            continue;
+        };
+        let mut start = range.start;
+        for s in range.clone() {
+            let args = tape.args(Slot(s)).len();
+            if tape.op(Slot(s)) == Op::Sum && 1 + args > limit {
+                if start < s {
+                    cutter.current.push(Item::Straight(start..s));
+                }
+                cutter.push_wide_sum(Slot(s), args as u32);
+                start = s + 1;
+                continue;
+            }
+            cutter.weight += 1 + args;
+            if cutter.weight >= limit {
+                cutter.current.push(Item::Straight(start..s + 1));
+                cutter.flush();
+                start = s + 1;
+            }
+        }
+        if start < range.end {
+            cutter.current.push(Item::Straight(start..range.end));
+        }
+    }
+    cutter.flush();
+    cutter.functions
+}
+
+struct Cutter {
+    limit: usize,
+    functions: Vec<Vec<Item>>,
+    current: Vec<Item>,
+    weight: usize,
+}
+
+impl Cutter {
+    fn push(&mut self, item: Item, weight: usize) {
+        self.current.push(item);
+        self.weight += weight;
+        if self.weight >= self.limit {
+            self.flush();
+        }
+    }
+
+    fn flush(&mut self) {
+        if !self.current.is_empty() {
+            self.functions.push(std::mem::take(&mut self.current));
+        }
+        self.weight = 0;
+    }
+
+    /// The `sum` at `slot` with `args` operands, as parts that fill functions up.
+    fn push_wide_sum(&mut self, slot: Slot, args: u32) {
+        let mut done = 0;
+        while done < args {
+            let room = self.limit.saturating_sub(self.weight).max(1) as u32;
+            let end = args.min(done + room);
+            self.push(
+                Item::SumPart {
+                    slot,
+                    args: done..end,
+                },
+                (end - done) as usize + 1,
+            );
+            done = end;
+        }
+    }
+}

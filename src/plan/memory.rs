@@ -1,0 +1,138 @@
+//! Where backward's gradients live.
+//!
+//! Straight-line code keeps gradients in registers and stores each once, at the end of its
+//! function (or before a loop in it); loops work on memory. So when a backward function
+//! starts, a gradient is in memory if loops accumulate it (`backward`'s first function zeroes
+//! those) or if a function that ran before (backward runs functions from the last) stored
+//! it. Otherwise it holds the interpreter's starting value: 1 for the loss, the accumulated
+//! gradient for a param (0 in `step`), 0 for anything else.
+
+use crate::passes::loops::{AccessKind, Item};
+use crate::plan::StepPlan;
+use crate::tape::{Slot, Tape};
+
+/// The gradients' places, per slot.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GradMemory {
+    /// Loops read or accumulate its gradient in memory.
+    pub in_loops: Vec<bool>,
+    /// The backward function whose straight-line code stores its gradient first (the one
+    /// with the highest index), or [`NONE`].
+    first_store: Vec<u32>,
+}
+
+const NONE: u32 = u32::MAX;
+
+/// Where a gradient starts when a backward function first needs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GradStart {
+    /// Load it: memory holds its running value.
+    Memory,
+    /// The constant 1 (the loss).
+    One,
+    /// The constant 0.
+    Zero,
+}
+
+impl GradMemory {
+    pub fn new(tape: &Tape, functions: &[Vec<Item>], step: Option<&StepPlan>) -> GradMemory {
+        let mut in_loops = vec![false; tape.len()];
+        for item in functions.iter().flatten() {
+            for (access, counts) in item.nested_accesses() {
+                let marks = match access.kind {
+                    AccessKind::Writes { .. } => true,
+                    AccessKind::Reads { grad } => grad,
+                };
+                if marks {
+                    access.for_each_slot(&counts, |s| in_loops[s.index()] = true);
+                }
+            }
+        }
+        if let Some(step) = step {
+            // `step` updates fused params in the loops, and never reads their gradients.
+            for (m, &f) in in_loops.iter_mut().zip(&step.fused) {
+                *m &= !f;
+            }
+        }
+        let mut first_store = vec![NONE; tape.len()];
+        for (k, function) in functions.iter().enumerate().rev() {
+            let mut touch = |s: Slot| {
+                if first_store[s.index()] == NONE {
+                    first_store[s.index()] = k as u32;
+                }
+            };
+            for item in function.iter().rev() {
+                let (nodes, args) = match item {
+                    Item::Straight(range) => (range.clone(), None),
+                    Item::SumPart { slot, args } => (slot.0..slot.0 + 1, Some(args.clone())),
+                    _ => continue,
+                };
+                for s in nodes.map(Slot).rev() {
+                    if tape.op(s).is_leaf() || !tape.needs_grad(s) {
+                        continue;
+                    }
+                    touch(s);
+                    let operands = tape.args(s);
+                    let operands = match &args {
+                        Some(r) => &operands[r.start as usize..r.end as usize],
+                        None => operands,
+                    };
+                    for &a in operands.iter().filter(|&&a| tape.needs_grad(a)) {
+                        touch(a);
+                    }
+                }
+            }
+        }
+        GradMemory {
+            in_loops,
+            first_store,
+        }
+    }
+
+    /// The gradients backward's first function zeroes: those loops accumulate, params
+    /// excepted (they accumulate across `backward` calls) but in `step` (they start at 0;
+    /// `step`'s fused params are not in the loops' set).
+    pub fn zeroed_first(&self, tape: &Tape, step: bool) -> Vec<bool> {
+        let mut zeroed = self.in_loops.clone();
+        if !step {
+            zeroed[..tape.num_params()].fill(false);
+        }
+        zeroed
+    }
+
+    /// Where `s`'s gradient starts in backward function `function` (`step`'s if `step`).
+    pub fn start(&self, tape: &Tape, s: Slot, function: usize, step: bool) -> GradStart {
+        let stored_before =
+            self.first_store[s.index()] != NONE && self.first_store[s.index()] as usize > function;
+        let is_param = s.index() < tape.num_params();
+        let zeroed = self.in_loops[s.index()] && (step || !is_param);
+        let accumulated = is_param && !step && Some(s) != tape.loss();
+        if stored_before || zeroed || accumulated {
+            GradStart::Memory
+        } else if Some(s) == tape.loss() {
+            GradStart::One
+        } else {
+            GradStart::Zero
+        }
+    }
+
+    /// What backward's last function must still write: whether the loss's gradient needs
+    /// its 1 (a loss no node computes), and the kept gradients nothing stores, which must
+    /// read 0 (params only in `step`; `step`'s fused params are stored by their loops).
+    pub fn unstored(
+        &self,
+        tape: &Tape,
+        kept: &[bool],
+        step: Option<&StepPlan>,
+    ) -> (bool, Vec<bool>) {
+        let stored = |s: usize| {
+            self.in_loops[s] || self.first_store[s] != NONE || step.is_some_and(|p| p.fused[s])
+        };
+        let loss_needs_one = tape.loss().is_some_and(|l| !stored(l.index()));
+        let p = if step.is_some() { 0 } else { tape.num_params() };
+        let zero = (0..tape.len())
+            .map(|s| s >= p && kept[s] && !stored(s) && Some(Slot(s as u32)) != tape.loss())
+            .collect();
+        (loss_needs_one, zero)
+    }
+}

@@ -1,0 +1,86 @@
+//! The lowering plan: every decision about how a scheduled tape becomes native code, made
+//! without LLVM, so each one is a pure function of the tape and the schedule that tests can
+//! check directly.
+//!
+//! - [`functions`]: the schedule cut into native functions of bounded size (a straight-line
+//!   `sum` too wide for one function is cut into [`Item::SumPart`]s).
+//! - [`lanes`]: which nests run their repetitions side by side in vector lanes, and how many
+//!   at a time.
+//! - [`memory`]: which slots the buffers keep and which gradients live in memory when a
+//!   backward function starts.
+//! - [`step`]: what `step` does better than the four passes it stands for: params updated
+//!   where their gradient is computed, gradients deferred to `materialize`, and the first
+//!   layer `train` merges with the next sample's forward.
+//!
+//! [`Plan::verify`] checks the invariants the emitter relies on, as [`Tape::verify`] does for
+//! the tape.
+
+pub mod functions;
+pub mod lanes;
+pub mod memory;
+pub mod step;
+mod verify;
+
+use crate::passes::loops::{Item, Schedule};
+use crate::tape::Tape;
+
+pub use lanes::{lane_group, MAX_LANE_GROUP};
+pub use memory::GradMemory;
+pub use step::{Deferred, StepPlan, TrainPlan};
+
+/// How the emitter lowers a tape: the result of every planning decision.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// The native functions of `forward` (in order) and `backward` (from the last), each a
+    /// run of straight-line code, loops and nests in tape order.
+    pub functions: Vec<Vec<Item>>,
+    /// Per slot: whether its value and gradient reach the buffers. Everything does but the
+    /// products of fused dots.
+    pub kept: Vec<bool>,
+    /// Where backward's gradients live (see [`GradMemory`]).
+    pub grads: GradMemory,
+    /// `step`'s own backward, if it pays (else `step` calls the four passes).
+    pub step: Option<StepPlan>,
+    /// Whether recovered loops may use fast-math ([`crate::JitBuilder::fast_math`]).
+    pub fast_math: bool,
+    /// Loops made, tape nodes they cover, and how deep nests nest.
+    pub loops: usize,
+    pub loop_nodes: usize,
+    pub nest_depth: usize,
+}
+
+/// What the plan takes from the builder.
+#[derive(Clone, Copy, Debug)]
+pub struct PlanOptions {
+    /// About how many tape nodes (with their operands; a loop counts
+    /// [`functions::LOOP_WEIGHT`]) go into one function.
+    pub chunk_size: usize,
+    pub fast_math: bool,
+}
+
+impl Plan {
+    /// Plans the lowering of `tape` as `schedule` lays it out.
+    pub fn new(tape: &Tape, schedule: &Schedule, options: PlanOptions) -> Plan {
+        let items: Vec<Item> = schedule.items.iter().map(lanes::decide).collect();
+        let step = step::plan(tape, &items);
+        let functions = functions::cut(tape, &items, options.chunk_size);
+        let grads = GradMemory::new(tape, &functions, step.as_ref());
+        Plan {
+            kept: schedule.kept(tape),
+            grads,
+            step,
+            fast_math: options.fast_math,
+            loops: items.iter().map(Item::loops).sum(),
+            loop_nodes: items.iter().map(Item::loop_nodes).sum(),
+            nest_depth: items.iter().map(Item::depth).max().unwrap_or(0),
+            functions,
+        }
+    }
+
+    /// Checks the invariants the emitter relies on: every non-leaf slot of `tape` computed
+    /// exactly once, in slot order, by an item that says what the tape says; loop bodies
+    /// hold only what the emitter lowers; every address a loop forms lies inside the buffers.
+    pub fn verify(&self, tape: &Tape) -> crate::Result<()> {
+        verify::verify(self, tape)
+    }
+}

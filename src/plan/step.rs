@@ -1,0 +1,188 @@
+//! What `step` (zero_grad, forward, backward, update as one native call) does better than the
+//! four passes, decided from the tape and the items.
+//!
+//! `step` knows what the four calls cannot: every param's gradient starts at 0. Its backward
+//! therefore starts params' gradients from the constant 0, and a param whose gradient one
+//! lane loop computes in whole (its only use) is stored and updated right there
+//! (`p -= lr * g`, [`StepPlan::fused`]) while its value is in cache: a layer's weights cross
+//! memory twice per step instead of four times. The gradients of a dot product's fused params
+//! need not even be stored ([`StepPlan::deferred`]): `materialize` recomputes them, bit for
+//! bit, before anyone can look. And `train` runs the first layer's weight update and the next
+//! sample's forward through it in one pass ([`TrainPlan`]).
+
+use std::ops::Range;
+
+use crate::op::Op;
+use crate::passes::loops::{AccessKind, Affine, DotLoop, Item, Lanes, Nest};
+use crate::tape::{Slot, Tape};
+
+/// `step`'s own backward: where it differs from `backward`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepPlan {
+    /// Per slot: a param that `step` updates where a lane loop computes its whole gradient.
+    pub fused: Vec<bool>,
+    /// The dot-product operands whose gradients `step` leaves to `materialize`.
+    pub deferred: Vec<Deferred>,
+    /// Per slot: a gradient `step` defers.
+    pub deferred_slots: Vec<bool>,
+    /// What `train` merges, if it can.
+    pub train: Option<TrainPlan>,
+}
+
+/// Operand `operand` of the products of dot `body[dot]` of `nest` (a top-level nest whose
+/// backward runs in lanes): a fused param whose gradient is `0 + other * (0 + g_sum)`, where
+/// nothing `step` does after its backward changes `other` (no param) or `g_sum` (kept).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Deferred {
+    pub nest: Nest,
+    pub dot: usize,
+    pub operand: usize,
+}
+
+impl Deferred {
+    pub fn dot(&self) -> &DotLoop {
+        match &self.nest.body[self.dot] {
+            Item::Dot(dot) => dot,
+            _ => unreachable!("a deferred gradient names a dot"),
+        }
+    }
+}
+
+/// `train`'s merge: the first thing the tape computes is a nest's first body item, a dot
+/// whose weight gradients `step` defers and whose other operand is inputs without gradient.
+/// So the next sample's values are at hand, and nothing else adds gradients in that loop.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrainPlan {
+    /// The merged dot, by its sum's slots.
+    pub dot: Affine,
+    /// The input slots that dot does not read, as runs: what the next forward needs copied
+    /// into the values buffer.
+    pub other_inputs: Vec<Range<u32>>,
+}
+
+/// `step`'s plan for `items` (top-level schedule items, lanes decided), or `None` where no
+/// lane loop computes a param's whole gradient: a second backward would only add compile
+/// time.
+pub fn plan(tape: &Tape, items: &[Item]) -> Option<StepPlan> {
+    tape.loss()?;
+    let fused = fused_updates(tape, items);
+    if !fused.contains(&true) {
+        return None;
+    }
+    let deferred = deferred(tape, items, &fused);
+    let mut deferred_slots = vec![false; tape.len()];
+    for d in &deferred {
+        let (dot, a) = (d.dot(), d.dot().products.args[d.operand]);
+        for j in 0..d.nest.count {
+            for t in 0..dot.products.len {
+                deferred_slots[a.at_nested(t, j).index()] = true;
+            }
+        }
+    }
+    let train = train_plan(tape, items, deferred.first());
+    Some(StepPlan {
+        fused,
+        deferred,
+        deferred_slots,
+        train,
+    })
+}
+
+/// The params a lane loop adds into with one vector per group (unit stride across
+/// repetitions), that no other node reads in backward and that are not the loss.
+fn fused_updates(tape: &Tape, items: &[Item]) -> Vec<bool> {
+    let mut contributions = vec![0u32; tape.len()];
+    for s in tape.slots() {
+        if tape.op(s).is_leaf() || !tape.needs_grad(s) {
+            continue;
+        }
+        for &a in tape.args(s) {
+            contributions[a.index()] += tape.needs_grad(a) as u32;
+        }
+    }
+    let p = tape.num_params();
+    let sole = |s: Slot| s.index() < p && contributions[s.index()] == 1 && Some(s) != tape.loss();
+    let mut fused = vec![false; tape.len()];
+    for item in items {
+        let Item::Nest(nest) = item else { continue };
+        if nest.lanes.backward().is_none() {
+            continue;
+        }
+        for access in nest.body.iter().flat_map(Item::accesses) {
+            let (a, len) = (access.at, access.len);
+            let slots =
+                || (0..nest.count).flat_map(move |j| (0..len).map(move |t| a.at_nested(t, j)));
+            let takes = access.kind == AccessKind::Reads { grad: true };
+            if takes && a.outer[0] == 1 && slots().all(sole) {
+                for s in slots() {
+                    fused[s.index()] = true;
+                }
+            }
+        }
+    }
+    fused
+}
+
+/// The fused param operands of dot products whose gradient `step` can leave unstored.
+fn deferred(tape: &Tape, items: &[Item], fused: &[bool]) -> Vec<Deferred> {
+    let mut out = Vec::new();
+    let p = tape.num_params() as u32;
+    for item in items {
+        let Item::Nest(nest) = item else { continue };
+        if !matches!(nest.lanes, Lanes::Both { .. }) {
+            continue;
+        }
+        for (b, body) in nest.body.iter().enumerate() {
+            let Item::Dot(dot) = body else { continue };
+            let m = &dot.products;
+            if m.op != Op::Mul {
+                continue;
+            }
+            for i in 0..2 {
+                let (a, other) = (m.args[i], m.args[1 - i]);
+                let other_no_param = other.span(m.len, nest.count).start >= p;
+                if fused[a.at(0).index()] && other_no_param {
+                    out.push(Deferred {
+                        nest: nest.clone(),
+                        dot: b,
+                        operand: i,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `train`'s merge, if the first deferred dot is the first thing the tape computes.
+fn train_plan(tape: &Tape, items: &[Item], first: Option<&Deferred>) -> Option<TrainPlan> {
+    let first = first?;
+    let (nest, dot, i) = (&first.nest, first.dot(), first.operand);
+    let first_computed =
+        first.dot == 0 && matches!(items.first(), Some(Item::Nest(n)) if n == nest);
+    let other = dot.products.args[1 - i];
+    let inputs = tape.input_base() as u32..(tape.input_base() + tape.num_inputs()) as u32;
+    let span = other.span(dot.products.len, nest.count);
+    let other_is_input = other.outer[0] == 0
+        && !dot.products.grad_args[1 - i]
+        && inputs.start <= span.start
+        && span.end <= inputs.end;
+    let loss_computed = tape.loss().is_some_and(|l| !tape.op(l).is_leaf());
+    if !(first_computed && other_is_input && loss_computed) {
+        return None;
+    }
+    // The dot's inputs, if they form one run; else every input is copied.
+    let read = if other.stride == 1 && span.len() == dot.products.len as usize {
+        span
+    } else {
+        inputs.start..inputs.start
+    };
+    let other_inputs = [inputs.start..read.start, read.end..inputs.end]
+        .into_iter()
+        .filter(|r| !r.is_empty())
+        .collect();
+    Some(TrainPlan {
+        dot: dot.sum.slot,
+        other_inputs,
+    })
+}

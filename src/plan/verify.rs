@@ -1,0 +1,190 @@
+//! [`Plan::verify`]: the invariants the emitter relies on.
+
+use crate::error::{Error, Result};
+use crate::op::Op;
+use crate::passes::loops::{Item, Lanes, MAX_NEST_DEPTH};
+use crate::plan::Plan;
+use crate::tape::{Slot, Tape};
+
+pub(super) fn verify(plan: &Plan, tape: &Tape) -> Result<()> {
+    let bad = |slot: u32, what: String| Error::InvalidPlan { slot, what };
+    if plan.kept.len() != tape.len() {
+        return Err(bad(
+            0,
+            format!("{} kept flags for {} slots", plan.kept.len(), tape.len()),
+        ));
+    }
+    // Coverage: every non-leaf slot once, in slot order, as the tape says.
+    let mut next = Coverage {
+        tape,
+        expected: (tape.num_params() + tape.num_inputs()) as u32,
+        sum_args: 0,
+    };
+    for item in plan.functions.iter().flatten() {
+        check_shape(item, 0).map_err(|what| bad(next.expected, what))?;
+        check_bounds(item, tape).map_err(|(slot, what)| bad(slot, what))?;
+        for flat in item.flattened() {
+            next.cover(&flat).map_err(|what| bad(next.expected, what))?;
+        }
+    }
+    next.advance_to(tape.len() as u32)
+        .map_err(|what| bad(next.expected, what))?;
+    if let Some(step) = &plan.step {
+        for d in &step.deferred {
+            if d.nest.lanes.backward().is_none() {
+                return Err(bad(0, "a deferred gradient outside a lane nest".into()));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Loop bodies hold only what the emitter lowers: nests of at most [`MAX_NEST_DEPTH`]
+/// levels whose bodies hold loops and nests; lanes only in nests of one level.
+fn check_shape(item: &Item, depth: usize) -> std::result::Result<(), String> {
+    match item {
+        Item::Straight(_) | Item::SumPart { .. } if depth > 0 => {
+            Err("straight-line code in a nest's body".into())
+        }
+        Item::Nest(n) => {
+            if depth + 1 > MAX_NEST_DEPTH {
+                return Err(format!("nests deeper than {MAX_NEST_DEPTH}"));
+            }
+            if n.count == 0 || n.body.is_empty() {
+                return Err("an empty nest".into());
+            }
+            let flat = n.body.iter().all(|b| !matches!(b, Item::Nest(_)));
+            if n.lanes != Lanes::None && !flat {
+                return Err("lanes in a nest of nests".into());
+            }
+            if let Some(group) = n.lanes.forward() {
+                if group == 0 || group > n.count {
+                    return Err(format!("lane group {group} of {} repetitions", n.count));
+                }
+            }
+            n.body.iter().try_for_each(|b| check_shape(b, depth + 1))
+        }
+        Item::Map(m) if m.len == 0 || m.op.is_leaf() || m.op.arity() != Some(m.args.len()) => Err(
+            format!("a map of {} that the emitter cannot lower", m.op.name()),
+        ),
+        Item::Sum(s) if s.tail_len == 0 => Err("a sum loop of no operands".into()),
+        Item::Dot(d) if d.products.op != Op::Mul || d.products.len != d.sum.tail_len => {
+            Err("a dot that is not a sum of its products".into())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Every slot a loop forms lies inside the buffers.
+fn check_bounds(item: &Item, tape: &Tape) -> std::result::Result<(), (u32, String)> {
+    for (access, counts) in item.nested_accesses() {
+        // An affine sequence is extreme at the corners of its box.
+        let mut lo = access.at.base;
+        let mut hi = access.at.base;
+        let extents = std::iter::once((access.at.stride, access.len))
+            .chain(access.at.outer.iter().copied().zip(counts.iter().copied()));
+        for (coefficient, n) in extents {
+            let reach = coefficient * (n.max(1) as i64 - 1);
+            lo += reach.min(0);
+            hi += reach.max(0);
+        }
+        if lo < 0 || hi >= tape.len() as i64 {
+            return Err((
+                access.at.base.max(0) as u32,
+                format!("a loop forms slots {lo}..={hi} outside the buffers"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The walk over the plan's flattened items, in slot order.
+struct Coverage<'t> {
+    tape: &'t Tape,
+    /// One past the last slot covered.
+    expected: u32,
+    /// Operands of the `sum` at `expected` covered by its parts so far.
+    sum_args: u32,
+}
+
+impl Coverage<'_> {
+    /// Moves on to `slot`: everything skipped must be a leaf.
+    fn advance_to(&mut self, slot: u32) -> std::result::Result<(), String> {
+        if self.sum_args != 0 && slot != self.expected {
+            return Err("a sum cut into parts, not all of them covered".into());
+        }
+        if slot < self.expected || slot as usize > self.tape.len() {
+            return Err(format!("slot {slot} covered twice or out of order"));
+        }
+        if let Some(s) = (self.expected..slot).find(|&s| !self.tape.op(Slot(s)).is_leaf()) {
+            return Err(format!("slot {s} not covered"));
+        }
+        self.expected = slot;
+        Ok(())
+    }
+
+    /// Covers `slot`, computed as `op` from `args`: the tape's next node must be just that.
+    fn node(&mut self, slot: Slot, op: Op, args: &[Slot]) -> std::result::Result<(), String> {
+        self.advance_to(slot.0)?;
+        if self.sum_args != 0 || self.tape.op(slot) != op || self.tape.args(slot) != args {
+            return Err(format!(
+                "slot {} is not the {} the plan says",
+                slot.0,
+                op.name()
+            ));
+        }
+        self.expected += 1;
+        Ok(())
+    }
+
+    fn cover(&mut self, item: &Item) -> std::result::Result<(), String> {
+        match item {
+            Item::Straight(range) => {
+                self.advance_to(range.start)?;
+                if range.end < range.start || range.end as usize > self.tape.len() {
+                    return Err(format!("straight-line code {range:?} outside the tape"));
+                }
+                self.expected = range.end;
+                Ok(())
+            }
+            Item::SumPart { slot, args } => {
+                if args.start == 0 {
+                    self.advance_to(slot.0)?;
+                }
+                let total = self.tape.args(*slot).len() as u32;
+                let fits = slot.0 == self.expected
+                    && self.tape.op(*slot) == Op::Sum
+                    && args.start == self.sum_args
+                    && args.start < args.end
+                    && args.end <= total;
+                if !fits {
+                    return Err(format!(
+                        "part {args:?} of the sum at {} out of order",
+                        slot.0
+                    ));
+                }
+                self.sum_args = args.end;
+                if args.end == total {
+                    self.sum_args = 0;
+                    self.expected += 1;
+                }
+                Ok(())
+            }
+            Item::Map(m) => (0..m.len).try_for_each(|t| {
+                let args: Vec<Slot> = m.args.iter().map(|a| a.at(t)).collect();
+                self.node(m.out.at(t), m.op, &args)
+            }),
+            Item::Sum(s) => {
+                let args: Vec<Slot> = std::iter::once(s.first.at(0))
+                    .chain((0..s.tail_len).map(|t| s.tail.at(t)))
+                    .collect();
+                self.node(s.slot.at(0), Op::Sum, &args)
+            }
+            Item::Dot(d) => {
+                self.cover(&Item::Map(d.products.clone()))?;
+                self.cover(&Item::Sum(d.sum.clone()))
+            }
+            Item::Nest(_) => unreachable!("flattened"),
+        }
+    }
+}
