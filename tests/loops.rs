@@ -217,7 +217,7 @@ fn nests_of(g: &Graph) -> Vec<(u32, bool)> {
         chunk_size: 250,
         fast_math: false,
     };
-    let plan = Plan::new(jit.tape(), &schedule(jit.tape(), true), options);
+    let plan = Plan::new(jit.tape(), &schedule(jit.tape(), true), options).unwrap();
     plan.verify(jit.tape()).unwrap();
     plan.functions
         .iter()

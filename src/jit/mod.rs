@@ -199,13 +199,25 @@ impl JitBuilder {
     /// Compiles an already linearized tape. (A `Tape` is verified when it is built and
     /// cannot be changed afterwards, so it is not checked again here.)
     pub fn compile_tape(&self, tape: Tape) -> Result<Jit> {
+        let start = Instant::now();
+        let schedule = recovery::schedule(&tape, self.loop_recovery);
+        let (tape, schedule) = layout::apply(tape, schedule)?;
+        self.compile_schedule(tape, schedule, start)
+    }
+
+    /// Plans, verifies and compiles `tape` as `schedule` lays it out (scheduling began at
+    /// `start`). Any schedule is safe here: `Plan::verify` refuses one that does not compute
+    /// the tape.
+    fn compile_schedule(
+        &self,
+        tape: Tape,
+        schedule: recovery::Schedule,
+        start: Instant,
+    ) -> Result<Jit> {
         let mut stats = JitStats {
             tape_nodes: tape.len(),
             ..JitStats::default()
         };
-        let start = Instant::now();
-        let schedule = recovery::schedule(&tape, self.loop_recovery);
-        let (tape, schedule) = layout::apply(tape, schedule)?;
         let plan = Plan::new(
             &tape,
             &schedule,
@@ -213,7 +225,7 @@ impl JitBuilder {
                 chunk_size: self.chunk_size,
                 fast_math: self.fast_math,
             },
-        );
+        )?;
         plan.verify(&tape)?;
         stats.schedule_secs = start.elapsed().as_secs_f64();
         stats.loops = plan.loops;
@@ -327,5 +339,151 @@ impl Program for Jit {
             Some(losses) => losses,
             None => crate::program::step_per_sample(self, inputs, lr),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::passes::loops::{Item, Nest};
+    use crate::Interpreter;
+
+    /// `graph` compiled as `schedule` says, at every level, against the interpreter: the
+    /// same params after a few steps, bit for bit, and the same gradients.
+    fn assert_matches_interpreter(graph: &Graph, schedule: impl Fn(&Tape) -> recovery::Schedule) {
+        let inputs: Vec<f64> = (0..graph.num_inputs())
+            .map(|i| (i as f64 * 0.37).sin())
+            .collect();
+        let mut interp = Interpreter::new(graph).unwrap();
+        let mut want = Vec::new();
+        for _ in 0..3 {
+            want.push(interp.step(&inputs, 0.1).unwrap());
+        }
+        for level in OptLevel::ALL {
+            let tape = Tape::from_graph(graph).unwrap();
+            let s = schedule(&tape);
+            let builder = Jit::builder().opt_level(level).chunk_size(40);
+            let mut jit = builder.compile_schedule(tape, s, Instant::now()).unwrap();
+            let got: Vec<f64> = (0..3).map(|_| jit.step(&inputs, 0.1).unwrap()).collect();
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "losses at {level}");
+            assert_eq!(
+                bits(&jit.params()),
+                bits(&interp.params()),
+                "params at {level}"
+            );
+            assert_eq!(
+                bits(&jit.param_grads()),
+                bits(&interp.param_grads()),
+                "grads at {level}"
+            );
+        }
+    }
+
+    /// A nest of nests: `copies` copies of a layer of `width` tanh neurons over `n` inputs
+    /// each, sharing weights, scheduled as a nest over the copies whose body is the layer's
+    /// nest (as loop recovery finds it for one copy).
+    #[test]
+    fn nests_of_nests_run_in_the_interpreters_order() {
+        let (copies, width, n) = (3usize, 4usize, 9usize);
+        let g = Graph::new();
+        let w: Vec<Vec<_>> = (0..width)
+            .map(|k| {
+                (0..n)
+                    .map(|i| g.param(((k * n + i) as f64 * 0.1).cos()))
+                    .collect()
+            })
+            .collect();
+        let x = g.inputs(copies * n);
+        let mut outs = Vec::new();
+        for c in 0..copies {
+            for row in &w {
+                let terms = row.iter().zip(&x[c * n..]).map(|(&wi, &xi)| wi * xi);
+                outs.push(g.sum(terms).tanh());
+            }
+        }
+        g.set_loss(g.sum(outs.iter().map(|&o| o * o))).unwrap();
+        assert_matches_interpreter(&g, |tape| {
+            let flat = recovery::schedule(tape, true);
+            // One nest per copy (a layer), then the loss: wrap the copies' nests in a nest.
+            let layers: Vec<&Nest> = flat
+                .items
+                .iter()
+                .filter_map(|i| match i {
+                    Item::Nest(n) => Some(n),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(layers.len(), copies, "{:?}", flat.items);
+            let first = layers[0];
+            // The second copy's slots, relative to the first's, give the outer strides.
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            Item::Nest(first.clone()).map_affines(&mut |x, _| {
+                a.push(x);
+                x
+            });
+            Item::Nest(layers[1].clone()).map_affines(&mut |x, _| {
+                b.push(x);
+                x
+            });
+            let mut steps = a.iter().zip(&b).map(|(x, y)| y.base - x.base);
+            let inner =
+                Item::Nest(first.clone()).map_affines(&mut |x, _| x.nested(steps.next().unwrap()));
+            let outer = Item::Nest(Nest {
+                count: copies as u32,
+                body: vec![inner],
+                lanes: Default::default(),
+            });
+            let start = flat
+                .items
+                .iter()
+                .position(|i| matches!(i, Item::Nest(_)))
+                .unwrap();
+            let end = flat
+                .items
+                .iter()
+                .rposition(|i| matches!(i, Item::Nest(_)))
+                .unwrap();
+            let mut items = flat.items[..start].to_vec();
+            items.push(outer);
+            items.extend_from_slice(&flat.items[end + 1..]);
+            let nested = recovery::Schedule { items, ..flat };
+            assert_eq!(nested.items.iter().map(Item::depth).max(), Some(2));
+            nested
+        });
+    }
+
+    /// A `sum` far wider than a function is cut into parts across functions, its additions
+    /// in order; repeated operands included.
+    #[test]
+    fn wide_sums_are_cut_across_functions() {
+        let g = Graph::new();
+        let x = g.inputs(7);
+        let p = g.param(0.5);
+        let terms: Vec<_> = (0..500)
+            .map(|i| (x[i % 7] * p).tanh() + x[(i * 3) % 7])
+            .collect();
+        let total = g.sum(terms.iter().chain(&terms[..50]));
+        g.set_loss(total * total).unwrap();
+        let straight = |tape: &Tape| recovery::schedule(tape, false);
+        assert_matches_interpreter(&g, straight);
+        let tape = Tape::from_graph(&g).unwrap();
+        let plan = Plan::new(
+            &tape,
+            &straight(&tape),
+            PlanOptions {
+                chunk_size: 40,
+                fast_math: false,
+            },
+        )
+        .unwrap();
+        plan.verify(&tape).unwrap();
+        let parts = plan
+            .functions
+            .iter()
+            .flatten()
+            .filter(|i| matches!(i, Item::SumPart { .. }))
+            .count();
+        assert!(parts >= 550 / 40, "{parts} parts");
     }
 }

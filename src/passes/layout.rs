@@ -87,14 +87,12 @@ fn operands(nest: &Nest) -> Vec<(Affine, u32)> {
         .collect()
 }
 
-/// `item` (inside nests of `counts` repetitions, innermost first) with param slot `s` moved
+/// `item` (inside nests of `counts` repetitions, outermost first) with param slot `s` moved
 /// to `to[s]`; clears `ok` if a moved sequence is no longer affine.
 fn remap(item: &Item, to: &[u32], counts: &[u32], ok: &mut bool) -> Item {
     match item {
         Item::Nest(nest) => {
-            let counts: Vec<u32> = std::iter::once(nest.count)
-                .chain(counts.iter().copied())
-                .collect();
+            let counts: Vec<u32> = counts.iter().copied().chain([nest.count]).collect();
             Item::Nest(Nest {
                 body: nest
                     .body

@@ -30,13 +30,13 @@ use crate::tape::{Slot, Tape};
 pub const MAX_NEST_DEPTH: usize = 4;
 
 /// Slot `base + stride * t + outer[0] * j0 + outer[1] * j1 + ...` of iteration `t` of a loop,
-/// in iteration `j0` of the innermost [`Nest`] around it, `j1` of the next one out, and so
-/// on (all `j` are 0 outside nests).
+/// in repetition `j0` of the outermost [`Nest`] around it, `j1` of the next one in, and so
+/// on to the innermost (all `j` are 0 outside nests).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Affine {
     pub base: i64,
     pub stride: i64,
-    /// Per enclosing nest, innermost first: how far the slot moves per repetition.
+    /// Per enclosing nest, outermost first: how far the slot moves per repetition.
     pub outer: [i64; MAX_NEST_DEPTH],
 }
 
@@ -54,20 +54,21 @@ impl Affine {
         self.at_nested(t, 0)
     }
 
-    /// The slot in iteration `t`, repetition `j` of the innermost nest (0 of any other).
+    /// The slot in iteration `t`, repetition `j` of its nest (of the outermost one, if
+    /// nests nest; 0 of any other).
     pub fn at_nested(self, t: u32, j: u32) -> Slot {
         self.at_levels(t, &[j])
     }
 
-    /// The slot in iteration `t`, repetition `js[0]` of the innermost nest, `js[1]` of the
-    /// next one out, ... (missing levels are 0).
+    /// The slot in iteration `t`, repetition `js[0]` of the outermost nest, `js[1]` of the
+    /// next one in, ... (missing levels are 0).
     pub fn at_levels(self, t: u32, js: &[u32]) -> Slot {
         let across: i64 = self.outer.iter().zip(js).map(|(&o, &j)| o * j as i64).sum();
         Slot((self.base + self.stride * t as i64 + across) as u32)
     }
 
-    /// The same sequence, one nest level deeper: repetition `j` of a new innermost nest moves
-    /// it by `step`.
+    /// The same sequence inside a new outermost nest, each of whose repetitions moves it by
+    /// `step`.
     pub fn nested(self, step: i64) -> Affine {
         let mut outer = [0; MAX_NEST_DEPTH];
         outer[0] = step;
@@ -75,7 +76,7 @@ impl Affine {
         Affine { outer, ..self }
     }
 
-    /// The same sequence in repetition `j` of its innermost nest, one nest level out.
+    /// The same sequence in repetition `j` of its outermost nest, as seen outside that nest.
     pub fn unnested(self, j: i64) -> Affine {
         let mut outer = [0; MAX_NEST_DEPTH];
         outer[..MAX_NEST_DEPTH - 1].copy_from_slice(&self.outer[1..]);
@@ -224,14 +225,14 @@ pub struct Access {
 }
 
 impl Access {
-    /// Calls `f` on every slot, inside nests of `counts` repetitions (innermost first).
+    /// Calls `f` on every slot, inside nests of `counts` repetitions (outermost first).
     pub fn for_each_slot(&self, counts: &[u32], mut f: impl FnMut(Slot)) {
         let mut js = vec![0u32; counts.len()];
         loop {
             for t in 0..self.len {
                 f(self.at.at_levels(t, &js));
             }
-            // The next repetition, innermost level fastest.
+            // The next repetition, the first level fastest.
             let mut level = 0;
             while level < counts.len() {
                 js[level] += 1;
@@ -422,14 +423,12 @@ impl Item {
     }
 
     /// [`Item::accesses`] of a top-level item, each with the repetition counts of the nests
-    /// around it, innermost first.
+    /// around it, outermost first.
     pub fn nested_accesses(&self) -> Vec<(Access, Vec<u32>)> {
         fn visit(item: &Item, counts: &[u32], out: &mut Vec<(Access, Vec<u32>)>) {
             match item {
                 Item::Nest(n) => {
-                    let inner: Vec<u32> = std::iter::once(n.count)
-                        .chain(counts.iter().copied())
-                        .collect();
+                    let inner: Vec<u32> = counts.iter().copied().chain([n.count]).collect();
                     for b in &n.body {
                         visit(b, &inner, out);
                     }

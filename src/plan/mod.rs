@@ -59,13 +59,16 @@ pub struct PlanOptions {
 }
 
 impl Plan {
-    /// Plans the lowering of `tape` as `schedule` lays it out.
-    pub fn new(tape: &Tape, schedule: &Schedule, options: PlanOptions) -> Plan {
+    /// Plans the lowering of `tape` as `schedule` lays it out. A schedule that does not
+    /// compute the tape (each non-leaf slot once, in order, as the tape says) is an
+    /// [`crate::Error::InvalidPlan`].
+    pub fn new(tape: &Tape, schedule: &Schedule, options: PlanOptions) -> crate::Result<Plan> {
+        verify::verify_items(&schedule.items, tape)?;
         let items: Vec<Item> = schedule.items.iter().map(lanes::decide).collect();
         let step = step::plan(tape, &items);
         let functions = functions::cut(tape, &items, options.chunk_size);
         let grads = GradMemory::new(tape, &functions, step.as_ref());
-        Plan {
+        Ok(Plan {
             kept: schedule.kept(tape),
             grads,
             step,
@@ -74,7 +77,7 @@ impl Plan {
             loop_nodes: items.iter().map(Item::loop_nodes).sum(),
             nest_depth: items.iter().map(Item::depth).max().unwrap_or(0),
             functions,
-        }
+        })
     }
 
     /// Checks the invariants the emitter relies on: every non-leaf slot of `tape` computed

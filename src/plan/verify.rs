@@ -14,21 +14,7 @@ pub(super) fn verify(plan: &Plan, tape: &Tape) -> Result<()> {
             format!("{} kept flags for {} slots", plan.kept.len(), tape.len()),
         ));
     }
-    // Coverage: every non-leaf slot once, in slot order, as the tape says.
-    let mut next = Coverage {
-        tape,
-        expected: (tape.num_params() + tape.num_inputs()) as u32,
-        sum_args: 0,
-    };
-    for item in plan.functions.iter().flatten() {
-        check_shape(item, 0).map_err(|what| bad(next.expected, what))?;
-        check_bounds(item, tape).map_err(|(slot, what)| bad(slot, what))?;
-        for flat in item.flattened() {
-            next.cover(&flat).map_err(|what| bad(next.expected, what))?;
-        }
-    }
-    next.advance_to(tape.len() as u32)
-        .map_err(|what| bad(next.expected, what))?;
+    verify_items(plan.functions.iter().flatten(), tape)?;
     if let Some(step) = &plan.step {
         for d in &step.deferred {
             if d.nest.lanes.backward().is_none() {
@@ -37,6 +23,30 @@ pub(super) fn verify(plan: &Plan, tape: &Tape) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The items, in order, compute every non-leaf slot of `tape` once, as the tape says, in
+/// shapes the emitter lowers, at addresses inside the buffers.
+pub(super) fn verify_items<'a>(
+    items: impl IntoIterator<Item = &'a Item>,
+    tape: &Tape,
+) -> Result<()> {
+    let bad = |slot: u32, what: String| Error::InvalidPlan { slot, what };
+    // Coverage: every non-leaf slot once, in slot order, as the tape says.
+    let mut next = Coverage {
+        tape,
+        expected: (tape.num_params() + tape.num_inputs()) as u32,
+        sum_args: 0,
+    };
+    for item in items {
+        check_shape(item, 0).map_err(|what| bad(next.expected, what))?;
+        check_bounds(item, tape).map_err(|(slot, what)| bad(slot, what))?;
+        for flat in item.flattened() {
+            next.cover(&flat).map_err(|what| bad(next.expected, what))?;
+        }
+    }
+    next.advance_to(tape.len() as u32)
+        .map_err(|what| bad(next.expected, what))
 }
 
 /// Loop bodies hold only what the emitter lowers: nests of at most [`MAX_NEST_DEPTH`]

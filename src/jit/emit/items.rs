@@ -25,7 +25,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         self.backward_in(frame, item, &[])
     }
 
-    /// Forward of `item` in repetition `js` of the nests around it (innermost first).
+    /// Forward of `item` in repetition `js` of the nests around it (outermost first).
     fn forward_in(&self, frame: Frame<'ctx>, item: &Item, js: &[IntValue<'ctx>]) -> Emit<()> {
         match item {
             Item::Nest(nest) => self.nest_forward(frame, nest, js),
@@ -529,5 +529,5 @@ impl<'ctx> Emitter<'ctx, '_> {
 
 /// `j` as the innermost repetition, inside `outer`.
 fn with_innermost<'ctx>(j: IntValue<'ctx>, outer: &[IntValue<'ctx>]) -> Vec<IntValue<'ctx>> {
-    std::iter::once(j).chain(outer.iter().copied()).collect()
+    outer.iter().copied().chain(std::iter::once(j)).collect()
 }

@@ -15,14 +15,15 @@ use super::{Emit, Emitter, Frame};
 use crate::passes::loops::Affine;
 use crate::plan::lanes::VECTOR_WIDTH;
 
-/// The lanes of one vector: repetitions `js[0] + offset ..` `js[0] + offset + width`.
+/// The lanes of one vector: repetitions `first + offset ..` `first + offset + width` of the
+/// innermost nest, `first` its [`Reps`]' last repetition index.
 #[derive(Clone, Copy)]
 pub(super) struct Vector {
     pub(super) offset: u32,
     pub(super) width: u32,
 }
 
-/// The repetitions an item runs for: the repetition of every enclosing nest, innermost
+/// The repetitions an item runs for: the repetition of every enclosing nest, outermost
 /// first (for the innermost, the first of a lane group), and the vectors of lanes.
 pub(super) struct Reps<'ctx> {
     pub(super) js: Vec<IntValue<'ctx>>,
@@ -41,8 +42,8 @@ impl<'ctx> Reps<'ctx> {
         }
     }
 
-    /// `count` repetitions of the innermost nest from `first` (outer ones at `outer`), in
-    /// vectors of up to [`VECTOR_WIDTH`] lanes.
+    /// `count` repetitions of the innermost nest from `first` (the nests around it at
+    /// `outer`), in vectors of up to [`VECTOR_WIDTH`] lanes.
     pub(super) fn group(first: IntValue<'ctx>, outer: &[IntValue<'ctx>], count: u32) -> Self {
         let vectors = (0..count.div_ceil(VECTOR_WIDTH))
             .map(|v| Vector {
@@ -50,10 +51,17 @@ impl<'ctx> Reps<'ctx> {
                 width: VECTOR_WIDTH.min(count - v * VECTOR_WIDTH),
             })
             .collect();
-        let js = std::iter::once(first)
-            .chain(outer.iter().copied())
+        let js = outer
+            .iter()
+            .copied()
+            .chain(std::iter::once(first))
             .collect();
         Reps { js, vectors }
+    }
+
+    /// The level of the nest whose repetitions run in lanes, in an `Affine`'s `outer`.
+    fn lane_level(&self) -> usize {
+        self.js.len().saturating_sub(1)
     }
 }
 
@@ -163,7 +171,7 @@ impl<'ctx> LaneIo<'ctx> for VectorValue<'ctx> {
         lanes: Vector,
     ) -> Emit<Self> {
         let ty = Self::ty(e, lanes);
-        match a.outer[0] {
+        match a.outer[reps.lane_level()] {
             1 => {
                 let ptr = e.ptr_at(buf, a, t, &e.lane_js(reps, lanes)?)?;
                 let v = e.builder.build_load(ty, ptr, "")?;
@@ -190,7 +198,7 @@ impl<'ctx> LaneIo<'ctx> for VectorValue<'ctx> {
         lanes: Vector,
         v: Self,
     ) -> Emit<()> {
-        if a.outer[0] == 1 {
+        if a.outer[reps.lane_level()] == 1 {
             let ptr = e.ptr_at(buf, a, t, &e.lane_js(reps, lanes)?)?;
             let store = e.builder.build_store(ptr, v)?;
             let _ = store.set_alignment(8);
@@ -212,10 +220,11 @@ impl<'ctx> LaneIo<'ctx> for VectorValue<'ctx> {
         lanes: Vector,
         d: Self,
     ) -> Emit<()> {
-        if a.outer[0] == 1 && e.fuses_update(frame, a) {
+        let across = a.outer[reps.lane_level()];
+        if across == 1 && e.fuses_update(frame, a) {
             return e.fused_update(frame, a, t, &e.lane_js(reps, lanes)?, d);
         }
-        if a.outer[0] != 0 {
+        if across != 0 {
             // Each lane its own slot.
             let before = Self::load(e, frame.grads, a, t, reps, lanes)?;
             let after = e.builder.build_float_add(before, d, "")?;
@@ -242,6 +251,7 @@ impl<'ctx> LaneIo<'ctx> for VectorValue<'ctx> {
 
 impl<'ctx> Emitter<'ctx, '_> {
     /// `&buf[a.base + a.stride * t + a.outer[0] * js[0] + a.outer[1] * js[1] + ...]`
+    /// (`js` outermost first)
     pub(super) fn ptr_at(
         &self,
         buf: PointerValue<'ctx>,
@@ -318,7 +328,7 @@ impl<'ctx> Emitter<'ctx, '_> {
             addrs = self.builder.build_insert_element(addrs, first, index, "")?;
         }
         let bytes: Vec<_> = (0..lanes.width as i64)
-            .map(|l| i64t.const_int((l * a.outer[0] * 8) as u64, true))
+            .map(|l| i64t.const_int((l * a.outer[reps.lane_level()] * 8) as u64, true))
             .collect();
         let addrs = self
             .builder
