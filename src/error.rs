@@ -2,7 +2,8 @@
 
 use thiserror::Error;
 
-/// Everything that can go wrong when building, compiling or running a tape.
+/// Everything that can go wrong when building, compiling or running a tape, or saving and
+/// loading its params.
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum Error {
     /// A value of one graph was combined with, or looked up in, another graph.
@@ -42,16 +43,10 @@ pub enum Error {
     /// A tape failed `Tape::verify`; this is a bug in a pass, reported rather than run.
     #[error("tape invariant broken at slot {slot}: {what}")]
     InvalidTape { slot: u32, what: String },
-    /// A lowering plan failed `Plan::verify`; this is a bug in the planner, reported rather
-    /// than run.
+    /// A lowering plan failed `Plan::verify`, or a schedule does not compute its tape; a bug
+    /// in a pass or the planner, reported rather than run.
     #[error("lowering plan invariant broken at slot {slot}: {what}")]
     InvalidPlan { slot: u32, what: String },
-    /// A missing, unreadable or malformed IDX file (MNIST's format).
-    #[error("{file}: {problem}")]
-    Idx {
-        file: String,
-        problem: crate::idx::IdxProblem,
-    },
     /// A missing, unreadable or malformed params file, or one saved for another architecture.
     #[error("{file}: {problem}")]
     Checkpoint { file: String, problem: String },

@@ -11,7 +11,6 @@
 pub mod checkpoint;
 pub mod error;
 pub mod graph;
-pub mod idx;
 pub mod interp;
 pub mod op;
 pub mod passes;

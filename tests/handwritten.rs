@@ -16,8 +16,8 @@ const LR: f64 = 0.01;
 const TOLERANCE: f64 = 1e-9;
 
 /// MNIST-like samples: about 80% of pixels black, the rest a random byte, scaled by 1/255 as
-/// `Dataset::fill_inputs` does; labels uniform. Returned in the Classifier's input layout
-/// (pixels, then the one-hot label) with the label beside it.
+/// `tapejit_mnist::write_normalized` does; labels uniform. Returned in the Classifier's input
+/// layout (pixels, then the one-hot label) with the label beside it.
 fn synthetic_samples(seed: u64) -> Vec<(Vec<f64>, usize)> {
     let mut rng = StdRng::seed_from_u64(seed);
     (0..SAMPLES)

@@ -2,9 +2,9 @@
 
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use tapejit::checkpoint::Checkpoint;
-use tapejit::idx::{self, Dataset, Images, Labels};
 use tapejit::nn::Classifier;
 use tapejit::{Error, Graph, Interpreter, Jit, OptLevel, Program};
+use tapejit_mnist::{self as mnist, Dataset, Images, Labels};
 
 const SIDE: usize = 8;
 const CLASSES: usize = 3;
@@ -46,23 +46,31 @@ fn dataset_via_files(name: &str, count: usize, seed: u64) -> Dataset {
     std::fs::create_dir_all(&dir).unwrap();
     let (images, labels) = synthetic(count, seed);
     let (ip, lp) = (dir.join("images"), dir.join("labels"));
-    idx::write_images(std::fs::File::create(&ip).unwrap(), &images).unwrap();
-    idx::write_labels(std::fs::File::create(&lp).unwrap(), &labels).unwrap();
-    let data = idx::load_dataset(&ip, &lp).unwrap();
+    mnist::write_images(std::fs::File::create(&ip).unwrap(), &images).unwrap();
+    mnist::write_labels(std::fs::File::create(&lp).unwrap(), &labels).unwrap();
+    let data = mnist::load_dataset(&ip, &lp).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
     data
+}
+
+/// Example `i` in the classifier's input layout: the pixels scaled to [0, 1], then the label
+/// one-hot over the classes.
+fn fill_inputs(data: &Dataset, i: usize, inputs: &mut [f64]) {
+    let (pixels, one_hot) = inputs.split_at_mut(data.images.pixels_per_image());
+    mnist::write_normalized(data.pixels(i), pixels).unwrap();
+    mnist::write_one_hot(data.label(i), one_hot).unwrap();
 }
 
 fn accuracy(program: &mut dyn Program, data: &Dataset) -> f64 {
     let mut inputs = vec![0.0; data.images.pixels_per_image() + CLASSES];
     let mut correct = 0;
     for i in 0..data.images.len() {
-        data.fill_inputs(i, CLASSES, &mut inputs).unwrap();
+        fill_inputs(data, i, &mut inputs);
         program.set_inputs(&inputs).unwrap();
         program.forward();
         let out = program.outputs();
         let guess = (0..CLASSES).fold(0, |b, k| if out[k] > out[b] { k } else { b });
-        correct += (guess == data.labels.labels[i] as usize) as usize;
+        correct += (guess == data.label(i) as usize) as usize;
     }
     correct as f64 / data.images.len() as f64
 }
@@ -70,7 +78,7 @@ fn accuracy(program: &mut dyn Program, data: &Dataset) -> f64 {
 fn train_epoch(program: &mut dyn Program, data: &Dataset) {
     let mut inputs = vec![0.0; data.images.pixels_per_image() + CLASSES];
     for i in 0..data.images.len() {
-        data.fill_inputs(i, CLASSES, &mut inputs).unwrap();
+        fill_inputs(data, i, &mut inputs);
         program.step(&inputs, 0.05).unwrap();
     }
 }
@@ -146,7 +154,7 @@ fn saved_params_reproduce_outputs_exactly() {
         .unwrap();
     let mut inputs = vec![0.0; SIDE * SIDE + CLASSES];
     for i in 0..data.images.len() {
-        data.fill_inputs(i, CLASSES, &mut inputs).unwrap();
+        fill_inputs(&data, i, &mut inputs);
         for p in [&mut trained as &mut dyn Program, &mut loaded] {
             p.set_inputs(&inputs).unwrap();
             p.forward();

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tapejit::idx::{self, Dataset};
 use tapejit::nn::Classifier;
 use tapejit::{Graph, Interpreter, Jit, JitBuilder, JitStats, OptLevel, Program, Value};
+use tapejit_mnist::{self as mnist, Dataset};
 
 /// Pixels per MNIST image.
 pub const INPUTS: usize = 784;
@@ -170,50 +170,36 @@ impl Samples {
     }
 
     /// The first `n` samples of `data`.
-    pub fn from_dataset(data: &Dataset, n: usize) -> Samples {
+    pub fn from_dataset(data: &Dataset, n: usize) -> Result<Samples, mnist::Error> {
         let n = n.min(data.len());
         let inputs = (0..n)
-            .map(|i| {
-                let mut x = vec![0.0; INPUTS + CLASSES];
-                data.fill_inputs(i, CLASSES, &mut x).check();
-                x
-            })
-            .collect();
-        let labels = data.labels.labels[..n]
-            .iter()
-            .map(|&l| l as usize)
-            .collect();
-        Samples { inputs, labels }
+            .map(|i| classifier_inputs(data, i))
+            .collect::<Result<_, _>>()?;
+        let labels = (0..n).map(|i| data.label(i) as usize).collect();
+        Ok(Samples { inputs, labels })
     }
 
     /// The first `n` samples of MNIST's training set in `dir`.
     pub fn mnist(dir: &Path, n: usize) -> Result<Samples, String> {
-        let data = idx::load_dataset(dir.join(idx::TRAIN_IMAGES), dir.join(idx::TRAIN_LABELS))
-            .map_err(|e| {
-                format!(
-                    "cannot load MNIST's training set from {}: {e} (scripts/fetch-mnist puts it \
-                     in data/mnist)",
-                    dir.display()
-                )
-            })?;
-        Ok(Samples::from_dataset(&data, n))
+        let data = mnist::load_train(dir).map_err(|e| {
+            format!(
+                "cannot load MNIST's training set from {}: {e} (scripts/fetch-mnist puts it in \
+                 data/mnist)",
+                dir.display()
+            )
+        })?;
+        Samples::from_dataset(&data, n).map_err(|e| e.to_string())
     }
 }
 
-/// `Dataset::fill_inputs` may report bad arguments as an error or panic on them; either way
-/// the benchmarks pass valid ones, so both shapes are accepted here.
-trait Checked {
-    fn check(self);
-}
-
-impl Checked for () {
-    fn check(self) {}
-}
-
-impl<E: std::fmt::Debug> Checked for Result<(), E> {
-    fn check(self) {
-        self.expect("sample in range");
-    }
+/// Example `i` of `data` in the classifier's input layout: the pixels scaled to [0, 1], then
+/// the label one-hot over the digits.
+fn classifier_inputs(data: &Dataset, i: usize) -> Result<Vec<f64>, mnist::Error> {
+    let mut x = vec![0.0; INPUTS + CLASSES];
+    let (pixels, one_hot) = x.split_at_mut(INPUTS);
+    mnist::write_normalized(data.pixels(i), pixels)?;
+    mnist::write_one_hot(data.label(i), one_hot)?;
+    Ok(x)
 }
 
 /// One SGD step per sample, in order; returns the time taken and the sum of the losses.

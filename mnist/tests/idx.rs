@@ -1,124 +1,21 @@
-//! The IDX reader: round trips of generated files, one test per kind of malformed input, a
-//! mutation sweep (every truncation, every header byte changed) that must never panic, and
-//! the real MNIST files when `scripts/fetch-mnist` has put them in `data/mnist`.
+//! The IDX reader on raw files: round trips of generated files, one test per kind of
+//! malformed input, a mutation sweep (every truncation, every header byte changed) that must
+//! never panic, and the real MNIST files when `scripts/fetch-mnist` has put them in
+//! `data/mnist`. Gzipped files are `gzip.rs`'s, MNIST's file names `names.rs`'s.
+
+mod common;
 
 use std::io::{self, Read};
 use std::panic::catch_unwind;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use tapejit::idx::{self, Dataset, IdxProblem, Images, Kind, Labels};
-use tapejit::Error;
+use common::*;
+use tapejit_mnist::{self as idx, Dataset, Error, IdxProblem, Images, Kind, Labels};
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------------
-
-/// Images whose pixels are a pattern that differs per image, row and column.
-fn sample_images(count: usize, rows: usize, cols: usize) -> Images {
-    let pixels = (0..count * rows * cols)
-        .map(|i| (i * 7 + i / (rows * cols)) as u8)
-        .collect();
-    Images {
-        count,
-        rows,
-        cols,
-        pixels,
-    }
-}
-
-fn sample_labels(count: usize) -> Labels {
-    Labels {
-        labels: (0..count).map(|i| (i * 3 % 10) as u8).collect(),
-    }
-}
-
-fn images_bytes(images: &Images) -> Vec<u8> {
-    let mut bytes = Vec::new();
-    idx::write_images(&mut bytes, images).unwrap();
-    bytes
-}
-
-fn labels_bytes(labels: &Labels) -> Vec<u8> {
-    let mut bytes = Vec::new();
-    idx::write_labels(&mut bytes, labels).unwrap();
-    bytes
-}
-
-/// A file under the system temp dir, unique per process and call, removed on drop.
-struct TempFile(PathBuf);
-
-impl TempFile {
-    fn new(name: &str, bytes: &[u8]) -> TempFile {
-        let path = unique_temp_path(name);
-        std::fs::write(&path, bytes).unwrap();
-        TempFile(path)
-    }
-
-    fn display(&self) -> String {
-        self.0.display().to_string()
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-/// A directory under the system temp dir, removed with its contents on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let path = unique_temp_path(name);
-        std::fs::create_dir_all(&path).unwrap();
-        TempDir(path)
-    }
-
-    fn write(&self, name: &str, bytes: &[u8]) {
-        std::fs::write(self.0.join(name), bytes).unwrap();
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn unique_temp_path(name: &str) -> PathBuf {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    std::env::temp_dir().join(format!("tapejit-idx-{}-{n}-{name}", std::process::id()))
-}
-
-/// The problem inside an `Error::Idx` for `file`; anything else fails the test.
-fn idx_problem(result: Result<impl std::fmt::Debug, Error>, file: &str) -> IdxProblem {
-    match result {
-        Err(Error::Idx {
-            file: named,
-            problem,
-        }) => {
-            assert_eq!(named, file, "the error names another file");
-            problem
-        }
-        other => panic!("expected an IDX error for {file}, got {other:?}"),
-    }
-}
-
-/// Asserts the message of `error` names the file and mentions every fragment.
-fn assert_message(error: &Error, file: &str, fragments: &[&str]) {
-    let message = error.to_string();
-    assert!(message.starts_with(&format!("{file}: ")), "{message:?}");
-    for fragment in fragments {
-        assert!(
-            message.contains(fragment),
-            "message {message:?} does not mention {fragment:?}"
-        );
-    }
-}
 
 fn images_problem(bytes: &[u8]) -> IdxProblem {
     idx_problem(idx::parse_images(bytes, "images.idx"), "images.idx")
@@ -216,18 +113,23 @@ fn load_mnist_reads_the_four_canonical_names() {
 }
 
 #[test]
-fn load_mnist_names_the_first_missing_file() {
+fn load_mnist_lists_the_names_it_tried_for_the_first_missing_file() {
     let dir = TempDir::new("mnist-missing");
-    let expected = dir.0.join(idx::TRAIN_IMAGES).display().to_string();
     let error = idx::load_mnist(&dir.0).unwrap_err();
+    let tried = [
+        "train-images-idx3-ubyte",
+        "train-images-idx3-ubyte.gz",
+        "train-images.idx3-ubyte",
+        "train-images.idx3-ubyte.gz",
+    ];
     assert_eq!(
         error,
-        Error::Idx {
-            file: expected.clone(),
-            problem: IdxProblem::NotFound
+        Error::NotInDirectory {
+            dir: dir.0.display().to_string(),
+            tried: tried.map(String::from).to_vec(),
         }
     );
-    assert_message(&error, &expected, &["does not exist"]);
+    assert_message(&error, &dir.0.display().to_string(), &tried);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -244,22 +146,6 @@ fn nonzero_magic_is_not_an_idx_file() {
     );
     let error = idx::parse_images(&bytes, "x.idx").unwrap_err();
     assert_message(&error, "x.idx", &["bytes 0-1", "0x42", "not an IDX file"]);
-}
-
-#[test]
-fn gzip_compressed_file_gets_a_hint() {
-    let bytes = [0x1f, 0x8b, 0x08, 0x00, 0, 0, 0, 0, 0, 0];
-    let error = idx::parse_labels(&bytes, "t10k-labels-idx1-ubyte.gz").unwrap_err();
-    assert_eq!(
-        error,
-        Error::Idx {
-            file: "t10k-labels-idx1-ubyte.gz".into(),
-            problem: IdxProblem::BadMagic {
-                found: [0x1f, 0x8b]
-            }
-        }
-    );
-    assert_message(&error, "t10k-labels-idx1-ubyte.gz", &["gunzip"]);
 }
 
 #[test]
@@ -715,7 +601,7 @@ fn changed_count_is_always_an_error() {
 /// so CI always has the data); without the files there is nothing to check.
 #[test]
 fn real_mnist_loads_when_present() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/mnist");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/mnist");
     if !dir.join(idx::TRAIN_IMAGES).exists() {
         eprintln!("{} has no MNIST; run scripts/fetch-mnist", dir.display());
         return;
