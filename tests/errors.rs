@@ -7,6 +7,7 @@ mod common;
 use common::{interpreter_and_every_jit_level, semantics_backends};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
+use tapejit::checkpoint::Checkpoint;
 use tapejit::nn::Classifier;
 use tapejit::{Error, Graph, Interpreter, Jit, OptLevel, Program, Slot, Tape, Value};
 
@@ -445,6 +446,47 @@ fn train_with_a_bad_length_or_without_inputs_is_a_typed_error_on_every_backend()
             assert_eq!(state_bits(program), before, "{}: nothing ran", b.name);
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checkpoint sizes
+// ---------------------------------------------------------------------------------------------
+
+/// The format stores architecture entries as `u32`; a bigger one would be written truncated
+/// and load back as another number (2^32 + 3 as 3), so saving refuses it.
+#[cfg(target_pointer_width = "64")]
+#[test]
+fn checkpoints_refuse_architecture_sizes_the_format_cannot_hold() {
+    let too_big = (1usize << 32) + 3;
+    let checkpoint = Checkpoint {
+        architecture: vec![4, too_big, 2],
+        params: vec![1.0, 2.0],
+    };
+    match checkpoint.to_bytes() {
+        Err(Error::Checkpoint { problem, .. }) => {
+            assert!(
+                problem.contains("entry 1") && problem.contains(&too_big.to_string()),
+                "{problem}"
+            )
+        }
+        other => panic!("to_bytes: expected a Checkpoint error, got {other:?}"),
+    }
+    let path = std::env::temp_dir().join(format!("tapejit-too-big-{}", std::process::id()));
+    match checkpoint.save(&path) {
+        Err(Error::Checkpoint { file, problem }) => {
+            assert_eq!(file, path.display().to_string());
+            assert!(problem.contains("u32"), "{problem}");
+        }
+        other => panic!("save: expected a Checkpoint error, got {other:?}"),
+    }
+    assert!(!path.exists(), "nothing is written");
+    // The largest size that fits round-trips.
+    let fits = Checkpoint {
+        architecture: vec![u32::MAX as usize],
+        params: vec![],
+    };
+    let bytes = fits.to_bytes().unwrap();
+    assert_eq!(Checkpoint::from_bytes(&bytes, "fits").unwrap(), fits);
 }
 
 // ---------------------------------------------------------------------------------------------
