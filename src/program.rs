@@ -96,7 +96,8 @@ mod backend {
             let _ = slot;
             true
         }
-        /// Mutable views for `Program`'s methods; lengths are fixed.
+        /// Mutable views for `Program`'s methods, which write inputs, params and params'
+        /// gradients only (the JIT compiles constants to immediates); lengths are fixed.
         fn buffers_mut(&mut self) -> (&mut [f64], &mut [f64]);
 
         /// Computes every value from the current inputs and params.
@@ -144,10 +145,11 @@ mod backend {
 /// open: when two NaNs meet, which one comes out (its sign and payload) may differ.
 ///
 /// The trait is sealed: tapejit's backends ([`crate::Interpreter`], [`crate::Jit`]) are its
-/// only implementations, so every call goes through the checks below (see the
-/// [module docs](crate::program) for what that rules out). The buffers can be read (`values`, `grads`)
-/// but written only through `set_inputs`, `set_params` and the passes, so constants keep their
-/// values and the JIT's deferred gradients are always stored before anyone reads them.
+/// only implementations, so every call goes through the checks below (the
+/// [module docs](crate::program) show what that rules out). The buffers can be read
+/// (`values`, `grads`) but written only through `set_inputs`, `set_params` and the passes, so
+/// constants keep their values and the JIT's deferred gradients are always stored before
+/// anyone reads them.
 pub trait Program: backend::Sealed {
     /// The tape being run.
     fn tape(&self) -> &Tape;
