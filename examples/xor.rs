@@ -60,7 +60,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             loss += program.forward();
             program.backward()?;
         }
-        program.update(0.1);
+        program.update(0.1)?;
         if epoch % 100 == 0 || epoch == 999 {
             println!("epoch {epoch:4}  loss {loss:.6}");
         }

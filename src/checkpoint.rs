@@ -12,6 +12,9 @@
 //! | 8·n | the params, `f64` each, in param creation order |
 //! | 8 | FNV-1a 64 checksum of every byte before it |
 //!
+//! An architecture with more than `u32::MAX` entries, or an entry above it, is refused on save
+//! (`Checkpoint::to_bytes`) rather than truncated.
+//!
 //! The architecture is whatever the saver says describes the model; [`Checkpoint::load_for`]
 //! refuses a file saved for another one.
 
@@ -43,14 +46,33 @@ fn describe(architecture: &[usize]) -> String {
 }
 
 impl Checkpoint {
-    /// The file's bytes.
-    pub fn to_bytes(&self) -> Vec<u8> {
+    /// The file's bytes. The format stores the architecture's length and entries as `u32`: a
+    /// value above `u32::MAX` is refused rather than truncated (it would load back as another
+    /// number).
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        self.encode().map_err(|problem| Error::Checkpoint {
+            file: "(in memory)".into(),
+            problem,
+        })
+    }
+
+    /// `to_bytes`, with the problem of an architecture the format cannot hold.
+    fn encode(&self) -> std::result::Result<Vec<u8>, String> {
+        let entries = u32::try_from(self.architecture.len()).map_err(|_| {
+            format!(
+                "{} architecture entries do not fit the format's u32 count",
+                self.architecture.len()
+            )
+        })?;
         let mut out = Vec::with_capacity(32 + 4 * self.architecture.len() + 8 * self.params.len());
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&VERSION.to_le_bytes());
-        out.extend_from_slice(&(self.architecture.len() as u32).to_le_bytes());
-        for &a in &self.architecture {
-            out.extend_from_slice(&(a as u32).to_le_bytes());
+        out.extend_from_slice(&entries.to_le_bytes());
+        for (index, &a) in self.architecture.iter().enumerate() {
+            let a = u32::try_from(a).map_err(|_| {
+                format!("architecture entry {index} ({a}) does not fit the format's u32")
+            })?;
+            out.extend_from_slice(&a.to_le_bytes());
         }
         out.extend_from_slice(&(self.params.len() as u64).to_le_bytes());
         for &p in &self.params {
@@ -58,7 +80,7 @@ impl Checkpoint {
         }
         let sum = fnv1a(&out);
         out.extend_from_slice(&sum.to_le_bytes());
-        out
+        Ok(out)
     }
 
     /// Parses a file's bytes; `file` names it in errors.
@@ -87,7 +109,7 @@ impl Checkpoint {
         let arch_end = k
             .checked_mul(4)
             .and_then(|b| b.checked_add(16))
-            .filter(|&end| end + 8 <= body.len())
+            .filter(|&end| end.checked_add(8).is_some_and(|e| e <= body.len()))
             .ok_or_else(|| {
                 bad(format!(
                     "header declares {k} architecture entries, beyond the file"
@@ -115,12 +137,16 @@ impl Checkpoint {
         })
     }
 
+    /// Writes the file; an architecture the format cannot hold (see `to_bytes`) is refused
+    /// before anything is written.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
-        std::fs::write(path, self.to_bytes()).map_err(|e| Error::Checkpoint {
+        let bad = |problem: String| Error::Checkpoint {
             file: path.display().to_string(),
-            problem: format!("cannot write: {e}"),
-        })
+            problem,
+        };
+        let bytes = self.encode().map_err(bad)?;
+        std::fs::write(path, bytes).map_err(|e| bad(format!("cannot write: {e}")))
     }
 
     pub fn load(path: impl AsRef<Path>) -> Result<Checkpoint> {

@@ -31,6 +31,12 @@ pub enum Error {
         index: usize,
         value: f64,
     },
+    /// A learning rate that is NaN or infinite, given to `update`, `step` or `train`: every
+    /// param would become NaN (or infinite), so the call is refused and changes nothing.
+    #[error(
+        "the learning rate is not finite ({value}): the update would make params NaN or infinite"
+    )]
+    NonFiniteLearningRate { value: f64 },
     /// A value the tape does not keep: created after compilation, or not needed by any output
     /// or the loss (dead code is dropped).
     #[error("value #{node} is not on the tape (created after compiling, or no output or the loss depends on it)")]

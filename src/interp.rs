@@ -7,7 +7,7 @@
 use crate::error::Result;
 use crate::graph::Graph;
 use crate::op::F64;
-use crate::program::{initial_buffers, Program};
+use crate::program::{initial_buffers, Backend};
 use crate::tape::Tape;
 
 /// Runs a tape by walking it. Slow, simple, and the definition of the right answer.
@@ -37,14 +37,14 @@ impl Interpreter {
     }
 }
 
-impl Program for Interpreter {
-    fn tape(&self) -> &Tape {
+impl Backend for Interpreter {
+    fn program_tape(&self) -> &Tape {
         &self.tape
     }
-    fn values(&self) -> &[f64] {
+    fn value_buffer(&self) -> &[f64] {
         &self.values
     }
-    fn grads(&self) -> &[f64] {
+    fn grad_buffer(&self) -> &[f64] {
         &self.grads
     }
     fn buffers_mut(&mut self) -> (&mut [f64], &mut [f64]) {

@@ -1,12 +1,137 @@
 //! One execution API for every backend, so a training loop is written once.
 //!
-//! A backend provides its tape, its value and gradient buffers, and the three passes
-//! (`run_forward`, `run_backward`, `run_update`); everything a user calls is defined here on
-//! top of them, with the checks that make misuse a typed error.
+//! Users see [`Program`]; backends implement `Backend`, a trait in a private module, which
+//! supplies the tape, the buffers and the passes (`run_forward`, `run_backward`,
+//! `run_update`, and optionally `run_step`, `run_train`). Every method a user calls is
+//! defined here once, on top of those hooks, with the checks that make misuse a typed error.
+//!
+//! # Why the hooks are sealed
+//!
+//! The hooks skip the checks (`run_train` trusts its lengths), write any slot (constants
+//! included, which the JIT compiles to immediates) and may drop deferred gradients
+//! (`begin_step`). So [`Program`] is implemented once, for every `Backend`, and does not
+//! have `Backend` as a supertrait: a supertrait's methods would be callable through
+//! `dyn Program` and `P: Program` even with the trait unnameable. Code outside the crate can
+//! neither call a hook nor implement [`Program`]:
+//!
+//! ```compile_fail
+//! # use tapejit::{Graph, Interpreter, Program};
+//! # let g = Graph::new();
+//! # g.set_loss(g.param(1.0) * 2.0).unwrap();
+//! let mut interp = Interpreter::new(&g).unwrap();
+//! let (values, _grads) = interp.buffers_mut(); // no such method: constants stay constant
+//! ```
+//!
+//! ```compile_fail
+//! # use tapejit::{Graph, Interpreter, Program};
+//! # let g = Graph::new();
+//! # g.set_loss(g.param(1.0) * 2.0).unwrap();
+//! let mut interp = Interpreter::new(&g).unwrap();
+//! let p: &mut dyn Program = &mut interp;
+//! p.begin_step(); // no such method: deferred gradients cannot be dropped
+//! ```
+//!
+//! ```compile_fail
+//! # use tapejit::Program;
+//! fn train_unchecked<P: Program>(p: &mut P) {
+//!     p.run_train(&[1.0, 2.0, 3.0], 0.1); // no such method: `train` checks lengths
+//! }
+//! ```
+//!
+//! ```compile_fail
+//! # use tapejit::Program;
+//! fn forward_only(p: &mut dyn Program) {
+//!     p.run_forward();
+//! }
+//! ```
+//!
+//! ```compile_fail
+//! # use tapejit::Program;
+//! fn backward_without_loss(p: &mut dyn Program) {
+//!     p.run_backward();
+//! }
+//! ```
+//!
+//! ```compile_fail
+//! # use tapejit::Program;
+//! fn unchecked_update(p: &mut dyn Program) {
+//!     p.run_update(f64::NAN);
+//! }
+//! ```
+//!
+//! ```compile_fail
+//! # use tapejit::Program;
+//! fn unchecked_step(p: &mut dyn Program) {
+//!     p.run_step(0.1);
+//! }
+//! ```
+//!
+//! ```compile_fail
+//! # use tapejit::{Program, Tape};
+//! struct Mine;
+//! impl Program for Mine {} // `Program` is sealed: only tapejit's backends implement it
+//! ```
 
 use crate::error::{Error, Result};
 use crate::graph::Value;
 use crate::tape::{Slot, Tape};
+
+pub(crate) use backend::Backend;
+
+mod backend {
+    use crate::tape::{Slot, Tape};
+
+    /// What a backend supplies: its tape, its buffers and the passes over them. Crate-private
+    /// (the module is private), so only this crate can implement or call it; the hooks
+    /// assume what `Program`'s methods check.
+    pub trait Backend {
+        /// The tape being run.
+        fn program_tape(&self) -> &Tape;
+        /// One value per slot.
+        fn value_buffer(&self) -> &[f64];
+        /// One gradient per slot (a backend stores any it deferred before handing them out).
+        fn grad_buffer(&self) -> &[f64];
+        /// Whether the buffers hold `slot`; the interpreter keeps every slot.
+        fn keeps(&self, slot: Slot) -> bool {
+            let _ = slot;
+            true
+        }
+        /// Mutable views for `Program`'s methods, which write inputs, params and params'
+        /// gradients only (the JIT compiles constants to immediates); lengths are fixed.
+        fn buffers_mut(&mut self) -> (&mut [f64], &mut [f64]);
+
+        /// Computes every value from the current inputs and params.
+        fn run_forward(&mut self);
+        /// Reverse-mode pass; only called when the tape has a loss.
+        fn run_backward(&mut self);
+        /// `p -= lr * grad` for every param; `lr` is finite.
+        fn run_update(&mut self, lr: f64);
+        /// Called right before `run_step`, which recomputes every gradient: a backend may
+        /// drop state that `run_step` replaces (the JIT drops gradients it has not stored
+        /// yet, sparing the work of storing them). Called from nowhere else.
+        fn begin_step(&mut self) {}
+        /// `zero_grad`, forward, backward, `update`, on inputs already written; only called
+        /// when the tape has a loss and `lr` is finite. A backend may do it in one go (the
+        /// JIT does), with the same results.
+        fn run_step(&mut self, lr: f64) {
+            let n = self.program_tape().num_params();
+            self.buffers_mut().1[..n].fill(0.0);
+            self.run_forward();
+            self.run_backward();
+            self.run_update(lr);
+        }
+        /// `step` per sample on checked `inputs` (a whole number, at least one, of samples of
+        /// the tape's width), with a finite `lr`, for a tape with a loss. A backend may do it
+        /// in one go.
+        fn run_train(&mut self, inputs: &[f64], lr: f64) -> Vec<f64> {
+            super::step_per_sample(self, inputs, lr)
+        }
+    }
+
+    /// `Program`'s supertrait: implemented for every `Backend` and nothing else.
+    pub trait Sealed {}
+    impl<B: Backend> Sealed for B {}
+}
 
 /// A compiled (or interpreted) tape with its buffers: the interpreter and the JIT both are one.
 ///
@@ -18,37 +143,100 @@ use crate::tape::{Slot, Tape};
 ///
 /// Every backend produces bit-identical values and gradients, with one exception IEEE leaves
 /// open: when two NaNs meet, which one comes out (its sign and payload) may differ.
-pub trait Program {
+///
+/// The trait is sealed: tapejit's backends ([`crate::Interpreter`], [`crate::Jit`]) are its
+/// only implementations, so every call goes through the checks below (the
+/// [module docs](crate::program) show what that rules out). The buffers can be read
+/// (`values`, `grads`) but written only through `set_inputs`, `set_params` and the passes, so
+/// constants keep their values and the JIT's deferred gradients are always stored before
+/// anyone reads them.
+pub trait Program: backend::Sealed {
     /// The tape being run.
     fn tape(&self) -> &Tape;
     /// The value of every slot, as of the last `forward` (params and inputs as last set).
+    /// Slots the program does not keep ([`Program::is_kept`]) hold no meaningful number;
+    /// params sit in [`Tape::param_slots`] (use [`Program::params`] for creation order).
     fn values(&self) -> &[f64];
-    /// The gradient of every slot, as of the last `backward`.
+    /// The gradient of every slot, as of the last `backward`; the same caveats as `values`.
     fn grads(&self) -> &[f64];
-    /// Mutable views for the provided methods; lengths are fixed.
-    fn buffers_mut(&mut self) -> (&mut [f64], &mut [f64]);
-
-    /// Computes every value from the current inputs and params.
-    fn run_forward(&mut self);
-    /// Reverse-mode pass; only called when the tape has a loss.
-    fn run_backward(&mut self);
-    /// `p -= lr * grad` for every param.
-    fn run_update(&mut self, lr: f64);
-    /// `zero_grad`, forward, backward, `update`; only called when the tape has a loss. A
-    /// backend may do it in one go (the JIT does), with the same results.
-    /// Called by `step` once its inputs are known to be valid, before it writes them: a
-    /// backend may drop state that `step` is about to recompute (the JIT drops gradients
-    /// it has not stored yet).
-    fn begin_step(&mut self) {}
-    fn run_step(&mut self, lr: f64) {
-        self.zero_grad();
-        self.run_forward();
-        self.run_backward();
-        self.run_update(lr);
-    }
 
     /// Sets the inputs, in the order they were created. Wrong length or a non-finite number is
     /// an error and leaves the inputs unchanged.
+    fn set_inputs(&mut self, inputs: &[f64]) -> Result<()>;
+
+    /// Runs forward and returns the loss; a graph with only outputs returns `NaN` here (read
+    /// them with `outputs`; `loss()` tells the two cases apart).
+    fn forward(&mut self) -> f64;
+
+    /// The loss as of the last `forward`.
+    fn loss(&self) -> Result<f64>;
+
+    /// The outputs as of the last `forward`, in the order they were added.
+    fn outputs(&self) -> Vec<f64>;
+
+    /// Zeroes the params' gradients, as micrograd's `Module.zero_grad` does. Every other
+    /// gradient is recomputed from 0 by each `backward`, so zeroing it here would be work
+    /// thrown away (on an MLP, as much memory traffic as the update).
+    fn zero_grad(&mut self);
+
+    /// Reverse-mode differentiation of the loss at the values of the last `forward`.
+    fn backward(&mut self) -> Result<()>;
+
+    /// One SGD update with learning rate `lr`: `p -= lr * grad`. A NaN or infinite `lr` is
+    /// [`Error::NonFiniteLearningRate`] and changes nothing.
+    fn update(&mut self, lr: f64) -> Result<()>;
+
+    /// One per-sample SGD step: set inputs, zero_grad, forward, backward, update. Returns the
+    /// loss before the update. Checked as `set_inputs` and `update` are; a failed step
+    /// changes nothing.
+    fn step(&mut self, inputs: &[f64], lr: f64) -> Result<f64>;
+
+    /// Trains on `inputs`, one sample after the other (`num_inputs` numbers each): a `step`
+    /// per sample, with the same results. Returns each step's loss. Every number and `lr` are
+    /// checked before the first step; a length that is not a whole number of samples, no
+    /// samples, or a graph without inputs is [`Error::WrongLength`], and a failed call
+    /// changes nothing. The JIT runs a first layer's weight update and the next sample's
+    /// forward through it in one pass over its weights (`jit/step.rs`).
+    fn train(&mut self, inputs: &[f64], lr: f64) -> Result<Vec<f64>>;
+
+    /// The params, in the order they were created.
+    fn params(&self) -> Vec<f64>;
+
+    /// Overwrites every param, given in the order they were created. Wrong length or a
+    /// non-finite number is an error and leaves the params unchanged.
+    fn set_params(&mut self, params: &[f64]) -> Result<()>;
+
+    /// The params' gradients, in the order the params were created.
+    fn param_grads(&self) -> Vec<f64>;
+
+    /// Whether this program stores `slot`'s value and gradient in its buffers. The
+    /// interpreter keeps every slot; the JIT all but the products it fuses into sums.
+    fn is_kept(&self, slot: Slot) -> bool;
+
+    /// The value of `v` as of the last `forward`.
+    fn value(&self, v: Value<'_>) -> Result<f64>;
+
+    /// The gradient of `v` as of the last `backward` (0 for nodes the loss does not depend
+    /// on, and for inputs made without gradient unless one is the loss itself).
+    fn grad(&self, v: Value<'_>) -> Result<f64>;
+
+    /// The slot of `v`, if this program keeps it.
+    fn kept_slot(&self, v: Value<'_>) -> Result<Slot>;
+}
+
+impl<B: Backend> Program for B {
+    fn tape(&self) -> &Tape {
+        self.program_tape()
+    }
+
+    fn values(&self) -> &[f64] {
+        self.value_buffer()
+    }
+
+    fn grads(&self) -> &[f64] {
+        self.grad_buffer()
+    }
+
     fn set_inputs(&mut self, inputs: &[f64]) -> Result<()> {
         check_inputs(self.tape(), inputs)?;
         let (base, n) = (self.tape().input_base(), self.tape().num_inputs());
@@ -56,59 +244,45 @@ pub trait Program {
         Ok(())
     }
 
-    /// Runs forward and returns the loss; a graph with only outputs returns `NaN` here (read
-    /// them with `outputs`; `loss()` tells the two cases apart).
     fn forward(&mut self) -> f64 {
         self.run_forward();
         self.loss().unwrap_or(f64::NAN)
     }
 
-    /// The loss as of the last `forward`.
     fn loss(&self) -> Result<f64> {
         let l = self.tape().loss().ok_or(Error::NoLoss)?;
         Ok(self.values()[l.index()])
     }
 
-    /// The outputs as of the last `forward`, in the order they were added.
     fn outputs(&self) -> Vec<f64> {
         let v = self.values();
         self.tape().outputs().iter().map(|s| v[s.index()]).collect()
     }
 
-    /// Zeroes the params' gradients, as micrograd's `Module.zero_grad` does. Every other
-    /// gradient is recomputed from 0 by each `backward`, so zeroing it here would be work
-    /// thrown away (on an MLP, as much memory traffic as the update).
     fn zero_grad(&mut self) {
         let n = self.tape().num_params();
         self.buffers_mut().1[..n].fill(0.0);
     }
 
-    /// Reverse-mode differentiation of the loss at the values of the last `forward`.
     fn backward(&mut self) -> Result<()> {
         self.tape().loss().ok_or(Error::NoLoss)?;
         self.run_backward();
         Ok(())
     }
 
-    /// One SGD update with learning rate `lr`: `p -= lr * grad`.
-    fn update(&mut self, lr: f64) {
+    fn update(&mut self, lr: f64) -> Result<()> {
+        check_learning_rate(lr)?;
         self.run_update(lr);
+        Ok(())
     }
 
-    /// One per-sample SGD step: set inputs, zero_grad, forward, backward, update. Returns the
-    /// loss before the update.
     fn step(&mut self, inputs: &[f64], lr: f64) -> Result<f64> {
         self.tape().loss().ok_or(Error::NoLoss)?;
         check_inputs(self.tape(), inputs)?;
-        self.begin_step();
+        check_learning_rate(lr)?;
         Ok(checked_step(self, inputs, lr))
     }
 
-    /// Trains on `inputs`, one sample after the other (`num_inputs` numbers each): a `step`
-    /// per sample, with the same results. Returns each step's loss. Every number is checked
-    /// before the first step; a length that is not a whole number of samples, no samples, or
-    /// a graph without inputs is an error. The JIT runs a first layer's weight update and the
-    /// next sample's forward through it in one pass over its weights (`jit/step.rs`).
     fn train(&mut self, inputs: &[f64], lr: f64) -> Result<Vec<f64>> {
         self.tape().loss().ok_or(Error::NoLoss)?;
         let width = self.tape().num_inputs();
@@ -120,22 +294,14 @@ pub trait Program {
             });
         }
         check_finite("input", inputs)?;
-        self.begin_step();
+        check_learning_rate(lr)?;
         Ok(self.run_train(inputs, lr))
     }
 
-    /// `train` on checked inputs: `step` per sample. A backend may do it in one go.
-    fn run_train(&mut self, inputs: &[f64], lr: f64) -> Vec<f64> {
-        step_per_sample(self, inputs, lr)
-    }
-
-    /// The params, in the order they were created.
     fn params(&self) -> Vec<f64> {
         in_creation_order(self.tape(), self.values())
     }
 
-    /// Overwrites every param, given in the order they were created. Wrong length or a
-    /// non-finite number is an error and leaves the params unchanged.
     fn set_params(&mut self, params: &[f64]) -> Result<()> {
         let n = self.tape().num_params();
         if params.len() != n {
@@ -154,30 +320,22 @@ pub trait Program {
         Ok(())
     }
 
-    /// The params' gradients, in the order the params were created.
     fn param_grads(&self) -> Vec<f64> {
         in_creation_order(self.tape(), self.grads())
     }
 
-    /// Whether this program stores `slot`'s value and gradient in its buffers. The
-    /// interpreter keeps every slot; the JIT all but the products it fuses into sums.
     fn is_kept(&self, slot: Slot) -> bool {
-        let _ = slot;
-        true
+        self.keeps(slot)
     }
 
-    /// The value of `v` as of the last `forward`.
     fn value(&self, v: Value<'_>) -> Result<f64> {
         Ok(self.values()[self.kept_slot(v)?.index()])
     }
 
-    /// The gradient of `v` as of the last `backward` (0 for nodes the loss does not depend
-    /// on, and for inputs made without gradient unless one is the loss itself).
     fn grad(&self, v: Value<'_>) -> Result<f64> {
         Ok(self.grads()[self.kept_slot(v)?.index()])
     }
 
-    /// The slot of `v`, if this program keeps it.
     fn kept_slot(&self, v: Value<'_>) -> Result<Slot> {
         let slot = self.tape().slot(v)?;
         if self.is_kept(slot) {
@@ -188,30 +346,45 @@ pub trait Program {
     }
 }
 
-/// `run_step` on each sample of checked `inputs`, returning the losses `step` would.
-pub(crate) fn step_per_sample<P: Program + ?Sized>(p: &mut P, inputs: &[f64], lr: f64) -> Vec<f64> {
-    let width = p.tape().num_inputs();
+/// `step` on each sample of checked `inputs`, returning the losses `step` would.
+pub(crate) fn step_per_sample<B: Backend + ?Sized>(b: &mut B, inputs: &[f64], lr: f64) -> Vec<f64> {
+    let width = b.program_tape().num_inputs();
+    if width == 0 {
+        // `train` refuses a graph without inputs: there is no sample to step on.
+        return Vec::new();
+    }
     inputs
-        .chunks(width)
-        .map(|x| checked_step(p, x, lr))
+        .chunks_exact(width)
+        .map(|x| checked_step(b, x, lr))
         .collect()
 }
 
-/// `step` on inputs already checked, for a tape with a loss: the loss before the update.
-fn checked_step<P: Program + ?Sized>(p: &mut P, inputs: &[f64], lr: f64) -> f64 {
-    let (base, n) = (p.tape().input_base(), p.tape().num_inputs());
-    p.buffers_mut().0[base..base + n].copy_from_slice(inputs);
-    let Some(loss) = p.tape().loss() else {
+/// `step` on inputs already checked (one sample, a finite `lr`): the loss before the update,
+/// `NaN` for a tape without a loss (which `step` and `train` refuse before coming here).
+fn checked_step<B: Backend + ?Sized>(b: &mut B, inputs: &[f64], lr: f64) -> f64 {
+    let Some(loss) = b.program_tape().loss() else {
         return f64::NAN;
     };
+    b.begin_step();
+    let (base, n) = (b.program_tape().input_base(), inputs.len());
+    b.buffers_mut().0[base..base + n].copy_from_slice(inputs);
     // The update changes params only, so a computed loss is still in the buffers
     // afterwards; a leaf loss (a param) is read before.
-    let before = p.values()[loss.index()];
-    p.run_step(lr);
-    if p.tape().op(loss).is_leaf() {
+    let before = b.value_buffer()[loss.index()];
+    b.run_step(lr);
+    if b.program_tape().op(loss).is_leaf() {
         before
     } else {
-        p.values()[loss.index()]
+        b.value_buffer()[loss.index()]
+    }
+}
+
+/// A learning rate that would turn every param into NaN or infinity is refused.
+fn check_learning_rate(lr: f64) -> Result<()> {
+    if lr.is_finite() {
+        Ok(())
+    } else {
+        Err(Error::NonFiniteLearningRate { value: lr })
     }
 }
 

@@ -4,8 +4,12 @@
 
 mod common;
 
-use common::semantics_backends;
-use tapejit::{Error, Graph, Interpreter, Jit, OptLevel, Program, Tape, Value};
+use common::{interpreter_and_every_jit_level, semantics_backends};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use tapejit::checkpoint::Checkpoint;
+use tapejit::nn::Classifier;
+use tapejit::{Error, Graph, Interpreter, Jit, OptLevel, Program, Slot, Tape, Value};
 
 /// Asserts that `error` is `expected` and that its message mentions every fragment.
 fn assert_error(context: &str, error: Error, expected: &Error, fragments: &[&str]) {
@@ -342,6 +346,147 @@ fn non_finite_inputs_and_params_are_rejected_and_change_nothing() {
             "{backend}: nothing changed"
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// NonFiniteLearningRate
+// ---------------------------------------------------------------------------------------------
+
+/// Everything a call could change, as bits: every kept slot's value and gradient, params and
+/// their gradients in creation order.
+fn state_bits(p: &dyn Program) -> Vec<u64> {
+    let kept = (0..p.tape().len()).filter(|&s| p.is_kept(Slot(s as u32)));
+    let slots: Vec<f64> = kept.flat_map(|s| [p.values()[s], p.grads()[s]]).collect();
+    [slots, p.params(), p.param_grads()]
+        .concat()
+        .into_iter()
+        .map(f64::to_bits)
+        .collect()
+}
+
+/// A NaN or infinite learning rate would make every param NaN (`set_params` refuses NaN,
+/// so `update` must too): `update`, `step` and `train` refuse it and change nothing, on the
+/// interpreter and on the JIT, whose `train` is native code here (a classifier).
+#[test]
+fn a_non_finite_learning_rate_is_refused_and_changes_nothing() {
+    let g = Graph::new();
+    Classifier::new(&g, 6, &[5], 3, &mut StdRng::seed_from_u64(7)).unwrap();
+    let sample = [0.5, -0.25, 1.0, 0.0, 2.0, -1.5, 0.0, 1.0, 0.0];
+    for (backend, compile) in semantics_backends() {
+        let mut program = compile(&g);
+        // Nonzero gradients, so that a NaN update would show.
+        program.step(&sample, 0.1).unwrap();
+        program.forward();
+        program.backward().unwrap();
+        for lr in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            let before = state_bits(program.as_ref());
+            let calls: [(&str, Result<(), Error>); 3] = [
+                ("update", program.update(lr)),
+                ("step", program.step(&sample, lr).map(drop)),
+                ("train", program.train(&sample.repeat(2), lr).map(drop)),
+            ];
+            for (method, result) in calls {
+                let context = format!("{backend}: {method} with lr {lr}");
+                match result {
+                    Err(Error::NonFiniteLearningRate { value }) => {
+                        assert_eq!(value.to_bits(), lr.to_bits(), "{context}")
+                    }
+                    other => panic!("{context}: expected NonFiniteLearningRate, got {other:?}"),
+                }
+            }
+            assert_eq!(
+                state_bits(program.as_ref()),
+                before,
+                "{backend}: lr {lr} changed something"
+            );
+        }
+        let message = program.update(f64::NAN).unwrap_err().to_string();
+        assert!(
+            message.contains("learning rate") && message.contains("NaN"),
+            "{message}"
+        );
+        // Any finite rate is accepted, negative (ascent) and 0 included.
+        for lr in [0.0, -0.1, f64::MAX, f64::MIN_POSITIVE] {
+            assert_eq!(program.update(lr), Ok(()), "{backend}: lr {lr}");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// train's lengths
+// ---------------------------------------------------------------------------------------------
+
+/// `train` takes a whole number (at least one) of samples; any other length, and any call on
+/// a graph without inputs (a sample of no numbers cannot be counted), is `WrongLength` on
+/// every backend, including the JIT's native `train`, and runs nothing.
+#[test]
+fn train_with_a_bad_length_or_without_inputs_is_a_typed_error_on_every_backend() {
+    let classifier = Graph::new();
+    Classifier::new(&classifier, 5, &[4], 2, &mut StdRng::seed_from_u64(8)).unwrap();
+    let width = classifier.num_inputs();
+    let no_inputs = Graph::new();
+    let p = no_inputs.param(0.5);
+    no_inputs.set_loss((p * 3.0).tanh()).unwrap();
+    let cases = [
+        (&classifier, vec![0, 1, width - 1, width + 1, 3 * width - 2]),
+        (&no_inputs, vec![0, 1, 4]),
+    ];
+    for (g, lengths) in cases {
+        for mut b in interpreter_and_every_jit_level(g) {
+            let program = b.program.as_mut();
+            let before = state_bits(program);
+            for len in &lengths {
+                let inputs = vec![0.5; *len];
+                let context = format!("{}: train on {len} numbers", b.name);
+                match program.train(&inputs, 0.1) {
+                    Err(Error::WrongLength { got, .. }) => assert_eq!(got, *len, "{context}"),
+                    other => panic!("{context}: expected WrongLength, got {other:?}"),
+                }
+            }
+            assert_eq!(state_bits(program), before, "{}: nothing ran", b.name);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checkpoint sizes
+// ---------------------------------------------------------------------------------------------
+
+/// The format stores architecture entries as `u32`; a bigger one would be written truncated
+/// and load back as another number (2^32 + 3 as 3), so saving refuses it.
+#[cfg(target_pointer_width = "64")]
+#[test]
+fn checkpoints_refuse_architecture_sizes_the_format_cannot_hold() {
+    let too_big = (1usize << 32) + 3;
+    let checkpoint = Checkpoint {
+        architecture: vec![4, too_big, 2],
+        params: vec![1.0, 2.0],
+    };
+    match checkpoint.to_bytes() {
+        Err(Error::Checkpoint { problem, .. }) => {
+            assert!(
+                problem.contains("entry 1") && problem.contains(&too_big.to_string()),
+                "{problem}"
+            )
+        }
+        other => panic!("to_bytes: expected a Checkpoint error, got {other:?}"),
+    }
+    let path = std::env::temp_dir().join(format!("tapejit-too-big-{}", std::process::id()));
+    match checkpoint.save(&path) {
+        Err(Error::Checkpoint { file, problem }) => {
+            assert_eq!(file, path.display().to_string());
+            assert!(problem.contains("u32"), "{problem}");
+        }
+        other => panic!("save: expected a Checkpoint error, got {other:?}"),
+    }
+    assert!(!path.exists(), "nothing is written");
+    // The largest size that fits round-trips.
+    let fits = Checkpoint {
+        architecture: vec![u32::MAX as usize],
+        params: vec![],
+    };
+    let bytes = fits.to_bytes().unwrap();
+    assert_eq!(Checkpoint::from_bytes(&bytes, "fits").unwrap(), fits);
 }
 
 // ---------------------------------------------------------------------------------------------

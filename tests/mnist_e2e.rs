@@ -176,7 +176,8 @@ fn corrupt_params_files_are_typed_errors() {
         architecture: vec![2, 3],
         params: vec![1.0, -2.5, 3.25],
     }
-    .to_bytes();
+    .to_bytes()
+    .unwrap();
     assert_eq!(
         Checkpoint::from_bytes(&good, "p").unwrap().params,
         [1.0, -2.5, 3.25]

@@ -10,6 +10,8 @@
 //! 4. `Tape::with_param_layout` accepts permutations only.
 //! 5. Checkpoints move params between the JIT and the interpreter bit for bit.
 //! 6. `step` returns the loss before the update, whether the loss is computed or a leaf.
+//! 7. After `step` or `train` (which may leave the JIT's gradients of fused products
+//!    unstored), whatever public methods follow, in any order, observe the interpreter's bits.
 
 mod common;
 
@@ -350,7 +352,7 @@ fn train_briefly(p: &mut dyn Program, samples: &[Vec<f64>; 3]) -> (Vec<u64>, Vec
     p.set_inputs(&samples[0]).unwrap();
     let mut losses = vec![p.forward()];
     p.backward().unwrap();
-    p.update(0.05);
+    p.update(0.05).unwrap();
     for s in &samples[1..] {
         losses.push(p.step(s, 0.05).unwrap());
     }
@@ -951,5 +953,172 @@ fn step_losses_agree_across_backends_over_several_steps() {
             "{}",
             b.name
         );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 7. Every public method after step and train
+// ---------------------------------------------------------------------------------------------
+
+/// One call of the public `Program` API; `Value`/`Grad` name a handle by index.
+#[derive(Clone, Debug)]
+enum Call {
+    SetInputs(Vec<f64>),
+    SetParams(Vec<f64>),
+    ZeroGrad,
+    Forward,
+    Backward,
+    Update(f64),
+    Step(Vec<f64>, f64),
+    Train(Vec<f64>, f64),
+    Params,
+    ParamGrads,
+    Outputs,
+    Loss,
+    Value(usize),
+    Grad(usize),
+}
+
+/// Performs `call`; returns the bits of what it returned, or its error as text (an error
+/// carrying a NaN is not `==` to itself).
+fn perform(p: &mut dyn Program, call: &Call, handles: &[Value<'_>]) -> Result<Vec<u64>, String> {
+    let bits_of = |x: f64| vec![x.to_bits()];
+    let result = match call {
+        Call::SetInputs(x) => p.set_inputs(x).map(|_| vec![]),
+        Call::SetParams(x) => p.set_params(x).map(|_| vec![]),
+        Call::ZeroGrad => {
+            p.zero_grad();
+            Ok(vec![])
+        }
+        Call::Forward => Ok(bits_of(p.forward())),
+        Call::Backward => p.backward().map(|_| vec![]),
+        Call::Update(lr) => p.update(*lr).map(|_| vec![]),
+        Call::Step(x, lr) => p.step(x, *lr).map(bits_of),
+        Call::Train(x, lr) => p.train(x, *lr).map(|losses| bits(&losses)),
+        Call::Params => Ok(bits(&p.params())),
+        Call::ParamGrads => Ok(bits(&p.param_grads())),
+        Call::Outputs => Ok(bits(&p.outputs())),
+        Call::Loss => p.loss().map(bits_of),
+        Call::Value(k) => p.value(handles[*k]).map(bits_of),
+        Call::Grad(k) => p.grad(handles[*k]).map(bits_of),
+    };
+    result.map_err(|e| format!("{e:?}"))
+}
+
+/// Everything observable after a sequence: params and their gradients in creation order,
+/// outputs, loss, and every non-param slot's value and gradient (`None` where `p` does not
+/// keep it).
+type Observed = (
+    Vec<u64>,
+    Vec<u64>,
+    Vec<u64>,
+    Option<u64>,
+    Vec<Option<(u64, u64)>>,
+);
+
+/// What each call of a sequence returned, and what was observable after it.
+type Outcome = (Vec<Result<Vec<u64>, String>>, Observed);
+
+fn observe(p: &dyn Program) -> Observed {
+    let slots = (p.tape().num_params()..p.tape().len())
+        .map(|s| {
+            p.is_kept(Slot(s as u32))
+                .then(|| (p.values()[s].to_bits(), p.grads()[s].to_bits()))
+        })
+        .collect();
+    (
+        bits(&p.params()),
+        bits(&p.param_grads()),
+        bits(&p.outputs()),
+        p.loss().ok().map(f64::to_bits),
+        slots,
+    )
+}
+
+/// `step` and `train` may leave the JIT's gradients of fused products unstored (a 16-24-4
+/// classifier defers 220 of its 508 param gradients). No sequence of public calls may lose
+/// them or read them stale: after each of `step` and `train`, every pair of public calls
+/// (failing ones included) returns the interpreter's bits, and then every observable number
+/// is the interpreter's. Nothing is observed between the calls of a sequence, so each call
+/// meets the deferred state.
+#[test]
+fn every_public_method_after_step_or_train_matches_the_interpreter() {
+    let g = Graph::new();
+    let classifier = Classifier::new(&g, 16, &[24], 4, &mut StdRng::seed_from_u64(20)).unwrap();
+    let (nin, classes) = (16, 4);
+    let mut rng = StdRng::seed_from_u64(21);
+    let mut sample = || classifier_sample(&mut rng, nin, classes);
+    let weight = classifier.model.layers[0].neurons[0].w[0];
+    let handles = [weight, classifier.logits[1], classifier.loss];
+    let new_params: Vec<f64> = (0..g.num_params())
+        .map(|k| 0.01 * (k % 13) as f64 - 0.06)
+        .collect();
+    let mut bad = sample();
+    bad[3] = f64::NAN;
+    let mut followers = vec![
+        Call::SetInputs(sample()),
+        Call::SetParams(new_params),
+        Call::ZeroGrad,
+        Call::Forward,
+        Call::Backward,
+        Call::Update(0.01),
+        Call::Update(f64::NAN),
+        Call::Step(sample(), 0.01),
+        Call::Step(bad.clone(), 0.01),
+        Call::Train([sample(), sample()].concat(), 0.01),
+        Call::Train(bad[1..].to_vec(), 0.01),
+        Call::Params,
+        Call::ParamGrads,
+        Call::Outputs,
+        Call::Loss,
+    ];
+    followers.extend((0..handles.len()).flat_map(|k| [Call::Value(k), Call::Grad(k)]));
+    let firsts = [
+        Call::Step(sample(), 0.01),
+        Call::Train([sample(), sample(), sample()].concat(), 0.01),
+    ];
+    let mut sequences = Vec::new();
+    for first in &firsts {
+        for a in &followers {
+            for b in &followers {
+                sequences.push([first.clone(), a.clone(), b.clone()]);
+            }
+        }
+    }
+
+    // Each backend runs all sequences one after the other, observed after each.
+    let run = |p: &mut dyn Program| -> Vec<Outcome> {
+        sequences
+            .iter()
+            .map(|calls| {
+                let results = calls.iter().map(|c| perform(p, c, &handles)).collect();
+                (results, observe(p))
+            })
+            .collect()
+    };
+    let mut reference = Interpreter::new(&g).unwrap();
+    let expected = run(&mut reference);
+    for mut b in every_jit(&g) {
+        let got = run(b.program.as_mut());
+        for (k, (calls, (want, have))) in
+            sequences.iter().zip(expected.iter().zip(&got)).enumerate()
+        {
+            let at = format!("{}, sequence {k} {calls:?}", b.name);
+            assert_eq!(have.0, want.0, "{at}: call results");
+            let (want, have) = (&want.1, &have.1);
+            assert_eq!(have.0, want.0, "{at}: params");
+            assert_eq!(have.1, want.1, "{at}: param_grads");
+            assert_eq!(have.2, want.2, "{at}: outputs");
+            assert_eq!(have.3, want.3, "{at}: loss");
+            for (s, (h, w)) in have.4.iter().zip(&want.4).enumerate() {
+                if let Some(h) = h {
+                    assert_eq!(
+                        Some(h),
+                        w.as_ref(),
+                        "{at}: non-param slot {s} (value, grad)"
+                    );
+                }
+            }
+        }
     }
 }

@@ -280,7 +280,7 @@ fn update_subtracts_learning_rate_times_gradient() {
     on_each_backend(&g, |backend, prog| {
         prog.set_inputs(&[5.0]).unwrap();
         forward_backward(prog);
-        prog.update(0.1);
+        prog.update(0.1).unwrap();
         assert_eq!(prog.params(), &[3.0 - 0.1 * 10.0], "{backend}");
         assert_eq!(prog.value(p).unwrap(), 3.0 - 0.1 * 10.0, "{backend}");
         // update does not touch gradients, nor (until the next forward) other values.
@@ -389,7 +389,7 @@ fn dead_nodes_are_dropped_and_leaves_kept() {
         assert_eq!(prog.tape().len(), 5, "{backend}");
         prog.set_inputs(&[3.0, 4.0]).unwrap();
         forward_backward(prog);
-        prog.update(0.5);
+        prog.update(0.5).unwrap();
         assert_eq!(prog.value(unused_input).unwrap(), 4.0, "{backend}");
         assert_eq!(prog.grad(unused_param).unwrap(), 0.0, "{backend}");
         assert_eq!(

@@ -106,6 +106,9 @@ pub struct Native {
     pending: Cell<bool>,
     /// Whether `step` defers any gradient.
     defers: bool,
+    /// The numbers per sample `train` reads: the tape's `num_inputs`, which the code was
+    /// compiled for.
+    sample_width: usize,
     entries: Entries,
     // Dropped in this order by `Drop`: module handle, engine (which frees the module), context.
     module: ManuallyDrop<Module<'static>>,
@@ -163,6 +166,7 @@ impl Native {
                     grads: UnsafeCell::new(grads),
                     pending: Cell::new(false),
                     defers,
+                    sample_width: tape.num_inputs(),
                     entries,
                     module: ManuallyDrop::new(module),
                     engine: ManuallyDrop::new(engine),
@@ -311,19 +315,20 @@ impl Native {
         unsafe { f(vals.as_mut_ptr(), grads.as_mut_ptr(), lr) }
     }
 
-    /// Runs `train` over the `inputs.len() / num_inputs` samples of `inputs`, which must be a
-    /// whole number `>= 1` of them (the caller checks; `num_inputs` is the tape's), and
-    /// returns their losses; `None` if the module has no `train`.
-    pub fn train(&mut self, inputs: &[f64], num_inputs: usize, lr: f64) -> Option<Vec<f64>> {
+    /// Runs `train` over the samples of `inputs` and returns their losses; `None` if the
+    /// module has no `train`, or if `inputs` is not a whole number `>= 1` of samples of the
+    /// width the code was compiled for.
+    pub fn train(&mut self, inputs: &[f64], lr: f64) -> Option<Vec<f64>> {
         let train = self.entries.train?;
-        let n = inputs.len().checked_div(num_inputs).filter(|&n| n >= 1)?;
-        if n * num_inputs != inputs.len() {
+        let width = self.sample_width;
+        let n = inputs.len().checked_div(width).filter(|&n| n >= 1)?;
+        if n * width != inputs.len() {
             return None;
         }
         let mut losses = vec![0.0; n];
         self.pending.set(false);
         let (vals, grads) = (self.vals.as_mut_ptr(), self.grads.get_mut().as_mut_ptr());
-        // SAFETY: as in `forward`; `train` reads `n * num_inputs` numbers of `inputs` (its
+        // SAFETY: as in `forward`; `train` reads `n * sample_width` numbers of `inputs` (its
         // length, checked above) and writes `n` losses.
         unsafe {
             train(

@@ -15,7 +15,7 @@ use crate::error::Result;
 use crate::graph::Graph;
 use crate::passes::{layout, loops as recovery};
 use crate::plan::{Plan, PlanOptions};
-use crate::program::Program;
+use crate::program::Backend;
 use crate::tape::{Slot, Tape};
 use engine::Native;
 
@@ -269,6 +269,14 @@ impl JitBuilder {
 /// drop(jit);
 /// jit.forward(); // error[E0382]: borrow of moved value: `jit`
 /// ```
+///
+/// A `Jit` is `Send` (pinned by a static assertion below) but not `Sync`: reading gradients
+/// through `&Jit` may store the ones `step` deferred, so two threads must not share one:
+///
+/// ```compile_fail
+/// fn assert_sync<T: Sync>() {}
+/// assert_sync::<tapejit::Jit>(); // error[E0277]: `UnsafeCell<Vec<f64>>` cannot be shared
+/// ```
 pub struct Jit {
     tape: Tape,
     /// Per slot: whether the buffers hold it ([`Plan::kept`]).
@@ -302,20 +310,20 @@ impl Jit {
     }
 }
 
-impl Program for Jit {
-    fn tape(&self) -> &Tape {
+impl Backend for Jit {
+    fn program_tape(&self) -> &Tape {
         &self.tape
     }
-    fn values(&self) -> &[f64] {
+    fn value_buffer(&self) -> &[f64] {
         self.native.values()
     }
-    fn grads(&self) -> &[f64] {
+    fn grad_buffer(&self) -> &[f64] {
         self.native.grads()
     }
     fn buffers_mut(&mut self) -> (&mut [f64], &mut [f64]) {
         self.native.buffers_mut()
     }
-    fn is_kept(&self, slot: Slot) -> bool {
+    fn keeps(&self, slot: Slot) -> bool {
         self.kept.get(slot.index()).copied().unwrap_or(true)
     }
     fn run_forward(&mut self) {
@@ -334,19 +342,25 @@ impl Program for Jit {
         self.native.discard_deferred();
     }
     fn run_train(&mut self, inputs: &[f64], lr: f64) -> Vec<f64> {
-        let width = self.tape.num_inputs();
-        match self.native.train(inputs, width, lr) {
+        match self.native.train(inputs, lr) {
             Some(losses) => losses,
             None => crate::program::step_per_sample(self, inputs, lr),
         }
     }
 }
 
+// `Jit` may move to another thread (it owns everything its code touches), but not be shared:
+// reading gradients through `&Jit` may store deferred ones (`Native::grads`).
+const _: fn() = || {
+    fn assert_send<T: Send>() {}
+    assert_send::<Jit>();
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::passes::loops::{Item, Nest};
-    use crate::Interpreter;
+    use crate::{Interpreter, Program};
 
     /// `graph` compiled as `schedule` says, at every level, against the interpreter: the
     /// same params after a few steps, bit for bit, and the same gradients.

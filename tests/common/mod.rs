@@ -655,10 +655,7 @@ pub fn apply(program: &mut dyn Program, action: &Action) -> Result<Option<f64>, 
         }
         Action::Forward => Ok(Some(program.forward())),
         Action::Backward => program.backward().map(|_| None),
-        Action::Update(lr) => {
-            program.update(*lr);
-            Ok(None)
-        }
+        Action::Update(lr) => program.update(*lr).map(|_| None),
         Action::Step(x, lr) => program.step(x, *lr).map(Some),
     }
 }
