@@ -14,7 +14,7 @@ use inkwell::OptimizationLevel;
 
 use std::time::Instant;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::graph::Graph;
 use crate::passes::{layout, loops as recovery};
 use crate::program::Program;
@@ -93,12 +93,16 @@ pub struct JitStats {
     pub ir_build_secs: f64,
     /// Seconds spent in the IR pass pipeline.
     pub optimize_secs: f64,
-    /// Seconds spent generating machine code.
+    /// Seconds spent generating machine code, freeing the compiler's memory and linking.
     pub codegen_secs: f64,
     /// Loops the loop-recovery pass made (0 with recovery off).
     pub loops: usize,
     /// Tape nodes those loops cover.
     pub loop_nodes: usize,
+    /// Bytes of machine code and its constants (the object's text and read-only data
+    /// sections): with the buffers (2 x 8 bytes per tape node), about what a live `Jit`
+    /// keeps resident beyond its tape.
+    pub code_bytes: usize,
 }
 
 impl JitStats {
@@ -116,6 +120,7 @@ pub struct JitBuilder {
     codegen: Option<OptLevel>,
     loop_recovery: bool,
     fast_math: bool,
+    keep_ir: bool,
 }
 
 impl Default for JitBuilder {
@@ -127,6 +132,7 @@ impl Default for JitBuilder {
             codegen: None,
             loop_recovery: true,
             fast_math: false,
+            keep_ir: false,
         }
     }
 }
@@ -172,6 +178,15 @@ impl JitBuilder {
     /// fast-math flags.
     pub fn fast_math(mut self, on: bool) -> Self {
         self.fast_math = on;
+        self
+    }
+
+    /// Whether to keep the optimized IR as text for [`Jit::ir`] (default off). Off, a compiled
+    /// `Jit` keeps only its machine code: the LLVM module and context are freed as soon as the
+    /// machine code exists (on a 1,000,000-node tape they are gigabytes; the code is tens of
+    /// megabytes). On, the IR text stays too, about as large as the module was.
+    pub fn keep_ir(mut self, on: bool) -> Self {
+        self.keep_ir = on;
         self
     }
 
@@ -255,6 +270,14 @@ impl JitBuilder {
 /// drop(jit);
 /// jit.forward(); // error[E0382]: borrow of moved value: `jit`
 /// ```
+///
+/// A `Jit` may move to another thread (it is `Send`), but not be shared between threads: its
+/// reads of gradients may run native code that writes them.
+///
+/// ```compile_fail
+/// fn shared<T: Sync>() {}
+/// shared::<tapejit::Jit>(); // error[E0277]: `UnsafeCell<Vec<f64>>` cannot be shared
+/// ```
 pub struct Jit {
     tape: Tape,
     /// Per slot: whether the buffers hold it ([`recovery::Schedule::kept`]).
@@ -283,8 +306,18 @@ impl Jit {
     }
 
     /// The optimized LLVM IR as text; values are named after slots (`%n17`, `%g17`).
-    pub fn ir(&self) -> String {
-        self.native.ir()
+    /// [`Error::IrNotKept`] unless compiled with [`JitBuilder::keep_ir`]`(true)`.
+    ///
+    /// ```
+    /// use tapejit::{Error, Graph, Jit};
+    /// let g = Graph::new();
+    /// g.set_loss(g.param(1.0).exp()).unwrap();
+    /// assert_eq!(Jit::compile(&g).unwrap().ir(), Err(Error::IrNotKept));
+    /// let jit = Jit::builder().keep_ir(true).compile(&g).unwrap();
+    /// assert!(jit.ir().unwrap().contains("define void @forward"));
+    /// ```
+    pub fn ir(&self) -> Result<String> {
+        self.native.ir().map(String::from).ok_or(Error::IrNotKept)
     }
 }
 
