@@ -1,10 +1,13 @@
 //! What a live `Jit` keeps resident: tests/large.rs's chain of `--nodes` nodes (straight-line
 //! code: no loop to recover), compiled at `--level`, against its machine code and buffers.
 //!
-//! cargo run --release --example memory -- [--nodes 1000000] [--level O0]
+//! cargo run --release --example memory -- [--nodes 1000000] [--level O0] [--maps]
 //!
-//! Resident memory is the process's (`VmRSS` in `/proc/self/status`), read before and after
-//! compiling the tape: the difference is what the `Jit` holds beyond the tape it owns.
+//! Resident memory is the process's (`/proc/self/status`), read before and after compiling the
+//! tape: the difference is what the `Jit` holds beyond the tape it owns. `VmRSS` counts all
+//! of it, `RssAnon` only anonymous memory (heap, mappings, machine code), not the pages of the
+//! executable (LLVM's own code) that compiling brought in. `--maps` lists the mappings with
+//! more than 1 MB resident while the `Jit` is live.
 
 #[path = "../tests/common/chain.rs"]
 mod chain;
@@ -13,14 +16,37 @@ use std::time::Instant;
 
 use tapejit::{Graph, Jit, OptLevel, Program, Tape};
 
-/// The process's resident memory in bytes (0 where `/proc` is missing).
-fn resident_bytes() -> u64 {
+/// The process's resident memory in bytes (0 where `/proc` is missing): all of it (`VmRSS`),
+/// or only the anonymous part (`RssAnon`: heap and mappings, not the pages of the executable
+/// that compiling brought in).
+fn status_bytes(field: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .map_or(0, |kb| kb * 1024)
+}
+
+/// `(VmRSS, RssAnon)`.
+fn resident() -> (u64, u64) {
+    (status_bytes("VmRSS:"), status_bytes("RssAnon:"))
+}
+
+/// The mappings with more than 1 MB resident (`/proc/self/smaps`): where the memory is.
+fn print_large_mappings() {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
+    let mut header = "";
+    for line in smaps.lines() {
+        if let Some(kb) = line.strip_prefix("Rss:") {
+            let kb: u64 = kb.trim().trim_end_matches("kB").trim().parse().unwrap_or(0);
+            if kb > 1024 {
+                println!("  {:>8.1} MB  {header}", kb as f64 / 1e3);
+            }
+        } else if line.contains('-') && !line.contains(':') || line.split_whitespace().count() >= 5 && line.as_bytes()[0].is_ascii_hexdigit() && line.contains(' ') && !line.ends_with("kB") {
+            header = line;
+        }
+    }
 }
 
 fn mb(bytes: u64) -> String {
@@ -47,36 +73,41 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     chain::build_chain(&g, nodes);
     let tape = Tape::from_graph(&g)?;
     let len = tape.len();
-    let before = resident_bytes();
+    let before = resident();
     let start = Instant::now();
     let mut jit = Jit::builder().opt_level(level).compile_tape(tape)?;
     let secs = start.elapsed().as_secs_f64();
-    let live = resident_bytes();
+    let live = resident();
     jit.set_inputs(&[chain::X])?;
     let loss = jit.forward();
     jit.backward()?;
-    let after_run = resident_bytes();
+    let run = resident();
     let buffers = 2 * 8 * len as u64;
-    println!("{len} nodes at {level}: compiled in {secs:.2} s, loss {loss}");
-    println!("resident before compiling:  {}", mb(before));
-    println!(
-        "resident with the live Jit: {} (+{})",
-        mb(live),
-        mb(live.saturating_sub(before))
-    );
-    println!(
-        "after forward and backward: {} (+{})",
-        mb(after_run),
-        mb(after_run.saturating_sub(before))
-    );
-    println!("buffers (2 x 8 B x tape):   {}", mb(buffers));
     let code = jit.stats().code_bytes as u64;
-    println!("machine code (code_bytes):  {}", mb(code));
+    let row = |what: &str, (rss, anon): (u64, u64)| {
+        println!(
+            "{what:<28} {:>10} {:>10}  (+{} / +{})",
+            mb(rss),
+            mb(anon),
+            mb(rss.saturating_sub(before.0)),
+            mb(anon.saturating_sub(before.1))
+        );
+    };
+    println!("{len} nodes at {level}: compiled in {secs:.2} s, loss {loss}");
+    println!("{:<28} {:>10} {:>10}", "", "VmRSS", "RssAnon");
+    row("before compiling", before);
+    row("with the live Jit", live);
+    row("after forward and backward", run);
+    println!("machine code (code_bytes)    {}", mb(code));
+    println!("buffers (2 x 8 B x tape)     {}", mb(buffers));
     println!(
-        "live Jit / (2 x code + buffers): {:.2}",
-        live.saturating_sub(before) as f64 / (2 * code + buffers) as f64
+        "live Jit (RssAnon) / (2 x code + buffers): {:.2}",
+        live.1.saturating_sub(before.1) as f64 / (2 * code + buffers) as f64
     );
+    if args.iter().any(|a| a == "--maps") {
+        print_large_mappings();
+    }
     drop(jit);
-    println!("after dropping the Jit:     {}", mb(resident_bytes()));
+    row("after dropping the Jit", resident());
     Ok(())
 }

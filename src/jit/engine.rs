@@ -286,8 +286,8 @@ impl Code {
     }
 }
 
-/// Returns the heap memory freed with the compiler to the system (glibc keeps it otherwise:
-/// gigabytes of small blocks for a million-node tape).
+/// Returns the heap memory freed with the compiler and the linker to the system (glibc keeps
+/// it otherwise: gigabytes of small blocks for a million-node tape).
 fn release_free_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
@@ -336,7 +336,6 @@ impl Native {
         // compiling: a live `Native` keeps nothing of the compiler.
         let start = Instant::now();
         drop(context);
-        release_free_memory();
         stats.code_bytes = code_bytes(&object.buffer);
         let code = Code::load(object.buffer)?;
         let address = |name| code.address(name).map(|a| a as usize);
@@ -348,6 +347,8 @@ impl Native {
         } else {
             None
         };
+        // The first lookup linked the object; the linker's graph of it is gone too.
+        release_free_memory();
         stats.codegen_secs += start.elapsed().as_secs_f64();
         // SAFETY: the addresses are of functions the lowering defined with exactly these
         // signatures (see `lower`), and they stay valid while `code` lives.
