@@ -43,7 +43,12 @@ fn print_large_mappings() {
             if kb > 1024 {
                 println!("  {:>8.1} MB  {header}", kb as f64 / 1e3);
             }
-        } else if line.contains('-') && !line.contains(':') || line.split_whitespace().count() >= 5 && line.as_bytes()[0].is_ascii_hexdigit() && line.contains(' ') && !line.ends_with("kB") {
+        } else if line.contains('-') && !line.contains(':')
+            || line.split_whitespace().count() >= 5
+                && line.as_bytes()[0].is_ascii_hexdigit()
+                && line.contains(' ')
+                && !line.ends_with("kB")
+        {
             header = line;
         }
     }

@@ -242,10 +242,10 @@ impl Code {
                     Sym: LLVMJITEvaluatedSymbol {
                         Address: address as u64,
                         Flags: LLVMJITSymbolFlags {
-                            GenericFlags: LLVMJITSymbolGenericFlags::LLVMJITSymbolGenericFlagsExported
-                                as u8
-                                | LLVMJITSymbolGenericFlags::LLVMJITSymbolGenericFlagsCallable
-                                    as u8,
+                            GenericFlags:
+                                LLVMJITSymbolGenericFlags::LLVMJITSymbolGenericFlagsExported as u8
+                                    | LLVMJITSymbolGenericFlags::LLVMJITSymbolGenericFlagsCallable
+                                        as u8,
                             TargetFlags: 0,
                         },
                     },
@@ -270,7 +270,10 @@ impl Code {
 
             let buffer = object.as_mut_ptr();
             std::mem::forget(object);
-            take_error("object loading", LLVMOrcLLJITAddObjectFile(jit, library, buffer))?;
+            take_error(
+                "object loading",
+                LLVMOrcLLJITAddObjectFile(jit, library, buffer),
+            )?;
         }
         Ok(code)
     }
@@ -312,7 +315,13 @@ fn code_bytes(object: &MemoryBuffer<'_>) -> usize {
     let mut bytes = 0;
     while let Some(section) = sections.next_section() {
         let name = section.get_name().map(CStr::to_bytes).unwrap_or_default();
-        let code = [&b".text"[..], b".rodata", b"__text", b"__const", b"__literal"];
+        let code = [
+            &b".text"[..],
+            b".rodata",
+            b"__text",
+            b"__const",
+            b"__literal",
+        ];
         if code.iter().any(|prefix| name.starts_with(prefix)) {
             bytes += section.get_size() as usize;
         }

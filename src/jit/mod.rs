@@ -1,7 +1,8 @@
 //! The JIT: lowers a tape to LLVM IR in-process and runs it as native code.
 //!
-//! `lower` turns the tape into an IR module, `engine` optimizes it for the host CPU and owns
-//! the machine code; [`Jit`] ties them to the [`Program`] API.
+//! `lower` turns the tape into an IR module, `engine` optimizes it for the host CPU, compiles
+//! it to machine code, frees the compiler and owns the code; [`Jit`] ties them to the
+//! [`Program`] API.
 
 mod engine;
 mod ir_arith;
@@ -260,7 +261,7 @@ impl JitBuilder {
 /// ```
 ///
 /// Native code is reachable only through a live `Jit`: once it is dropped (or moved), nothing
-/// can call into the freed engine, and the compiler says so:
+/// can call into the freed code, and the compiler says so:
 ///
 /// ```compile_fail
 /// # use tapejit::{Graph, Jit, Program};
