@@ -16,21 +16,24 @@ use std::time::Instant;
 
 use tapejit::{Graph, Jit, OptLevel, Program, Tape};
 
-/// The process's resident memory in bytes (0 where `/proc` is missing): all of it (`VmRSS`),
-/// or only the anonymous part (`RssAnon`: heap and mappings, not the pages of the executable
-/// that compiling brought in).
-fn status_bytes(field: &str) -> u64 {
+/// A number from `/proc/self/status` (0 where it is missing): resident memory in kB, all of it
+/// (`VmRSS`) or only the anonymous part (`RssAnon`: heap and mappings, not the pages of the
+/// executable that compiling brought in), or `Threads`.
+fn status_field(field: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
         .lines()
         .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
+        .unwrap_or(0)
 }
 
 /// `(VmRSS, RssAnon)`.
 fn resident() -> (u64, u64) {
-    (status_bytes("VmRSS:"), status_bytes("RssAnon:"))
+    (
+        status_field("VmRSS:") * 1024,
+        status_field("RssAnon:") * 1024,
+    )
 }
 
 /// The mappings with more than 1 MB resident (`/proc/self/smaps`): where the memory is.
@@ -109,6 +112,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "live Jit (RssAnon) / (2 x code + buffers): {:.2}",
         live.1.saturating_sub(before.1) as f64 / (2 * code + buffers) as f64
     );
+    println!("threads with the live Jit    {}", status_field("Threads:"));
     if args.iter().any(|a| a == "--maps") {
         print_large_mappings();
     }
