@@ -196,7 +196,7 @@ pub trait Program: backend::Sealed {
     /// checked before the first step; a length that is not a whole number of samples, no
     /// samples, or a graph without inputs is [`Error::WrongLength`], and a failed call
     /// changes nothing. The JIT runs a first layer's weight update and the next sample's
-    /// forward through it in one pass over its weights (`jit/step.rs`).
+    /// forward through it in one pass over its weights (`plan/step.rs`).
     fn train(&mut self, inputs: &[f64], lr: f64) -> Result<Vec<f64>>;
 
     /// The params, in the order they were created.

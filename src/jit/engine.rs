@@ -116,7 +116,7 @@ pub struct Native {
     context: NonNull<Context>,
 }
 
-/// The entry points' machine code (see `lower.rs` for their signatures).
+/// The entry points' machine code (see `emit/mod.rs` for their signatures).
 struct Entries {
     forward: PassFn,
     backward: PassFn,

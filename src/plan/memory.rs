@@ -93,11 +93,11 @@ impl GradMemory {
     /// excepted (they accumulate across `backward` calls) but in `step` (they start at 0;
     /// `step`'s fused params are not in the loops' set).
     pub fn zeroed_first(&self, tape: &Tape, step: bool) -> Vec<bool> {
-        let mut zeroed = self.in_loops.clone();
-        if !step {
-            zeroed[..tape.num_params()].fill(false);
-        }
-        zeroed
+        tape.slots().map(|s| self.zeroed(tape, s, step)).collect()
+    }
+
+    fn zeroed(&self, tape: &Tape, s: Slot, step: bool) -> bool {
+        self.in_loops[s.index()] && (step || s.index() >= tape.num_params())
     }
 
     /// Where `s`'s gradient starts in backward function `function` (`step`'s if `step`).
@@ -105,9 +105,8 @@ impl GradMemory {
         let stored_before =
             self.first_store[s.index()] != NONE && self.first_store[s.index()] as usize > function;
         let is_param = s.index() < tape.num_params();
-        let zeroed = self.in_loops[s.index()] && (step || !is_param);
         let accumulated = is_param && !step && Some(s) != tape.loss();
-        if stored_before || zeroed || accumulated {
+        if stored_before || self.zeroed(tape, s, step) || accumulated {
             GradStart::Memory
         } else if Some(s) == tape.loss() {
             GradStart::One

@@ -17,27 +17,12 @@ use crate::passes::loops::{Affine, DotLoop, Item, MapLoop, Nest, SumLoop};
 impl<'ctx> Emitter<'ctx, '_> {
     /// Forward of a loop item outside any nest.
     pub(super) fn item_forward(&self, frame: Frame<'ctx>, item: &Item) -> Emit<()> {
-        self.forward_in(frame, item, &[])
+        self.body_forward::<FloatValue>(frame, item, &Reps::scalar(Vec::new()))
     }
 
     /// Backward of a loop item outside any nest.
     pub(super) fn item_backward(&self, frame: Frame<'ctx>, item: &Item) -> Emit<()> {
-        self.backward_in(frame, item, &[])
-    }
-
-    /// Forward of `item` in repetition `js` of the nests around it (outermost first).
-    fn forward_in(&self, frame: Frame<'ctx>, item: &Item, js: &[IntValue<'ctx>]) -> Emit<()> {
-        match item {
-            Item::Nest(nest) => self.nest_forward(frame, nest, js),
-            _ => self.body_forward::<FloatValue>(frame, item, &Reps::scalar(js.to_vec())),
-        }
-    }
-
-    fn backward_in(&self, frame: Frame<'ctx>, item: &Item, js: &[IntValue<'ctx>]) -> Emit<()> {
-        match item {
-            Item::Nest(nest) => self.nest_backward(frame, nest, js),
-            _ => self.body_backward::<FloatValue>(frame, item, &Reps::scalar(js.to_vec())),
-        }
+        self.body_backward::<FloatValue>(frame, item, &Reps::scalar(Vec::new()))
     }
 
     /// A nest's forward: lane groups, each body item for the whole group, where the plan
@@ -51,9 +36,9 @@ impl<'ctx> Emitter<'ctx, '_> {
             });
         }
         self.emit_loop::<FloatValue>(nest.count, false, &[], |this, j, _| {
-            let js = with_innermost(j, outer);
+            let reps = Reps::scalar(with_innermost(j, outer));
             for item in &nest.body {
-                this.forward_in(frame, item, &js)?;
+                this.body_forward::<FloatValue>(frame, item, &reps)?;
             }
             Ok(Vec::new())
         })?;
@@ -72,9 +57,9 @@ impl<'ctx> Emitter<'ctx, '_> {
             });
         }
         self.emit_loop::<FloatValue>(nest.count, true, &[], |this, j, _| {
-            let js = with_innermost(j, outer);
+            let reps = Reps::scalar(with_innermost(j, outer));
             for item in nest.body.iter().rev() {
-                this.backward_in(frame, item, &js)?;
+                this.body_backward::<FloatValue>(frame, item, &reps)?;
             }
             Ok(Vec::new())
         })?;
@@ -182,12 +167,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         products: Option<&MapLoop>,
         reps: &Reps<'ctx>,
     ) -> Emit<()> {
-        let zero = self.context.i64_type().const_zero();
-        let firsts = reps
-            .vectors
-            .iter()
-            .map(|&lanes| V::load(self, frame.vals, sum.first, zero, reps, lanes))
-            .collect::<Emit<Vec<_>>>()?;
+        let firsts = self.load_first::<V>(frame.vals, sum.first, reps)?;
         let totals = self.emit_loop(sum.tail_len, false, &firsts, |this, t, accs| {
             reps.vectors
                 .iter()
@@ -207,10 +187,7 @@ impl<'ctx> Emitter<'ctx, '_> {
                 })
                 .collect()
         })?;
-        for (&lanes, &total) in reps.vectors.iter().zip(&totals) {
-            V::store(self, frame.vals, sum.slot, zero, reps, lanes, total)?;
-        }
-        Ok(())
+        self.store_first(frame.vals, sum.slot, reps, &totals)
     }
 
     /// For `t` from `len - 1` down to 0, each operand's gradient `+=` its local gradient, in
@@ -342,14 +319,9 @@ impl<'ctx> Emitter<'ctx, '_> {
                 })
                 .collect::<Emit<Vec<_>>>()
         };
-        let zero = self.context.i64_type().const_zero();
         let gs = self.sum_grads::<V>(frame, sum, reps)?;
         let g_products = self.fresh(&gs)?;
-        let biases = reps
-            .vectors
-            .iter()
-            .map(|&lanes| V::load(self, frame.vals, sum.first, zero, reps, lanes))
-            .collect::<Emit<Vec<_>>>()?;
+        let biases = self.load_first::<V>(frame.vals, sum.first, reps)?;
         let sums = self.emit_loop(map.len, false, &biases, |this, t, accs| {
             let mut locals = Vec::with_capacity(reps.vectors.len());
             for (&lanes, &g) in reps.vectors.iter().zip(&g_products) {
@@ -370,10 +342,7 @@ impl<'ctx> Emitter<'ctx, '_> {
                 })
                 .collect()
         })?;
-        for (&lanes, &total) in reps.vectors.iter().zip(&sums) {
-            V::store(self, frame.vals, sum.slot, zero, reps, lanes, total)?;
-        }
-        Ok(())
+        self.store_first(frame.vals, sum.slot, reps, &sums)
     }
 
     /// Stores the gradients of operand `i` of a dot's products that `step` deferred:
@@ -389,13 +358,8 @@ impl<'ctx> Emitter<'ctx, '_> {
         group: u32,
     ) -> Emit<()> {
         let (sum, map) = (&dot.sum, &dot.products);
-        let zero = self.context.i64_type().const_zero();
         self.for_each_group(nest.count, group, false, &[], |this, reps| {
-            let gs = reps
-                .vectors
-                .iter()
-                .map(|&lanes| VectorValue::load(this, frame.grads, sum.slot, zero, reps, lanes))
-                .collect::<Emit<Vec<_>>>()?;
+            let gs = this.load_first::<VectorValue>(frame.grads, sum.slot, reps)?;
             let g_products = this.fresh(&gs)?;
             this.emit_loop::<VectorValue>(map.len, false, &[], |this, t, _| {
                 for (&lanes, &g) in reps.vectors.iter().zip(&g_products) {
@@ -418,11 +382,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         reps: &Reps<'ctx>,
     ) -> Emit<Vec<V>> {
         let zero = self.context.i64_type().const_zero();
-        let gs = reps
-            .vectors
-            .iter()
-            .map(|&lanes| V::load(self, frame.grads, sum.slot, zero, reps, lanes))
-            .collect::<Emit<Vec<_>>>()?;
+        let gs = self.load_first::<V>(frame.grads, sum.slot, reps)?;
         if sum.grad_first {
             for (&lanes, &g) in reps.vectors.iter().zip(&gs).rev() {
                 V::accumulate(self, frame, sum.first, zero, reps, lanes, g)?;
@@ -485,6 +445,36 @@ impl<'ctx> Emitter<'ctx, '_> {
         Ok(())
     }
 
+    /// `buf[a(0, j)]` for every vector of `reps`: one value per vector (a sum's first
+    /// operand, gradient or total).
+    fn load_first<V: LaneIo<'ctx>>(
+        &self,
+        buf: PointerValue<'ctx>,
+        a: Affine,
+        reps: &Reps<'ctx>,
+    ) -> Emit<Vec<V>> {
+        let zero = self.context.i64_type().const_zero();
+        reps.vectors
+            .iter()
+            .map(|&lanes| V::load(self, buf, a, zero, reps, lanes))
+            .collect()
+    }
+
+    /// `buf[a(0, j)] = vs[vector]` for every vector of `reps`.
+    fn store_first<V: LaneIo<'ctx>>(
+        &self,
+        buf: PointerValue<'ctx>,
+        a: Affine,
+        reps: &Reps<'ctx>,
+        vs: &[V],
+    ) -> Emit<()> {
+        let zero = self.context.i64_type().const_zero();
+        for (&lanes, &v) in reps.vectors.iter().zip(vs) {
+            V::store(self, buf, a, zero, reps, lanes, v)?;
+        }
+        Ok(())
+    }
+
     /// The operands of iteration `t` of a map.
     fn load_args<V: LaneIo<'ctx>>(
         &self,
@@ -501,7 +491,7 @@ impl<'ctx> Emitter<'ctx, '_> {
     }
 
     /// Arithmetic on values of `lanes`, with the loops' fast-math flags.
-    fn arith<V: LaneIo<'ctx>>(&self, lanes: Vector) -> IrArith<'_, 'ctx, V> {
+    pub(super) fn arith<V: LaneIo<'ctx>>(&self, lanes: Vector) -> IrArith<'_, 'ctx, V> {
         IrArith::new(&self.builder, V::ty(self, lanes), &self.math)
             .with_fast_math(self.loop_fast_math())
     }

@@ -222,7 +222,7 @@ impl<'ctx> LaneIo<'ctx> for VectorValue<'ctx> {
     ) -> Emit<()> {
         let across = a.outer[reps.lane_level()];
         if across == 1 && e.fuses_update(frame, a) {
-            return e.fused_update(frame, a, t, &e.lane_js(reps, lanes)?, d);
+            return e.fused_update(frame, a, t, (reps, lanes), d);
         }
         if across != 0 {
             // Each lane its own slot.

@@ -281,12 +281,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         function: usize,
         steps: bool,
     ) -> Emit<FunctionValue<'ctx>> {
-        let extra: Vec<BasicMetadataTypeEnum> = if steps {
-            vec![self.f64_type.into()]
-        } else {
-            Vec::new()
-        };
-        let f = self.begin_function(name, &extra, false);
+        let f = self.begin_function(name, &self.lr_param(steps), false);
         let (vals, grads) = self.buffers(f);
         let lr = f.get_nth_param(2).map(|lr| lr.into_float_value());
         let frame = Frame {
@@ -385,6 +380,15 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         f
     }
 
+    /// The parameter list after the buffers: `double lr` if `with_lr`.
+    fn lr_param(&self, with_lr: bool) -> Vec<BasicMetadataTypeEnum<'ctx>> {
+        if with_lr {
+            vec![self.f64_type.into()]
+        } else {
+            Vec::new()
+        }
+    }
+
     fn buffers(&self, f: FunctionValue<'ctx>) -> (PointerValue<'ctx>, PointerValue<'ctx>) {
         let vals = f.get_nth_param(0).unwrap().into_pointer_value();
         let grads = f.get_nth_param(1).unwrap().into_pointer_value();
@@ -455,12 +459,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
 
     /// An entry point that calls `parts` in order (taking `lr` if `with_lr`).
     fn driver(&self, name: &str, parts: &[Part<'ctx>], with_lr: bool) -> Emit<()> {
-        let extra: Vec<BasicMetadataTypeEnum> = if with_lr {
-            vec![self.f64_type.into()]
-        } else {
-            Vec::new()
-        };
-        let f = self.begin_function(name, &extra, true);
+        let f = self.begin_function(name, &self.lr_param(with_lr), true);
         let (vals, grads) = self.buffers(f);
         let lr = f.get_nth_param(2).map(|lr| lr.into_float_value());
         self.calls(parts, vals, grads, lr)?;

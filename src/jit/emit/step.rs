@@ -3,7 +3,9 @@
 
 use inkwell::values::{FloatValue, IntValue, PointerValue, VectorValue};
 
+use super::lanes::{LaneIo, Reps, Vector};
 use super::{Buf, Emit, Emitter, Frame, Part, Pass, MATERIALIZE, STEP, TRAIN};
+use crate::op::Arith;
 use crate::passes::loops::Affine;
 use crate::plan::{StepPlan, TrainPlan};
 use crate::tape::Slot;
@@ -276,47 +278,30 @@ impl<'ctx> Emitter<'ctx, '_> {
         frame.steps() && fused.is_some_and(|f| f[a.at(0).index()])
     }
 
-    /// A fused param's gradient and update, for the lanes from repetition `js`: `g = 0 + d`
-    /// (its zeroed buffer plus its one contribution), stored unless deferred, and
-    /// `p -= lr * g`.
+    /// A fused param's gradient and update, for one vector of lanes: `g = 0 + d` (its zeroed
+    /// buffer plus its one contribution), stored unless deferred, and `p -= lr * g`.
     pub(super) fn fused_update(
         &self,
         frame: Frame<'ctx>,
         a: Affine,
         t: IntValue<'ctx>,
-        js: &[IntValue<'ctx>],
+        (reps, lanes): (&Reps<'ctx>, Vector),
         d: VectorValue<'ctx>,
     ) -> Emit<()> {
-        let ty = d.get_type();
         let Some(lr) = frame.lr() else {
-            return Ok(());
+            unreachable!("fuses_update holds in step's backward only, which has lr")
         };
         let g = self.fresh(&[d])?[0];
-        let g_ptr = self.ptr_at(frame.grads, a, t, js)?;
-        let p_ptr = self.ptr_at(frame.vals, a, t, js)?;
         let deferred = self.plan.step.as_ref().map(|s| &s.deferred_slots);
         if !deferred.is_some_and(|d| d[a.at(0).index()]) {
-            self.builder.build_store(g_ptr, g)?.set_alignment(8).ok();
+            VectorValue::store(self, frame.grads, a, t, reps, lanes, g)?;
         }
-        let p = self.builder.build_load(ty, p_ptr, "p")?.into_vector_value();
-        if let Some(inst) = p.as_instruction() {
-            inst.set_alignment(8).ok();
-        }
-        let lr_lanes = self.splat(lr, ty.get_size())?;
-        let step = self.builder.build_float_mul(lr_lanes, g, "step")?;
-        let p_new = self.builder.build_float_sub(p, step, "p_new")?;
-        if let Some(flags) = self.loop_fast_math() {
-            for inst in [step.as_instruction(), p_new.as_instruction()]
-                .into_iter()
-                .flatten()
-            {
-                let _ = inst.set_fast_math_flags(flags);
-            }
-        }
-        self.builder
-            .build_store(p_ptr, p_new)?
-            .set_alignment(8)
-            .ok();
-        Ok(())
+        let p = VectorValue::load(self, frame.vals, a, t, reps, lanes)?;
+        let lr_lanes = self.splat(lr, lanes.width)?;
+        let mut ar = self.arith::<VectorValue>(lanes);
+        let step = ar.mul(lr_lanes, g);
+        let p_new = ar.sub(p, step);
+        ar.finish()?;
+        VectorValue::store(self, frame.vals, a, t, reps, lanes, p_new)
     }
 }
