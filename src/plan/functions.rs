@@ -12,7 +12,9 @@ pub const LOOP_WEIGHT: usize = 16;
 /// `items` cut into functions of about `chunk_size` weight: straight-line nodes count with
 /// their operands, loops count [`LOOP_WEIGHT`]. A `sum` heavier than a whole function is cut
 /// into [`Item::SumPart`]s that continue one another across functions, its additions kept in
-/// order. A first nest gets a function of its own (`train` swaps it).
+/// order. (Its forward is one chain of dependent additions, which code generation handles in
+/// time superlinear in its length; its backward adds one gradient into each operand, which
+/// the last part does whole: see `plan::memory`.) A first nest gets a function of its own (`train` swaps it).
 pub fn cut(tape: &Tape, items: &[Item], chunk_size: usize) -> Vec<Vec<Item>> {
     let limit = chunk_size.max(1);
     let mut cutter = Cutter {

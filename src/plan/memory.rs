@@ -62,9 +62,12 @@ impl GradMemory {
                 }
             };
             for item in function.iter().rev() {
-                let (nodes, args) = match item {
-                    Item::Straight(range) => (range.clone(), None),
-                    Item::SumPart { slot, args } => (slot.0..slot.0 + 1, Some(args.clone())),
+                // A sum cut into parts is differentiated whole by its last part.
+                let nodes = match item {
+                    Item::Straight(range) => range.clone(),
+                    Item::SumPart { slot, args } if args.end as usize == tape.args(*slot).len() => {
+                        slot.0..slot.0 + 1
+                    }
                     _ => continue,
                 };
                 for s in nodes.map(Slot).rev() {
@@ -72,12 +75,7 @@ impl GradMemory {
                         continue;
                     }
                     touch(s);
-                    let operands = tape.args(s);
-                    let operands = match &args {
-                        Some(r) => &operands[r.start as usize..r.end as usize],
-                        None => operands,
-                    };
-                    for &a in operands.iter().filter(|&&a| tape.needs_grad(a)) {
+                    for &a in tape.args(s).iter().filter(|&&a| tape.needs_grad(a)) {
                         touch(a);
                     }
                 }

@@ -174,9 +174,7 @@ impl<'ctx> LaneIo<'ctx> for VectorValue<'ctx> {
         match a.outer[reps.lane_level()] {
             1 => {
                 let ptr = e.ptr_at(buf, a, t, &e.lane_js(reps, lanes)?)?;
-                let v = e.builder.build_load(ty, ptr, "")?;
-                set_alignment(v, 8);
-                Ok(v.into_vector_value())
+                e.load_vector(ptr, ty)
             }
             0 => {
                 let x = e.load_at(buf, a, t, &reps.js)?;
@@ -200,9 +198,7 @@ impl<'ctx> LaneIo<'ctx> for VectorValue<'ctx> {
     ) -> Emit<()> {
         if a.outer[reps.lane_level()] == 1 {
             let ptr = e.ptr_at(buf, a, t, &e.lane_js(reps, lanes)?)?;
-            let store = e.builder.build_store(ptr, v)?;
-            let _ = store.set_alignment(8);
-            return Ok(());
+            return e.store_vector(ptr, v);
         }
         let ptrs = e.lane_ptrs(buf, a, t, reps, lanes)?;
         e.scatter(v, ptrs)
@@ -283,6 +279,26 @@ impl<'ctx> Emitter<'ctx, '_> {
             .builder
             .build_load(self.f64_type, ptr, "")?
             .into_float_value())
+    }
+
+    /// The vector of `ty` at `ptr` (aligned as its `f64`s are).
+    pub(super) fn load_vector(
+        &self,
+        ptr: PointerValue<'ctx>,
+        ty: VectorType<'ctx>,
+    ) -> Emit<VectorValue<'ctx>> {
+        let v = self.builder.build_load(ty, ptr, "")?;
+        if let Some(inst) = v.as_instruction_value() {
+            // Loads always take an alignment.
+            let _ = inst.set_alignment(8);
+        }
+        Ok(v.into_vector_value())
+    }
+
+    /// Stores `v` at `ptr` (aligned as its `f64`s are).
+    pub(super) fn store_vector(&self, ptr: PointerValue<'ctx>, v: VectorValue<'ctx>) -> Emit<()> {
+        let _ = self.builder.build_store(ptr, v)?.set_alignment(8);
+        Ok(())
     }
 
     /// The repetitions of a vector's first lane.
@@ -387,12 +403,5 @@ impl<'ctx> Emitter<'ctx, '_> {
     fn all_lanes(&self, width: u32) -> VectorValue<'ctx> {
         let on = self.context.bool_type().const_int(1, false);
         VectorType::const_vector(&vec![on; width as usize])
-    }
-}
-
-fn set_alignment<'ctx>(v: impl BasicValue<'ctx>, bytes: u32) {
-    if let Some(inst) = v.as_instruction_value() {
-        // Loads and stores always take an alignment.
-        let _ = inst.set_alignment(bytes);
     }
 }

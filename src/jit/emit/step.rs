@@ -3,7 +3,7 @@
 
 use inkwell::values::{FloatValue, IntValue, PointerValue, VectorValue};
 
-use super::lanes::{LaneIo, Reps, Vector};
+use super::lanes::{Reps, Vector};
 use super::{Buf, Emit, Emitter, Frame, Part, Pass, MATERIALIZE, STEP, TRAIN};
 use crate::op::Arith;
 use crate::passes::loops::Affine;
@@ -278,8 +278,9 @@ impl<'ctx> Emitter<'ctx, '_> {
         frame.steps() && fused.is_some_and(|f| f[a.at(0).index()])
     }
 
-    /// A fused param's gradient and update, for one vector of lanes: `g = 0 + d` (its zeroed
-    /// buffer plus its one contribution), stored unless deferred, and `p -= lr * g`.
+    /// A fused param's gradient and update, for one vector of lanes (adjacent slots): `g = 0 +
+    /// d` (its zeroed buffer plus its one contribution), stored unless deferred, and
+    /// `p -= lr * g`. Both addresses are computed once: this runs once per weight per step.
     pub(super) fn fused_update(
         &self,
         frame: Frame<'ctx>,
@@ -291,17 +292,22 @@ impl<'ctx> Emitter<'ctx, '_> {
         let Some(lr) = frame.lr() else {
             unreachable!("fuses_update holds in step's backward only, which has lr")
         };
+        let js = self.lane_js(reps, lanes)?;
+        let (g_ptr, p_ptr) = (
+            self.ptr_at(frame.grads, a, t, &js)?,
+            self.ptr_at(frame.vals, a, t, &js)?,
+        );
         let g = self.fresh(&[d])?[0];
         let deferred = self.plan.step.as_ref().map(|s| &s.deferred_slots);
         if !deferred.is_some_and(|d| d[a.at(0).index()]) {
-            VectorValue::store(self, frame.grads, a, t, reps, lanes, g)?;
+            self.store_vector(g_ptr, g)?;
         }
-        let p = VectorValue::load(self, frame.vals, a, t, reps, lanes)?;
+        let p = self.load_vector(p_ptr, g.get_type())?;
         let lr_lanes = self.splat(lr, lanes.width)?;
         let mut ar = self.arith::<VectorValue>(lanes);
         let step = ar.mul(lr_lanes, g);
         let p_new = ar.sub(p, step);
         ar.finish()?;
-        VectorValue::store(self, frame.vals, a, t, reps, lanes, p_new)
+        self.store_vector(p_ptr, p_new)
     }
 }

@@ -138,7 +138,10 @@ impl<'ctx> Emitter<'ctx, '_> {
         Ok(())
     }
 
-    /// The sum's gradient into operands `args`, in operand order.
+    /// A sum cut into parts is differentiated whole by its last part: its gradient into
+    /// every operand, in operand order, with the operands' running gradients in registers (a
+    /// part of its own would store and reload those it shares with other parts, and these
+    /// independent additions cost code generation little, unlike the forward's chain).
     pub(super) fn sum_part_backward(
         &self,
         chunk: &mut BackwardChunk<'ctx>,
@@ -146,11 +149,12 @@ impl<'ctx> Emitter<'ctx, '_> {
         slot: Slot,
         args: &Range<u32>,
     ) -> Emit<()> {
-        if !self.tape.needs_grad(slot) {
+        let last = args.end as usize == self.tape.args(slot).len();
+        if !last || !self.tape.needs_grad(slot) {
             return Ok(());
         }
         let g = self.grad_of(chunk, frame, slot)?;
-        for &a in &self.tape.args(slot)[args.start as usize..args.end as usize] {
+        for &a in self.tape.args(slot) {
             self.add_grad(chunk, frame, a, g)?;
         }
         Ok(())
