@@ -24,6 +24,21 @@ pub enum Error {
         expected: usize,
         got: usize,
     },
+    /// [`crate::Graph::apply`] was given the wrong number of operands for its op
+    /// (`expected: None` is `Sum`'s "one or more").
+    #[error("{op} takes {} operands, not {got}", expected.map_or("one or more".to_string(), |n| n.to_string()))]
+    Arity {
+        op: &'static str,
+        expected: Option<usize>,
+        got: usize,
+    },
+    /// [`crate::Graph::apply`] was asked for an input or a param, which `Graph::input` and
+    /// `Graph::param` make (they number them).
+    #[error("{op} nodes are made with Graph::{op}, not Graph::apply")]
+    LeafOp { op: &'static str },
+    /// A slot past the end of the tape, given to [`crate::Tape::node`].
+    #[error("slot {slot} is not on a tape of {len} slots")]
+    NoSuchSlot { slot: u32, len: usize },
     /// An input or param was NaN or infinite.
     #[error("{what} {index} is not finite ({value})")]
     NonFinite {

@@ -158,6 +158,29 @@ impl Graph {
         self.push_ids(Op::Sum, &ids)
     }
 
+    /// `op` applied to `operands`: the one constructor behind every operator and method
+    /// of [`Value`], for code that picks ops at run time (generated graphs, bindings).
+    /// `Const` takes no operands; inputs and params come from [`Graph::input`] and
+    /// [`Graph::param`], which number them. Values of another graph are reported when the
+    /// graph is compiled, as for the operators.
+    pub fn apply(&self, op: Op, operands: &[Value<'_>]) -> Result<Value<'_>> {
+        if matches!(op, Op::Input(_) | Op::Param(_)) {
+            return Err(Error::LeafOp { op: op.name() });
+        }
+        let fits = match op.arity() {
+            Some(n) => operands.len() == n,
+            None => !operands.is_empty(),
+        };
+        if !fits {
+            return Err(Error::Arity {
+                op: op.name(),
+                expected: op.arity(),
+                got: operands.len(),
+            });
+        }
+        Ok(self.push(op, operands))
+    }
+
     /// Marks `v` as an output: its value is computed by `forward`. Returns the output's index.
     pub fn add_output(&self, v: Value<'_>) -> Result<usize> {
         let id = self.check_own(v, "add_output")?;

@@ -2,9 +2,9 @@
 //! native code with LLVM.
 //!
 //! The pipeline: [`Graph`] (micrograd's API) -> [`Tape`] (linear, slot-indexed) ->
-//! [`passes`] (loop recovery, param layout) -> [`plan`] (every lowering decision) -> LLVM
-//! IR -> native `forward`, `backward`,
-//! `update` and `step` ([`Jit`]). The [`Interpreter`] runs the
+//! passes (loop recovery, param layout) -> plan (every lowering decision) -> LLVM IR ->
+//! native `forward`, `backward`, `update` and `step` ([`Jit`]). The passes and the plan are
+//! crate-private: users see graphs, tapes and [`Program`]s. The [`Interpreter`] runs the
 //! same tape as the reference every backend must match bit for bit; both implement
 //! [`Program`], so a training loop is written once.
 
@@ -13,8 +13,8 @@ pub mod error;
 pub mod graph;
 pub mod interp;
 pub mod op;
-pub mod passes;
-pub mod plan;
+pub(crate) mod passes;
+pub(crate) mod plan;
 pub mod program;
 pub mod tape;
 
@@ -23,7 +23,7 @@ pub use graph::{Graph, Value};
 pub use interp::Interpreter;
 pub use op::Op;
 pub use program::Program;
-pub use tape::{Slot, Tape};
+pub use tape::{Slot, Tape, TapeNodeView};
 pub mod jit;
 pub mod nn;
 pub use jit::{Jit, JitBuilder, JitStats, OptLevel};

@@ -95,11 +95,35 @@ impl Op {
         }
     }
 
+    /// Where operand `i` must lie for this op to be finite and smooth there (no kink, no
+    /// pole): what generated tests keep operands in. `Sum`'s operands are all alike.
+    pub fn domain(self, operand: usize) -> Domain {
+        match (self, operand) {
+            (Op::Div, 1) | (Op::Relu, _) => Domain::NonZero,
+            (Op::Log, _) => Domain::Positive,
+            (Op::Powf(c), _) if c.fract() != 0.0 => Domain::Positive,
+            // 0 too: its derivative `0 * a^-1` is NaN at a = 0.
+            (Op::Powf(c), _) if c <= 0.0 => Domain::NonZero,
+            (Op::Max, 1) => Domain::ApartFrom(0),
+            _ => Domain::Real,
+        }
+    }
+
+    /// The operands `forward` and `local_grads` read: at least [`Op::arity`] (one for `Sum`).
+    fn min_operands(self) -> usize {
+        self.arity().unwrap_or(1)
+    }
+
     /// The value of a non-leaf op from its operands' values.
     ///
     /// Leaves have no formula: their values live in the buffers. Calling this on a leaf returns
-    /// the constant's value for `Const` and is a caller bug otherwise (it returns `0.0`).
+    /// the constant's value for `Const` and is a caller bug otherwise (it returns `0.0`), as is
+    /// passing fewer operands than the op takes (the missing ones read as NaN).
     pub fn forward<A: Arith>(self, ar: &mut A, x: &[A::V]) -> A::V {
+        if x.len() < self.min_operands() {
+            let x = padded_with_nan(ar, x, self.min_operands());
+            return self.forward(ar, &x);
+        }
         match self {
             Op::Const(c) => ar.constant(c),
             Op::Input(_) | Op::Param(_) => ar.constant(0.0),
@@ -140,6 +164,7 @@ impl Op {
 
     /// What each operand's gradient receives, in operand order, given the operands `x`, this
     /// op's value `out` and its gradient `g`. The caller adds `grads[i] += local[i]` in order.
+    /// Missing operands read as NaN, as in [`Op::forward`].
     pub fn local_grads<A: Arith>(
         self,
         ar: &mut A,
@@ -148,6 +173,10 @@ impl Op {
         g: A::V,
         local: &mut Vec<A::V>,
     ) {
+        if x.len() < self.min_operands() {
+            let x = padded_with_nan(ar, x, self.min_operands());
+            return self.local_grads(ar, &x, out, g, local);
+        }
         local.clear();
         match self {
             Op::Input(_) | Op::Param(_) | Op::Const(_) => {}
@@ -215,6 +244,27 @@ impl Op {
             Op::Sum => local.extend(x.iter().map(|_| g)),
         }
     }
+}
+
+/// `x` followed by NaNs up to `len` values: what a caller bug reads instead of a panic.
+fn padded_with_nan<A: Arith>(ar: &mut A, x: &[A::V], len: usize) -> Vec<A::V> {
+    let nan = ar.constant(f64::NAN);
+    let mut padded = x.to_vec();
+    padded.resize(len, nan);
+    padded
+}
+
+/// Where an operand may lie for its op to be finite and smooth ([`Op::domain`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Domain {
+    /// Any finite value.
+    Real,
+    /// Strictly positive: logarithms and fractional powers.
+    Positive,
+    /// Either sign, away from 0: divisors, negative powers, relu's kink.
+    NonZero,
+    /// Away from operand `k`'s value: `max` has a kink where its operands tie.
+    ApartFrom(usize),
 }
 
 /// The math functions ops call. Both backends call these very functions: the interpreter

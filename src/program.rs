@@ -325,7 +325,7 @@ impl<B: Backend> Program for B {
     }
 
     fn is_kept(&self, slot: Slot) -> bool {
-        self.keeps(slot)
+        slot.index() < self.tape().len() && self.keeps(slot)
     }
 
     fn value(&self, v: Value<'_>) -> Result<f64> {

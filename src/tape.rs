@@ -31,6 +31,16 @@ impl Slot {
     }
 }
 
+/// One slot of a tape, as [`Tape::node`] shows it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TapeNodeView<'t> {
+    pub op: Op,
+    /// The operands' slots, in operand order.
+    pub args: &'t [Slot],
+    /// Whether backward computes a gradient for this slot (the loss depends on it).
+    pub needs_grad: bool,
+}
+
 #[derive(Clone, Copy, Debug)]
 struct TapeNode {
     op: Op,
@@ -236,17 +246,33 @@ impl Tape {
         self.nodes.is_empty()
     }
 
-    pub fn op(&self, s: Slot) -> Op {
+    /// What slot `s` holds, or [`Error::NoSuchSlot`] past the end of the tape.
+    pub fn node(&self, s: Slot) -> Result<TapeNodeView<'_>> {
+        if s.index() >= self.len() {
+            return Err(Error::NoSuchSlot {
+                slot: s.0,
+                len: self.len(),
+            });
+        }
+        Ok(TapeNodeView {
+            op: self.op(s),
+            args: self.args(s),
+            needs_grad: self.needs_grad(s),
+        })
+    }
+
+    // The unchecked accessors the passes and backends use: every slot they hold comes from
+    // this tape (`Tape::verify`, `Plan::verify`).
+    pub(crate) fn op(&self, s: Slot) -> Op {
         self.nodes[s.index()].op
     }
 
-    pub fn args(&self, s: Slot) -> &[Slot] {
+    pub(crate) fn args(&self, s: Slot) -> &[Slot] {
         let n = &self.nodes[s.index()];
         &self.args[n.args_start as usize..(n.args_start + n.args_len) as usize]
     }
 
-    /// Whether backward computes a gradient for this slot (the loss depends on it).
-    pub fn needs_grad(&self, s: Slot) -> bool {
+    pub(crate) fn needs_grad(&self, s: Slot) -> bool {
         self.nodes[s.index()].needs_grad
     }
 

@@ -7,9 +7,11 @@ mod common;
 use common::{interpreter_and_every_jit_level, semantics_backends};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
+use strum::IntoEnumIterator;
 use tapejit::checkpoint::Checkpoint;
 use tapejit::nn::Classifier;
-use tapejit::{Error, Graph, Interpreter, Jit, OptLevel, Program, Slot, Tape, Value};
+use tapejit::op::F64;
+use tapejit::{Error, Graph, Interpreter, Jit, Op, OptLevel, Program, Slot, Tape, Value};
 
 /// Asserts that `error` is `expected` and that its message mentions every fragment.
 fn assert_error(context: &str, error: Error, expected: &Error, fragments: &[&str]) {
@@ -523,6 +525,100 @@ fn values_not_on_the_tape_cannot_be_looked_up() {
             let error = program.grad(v).unwrap_err();
             assert_error(&format!("{context} grad"), error, &expected, &[&fragment]);
         }
+    }
+}
+
+/// `Graph::apply` builds any op but refuses leaves it cannot number and wrong operand counts.
+#[test]
+fn apply_refuses_inputs_params_and_wrong_operand_counts() {
+    let g = Graph::new();
+    let x = g.input();
+    let cases = [
+        (Op::Input(0), vec![], Error::LeafOp { op: "input" }),
+        (Op::Param(3), vec![], Error::LeafOp { op: "param" }),
+        (
+            Op::Add,
+            vec![x],
+            Error::Arity {
+                op: "add",
+                expected: Some(2),
+                got: 1,
+            },
+        ),
+        (
+            Op::Const(1.0),
+            vec![x],
+            Error::Arity {
+                op: "const",
+                expected: Some(0),
+                got: 1,
+            },
+        ),
+        (
+            Op::Sum,
+            vec![],
+            Error::Arity {
+                op: "sum",
+                expected: None,
+                got: 0,
+            },
+        ),
+    ];
+    let nodes = g.len();
+    for (op, operands, expected) in cases {
+        assert_eq!(g.apply(op, &operands).unwrap_err(), expected, "{op:?}");
+    }
+    assert_eq!(g.len(), nodes, "a refused apply adds no node");
+    assert!(Error::Arity {
+        op: "sum",
+        expected: None,
+        got: 0
+    }
+    .to_string()
+    .contains("one or more"));
+    let y = g.apply(Op::Tanh, &[x]).unwrap();
+    g.set_loss(g.apply(Op::Sum, &[y, x, y]).unwrap()).unwrap();
+    let mut p = Interpreter::new(&g).unwrap();
+    p.set_inputs(&[0.5]).unwrap();
+    assert_eq!(p.forward(), 2.0 * 0.5f64.tanh() + 0.5);
+}
+
+/// Slots past the end of a tape are typed errors (`Tape::node`) or not kept (`is_kept`),
+/// and an op given too few operands reads NaN rather than panicking.
+#[test]
+fn out_of_range_slots_and_missing_operands_do_not_panic() {
+    let g = Graph::new();
+    let x = g.input();
+    g.set_loss(x.tanh()).unwrap();
+    let jit = Jit::compile(&g).unwrap();
+    let interp = Interpreter::new(&g).unwrap();
+    let tape = jit.tape();
+    let past = Slot(tape.len() as u32);
+    assert_eq!(
+        tape.node(past).unwrap_err(),
+        Error::NoSuchSlot {
+            slot: past.0,
+            len: tape.len()
+        }
+    );
+    assert!(tape.node(Slot(0)).is_ok());
+    assert!(!jit.is_kept(past) && !interp.is_kept(Slot(u32::MAX)));
+
+    for op in Op::iter() {
+        // NaN operands make NaN, except where IEEE says otherwise (`pow(NaN, 0) = 1`).
+        let value = op.forward(&mut F64, &[]);
+        assert!(
+            value.is_nan() || op.is_leaf() || op == Op::Powf(0.0),
+            "{op:?}"
+        );
+        let mut local = Vec::new();
+        op.local_grads(&mut F64, &[], 1.0, 1.0, &mut local);
+        let operands = if op.is_leaf() {
+            0
+        } else {
+            op.arity().unwrap_or(1)
+        };
+        assert_eq!(local.len(), operands, "{op:?}");
     }
 }
 

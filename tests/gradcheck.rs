@@ -10,7 +10,9 @@ mod common;
 use common::assert_close;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tapejit::{Graph, Interpreter, Program, Value};
+use strum::IntoEnumIterator;
+use tapejit::op::Domain as OpDomain;
+use tapejit::{Graph, Interpreter, Op, Program, Value};
 use Domain::{Anywhere, AwayFromZero, Positive};
 
 const RELATIVE_TOLERANCE: f64 = 1e-6;
@@ -122,6 +124,41 @@ fn every_op_matches_finite_differences() {
         for _ in 0..POINTS_PER_CASE {
             let point: Vec<f64> = case.domains.iter().map(|d| d.sample(&mut rng)).collect();
             check_gradient(case.name, &mut program, &point, &[]);
+        }
+    }
+}
+
+/// Every op of `Op::iter()`, its operands sampled inside [`Op::domain`]: a new op is checked
+/// here without editing this file (`powf` at several exponents, `sum` of three operands).
+#[test]
+fn every_op_of_the_enum_matches_finite_differences_in_its_domain() {
+    let mut rng = StdRng::seed_from_u64(2025);
+    let ops = Op::iter()
+        .filter(|op| !op.is_leaf())
+        .flat_map(|op| match op {
+            Op::Powf(_) => [0.0, 1.0, 2.0, 3.0, -1.0, -2.0, 0.5, 1.5, -0.5, 1.0 / 3.0]
+                .map(Op::Powf)
+                .to_vec(),
+            op => vec![op],
+        });
+    for op in ops {
+        let arity = op.arity().unwrap_or(3);
+        let graph = Graph::new();
+        let inputs = graph.inputs(arity);
+        graph.set_loss(graph.apply(op, &inputs).unwrap()).unwrap();
+        let mut program = Interpreter::new(&graph).unwrap();
+        for _ in 0..POINTS_PER_CASE {
+            let mut point: Vec<f64> = Vec::with_capacity(arity);
+            for i in 0..arity {
+                let x = match op.domain(i) {
+                    OpDomain::Real => Anywhere.sample(&mut rng),
+                    OpDomain::Positive => Positive.sample(&mut rng),
+                    OpDomain::NonZero => AwayFromZero.sample(&mut rng),
+                    OpDomain::ApartFrom(k) => point[k] + AwayFromZero.sample(&mut rng),
+                };
+                point.push(x);
+            }
+            check_gradient(&format!("{op:?}"), &mut program, &point, &[]);
         }
     }
 }

@@ -24,8 +24,8 @@ use common::{
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tapejit::checkpoint::Checkpoint;
+use tapejit::jit::MIN_LOOP_RUN as MIN_RUN;
 use tapejit::nn::{self, Activation, Classifier, Layer, MLP};
-use tapejit::passes::loops::MIN_RUN;
 use tapejit::{Error, Graph, Interpreter, Jit, OptLevel, Program, Slot, Tape, Value};
 
 // ---------------------------------------------------------------------------------------------
@@ -158,7 +158,11 @@ fn products_of_an_nn_layer_are_the_only_slots_the_jit_drops() {
     let dropped: Vec<Slot> = tape.slots().filter(|&s| !jit.is_kept(s)).collect();
     assert_eq!(dropped.len(), 10 * 6, "dropped slots: {dropped:?}");
     for s in dropped {
-        assert_eq!(tape.op(s).name(), "mul", "slot {s:?} is dropped");
+        assert_eq!(
+            tape.node(s).unwrap().op.name(),
+            "mul",
+            "slot {s:?} is dropped"
+        );
     }
     for &h in layer.params().iter().chain(&x).chain(&out) {
         assert!(jit.is_kept(tape.slot(h).unwrap()), "#{} not kept", h.id());
@@ -304,7 +308,9 @@ fn inputs_without_grad_get_no_gradient_on_any_backend() {
             }
         }
         let tape = b.program.tape();
-        assert!(x.iter().all(|&xi| !tape.needs_grad(tape.slot(xi).unwrap())));
+        assert!(x
+            .iter()
+            .all(|&xi| !tape.node(tape.slot(xi).unwrap()).unwrap().needs_grad));
         b.program.step(&EXPRESSION_INPUTS, 0.01).unwrap();
         for &xi in &x {
             assert_eq!(b.program.grad(xi).unwrap(), 0.0, "{} after step", b.name);

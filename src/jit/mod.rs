@@ -19,6 +19,9 @@ use crate::program::Backend;
 use crate::tape::{Slot, Tape};
 use engine::Native;
 
+/// The fewest repetitions loop recovery rolls into a loop (fewer run faster straight-line).
+pub const MIN_LOOP_RUN: u32 = recovery::MIN_RUN;
+
 /// How hard LLVM works. Each level picks an IR pass pipeline and a code-generator level
 /// (see [`OptLevel::pipeline`]); the default is O2.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

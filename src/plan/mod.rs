@@ -21,12 +21,14 @@ pub mod memory;
 pub mod step;
 mod verify;
 
+#[cfg(test)]
+mod tests;
+
 use crate::passes::loops::{Item, Schedule};
 use crate::tape::Tape;
 
-pub use lanes::{lane_group, MAX_LANE_GROUP};
 pub use memory::GradMemory;
-pub use step::{Deferred, StepPlan, TrainPlan};
+pub use step::{StepPlan, TrainPlan};
 
 /// How the emitter lowers a tape: the result of every planning decision.
 #[derive(Clone, Debug, PartialEq)]

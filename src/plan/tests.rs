@@ -1,0 +1,125 @@
+//! The schedules and plans real graphs get, inspected without LLVM (the integration tests in
+//! tests/loops.rs run the same graphs against the interpreter).
+
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+
+use super::{lanes::lane_group, Plan, PlanOptions};
+use crate::nn::{Activation, Classifier, Layer};
+use crate::passes::layout;
+use crate::passes::loops::{schedule, Item};
+use crate::{Graph, Tape, Value};
+
+#[test]
+fn schedules_cover_every_node_once_in_order() {
+    let g = Graph::new();
+    Classifier::new(&g, 20, &[6], 4, &mut StdRng::seed_from_u64(0)).unwrap();
+    let tape = Tape::from_graph(&g).unwrap();
+    let first = (tape.num_params() + tape.num_inputs()) as u32;
+    for recover in [false, true] {
+        let s = schedule(&tape, recover);
+        let mut covered = Vec::new();
+        for item in s.items.iter().flat_map(Item::flattened) {
+            match item {
+                Item::Straight(r) => covered.extend(r.clone()),
+                Item::Map(m) => {
+                    let (a, b) = (m.out.at(0).0, m.out.at(m.len - 1).0);
+                    covered.extend(a..=b);
+                }
+                Item::Sum(sum) => covered.push(sum.slot.at(0).0),
+                Item::Dot(d) => {
+                    let (a, b) = (
+                        d.products.out.at(0).0,
+                        d.products.out.at(d.products.len - 1).0,
+                    );
+                    covered.extend(a..=b);
+                    covered.push(d.sum.slot.at(0).0);
+                }
+                Item::Nest(_) | Item::SumPart { .. } => unreachable!("flattened, no parts"),
+            }
+        }
+        assert_eq!(
+            covered,
+            (first..tape.len() as u32).collect::<Vec<_>>(),
+            "recover {recover}"
+        );
+        if recover {
+            // One nest over the 6 hidden neurons: its 20 products fused into its sum, its
+            // relu. The 4 outputs have 6 products each, too few for loops.
+            let nests: Vec<_> = s
+                .items
+                .iter()
+                .filter_map(|i| match i {
+                    Item::Nest(n) => Some(n),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(nests.len(), 1, "{:?}", s.items);
+            assert_eq!((nests[0].count, nests[0].body.len()), (6, 2));
+            assert_eq!(s.loops, 3);
+            assert_eq!(s.loop_nodes, 6 * (20 + 1 + 1));
+        } else {
+            assert_eq!(s.loops, 0);
+        }
+    }
+}
+
+/// The nests of `g`'s plan, after the param layout the JIT applies, as (count, whether
+/// backward runs in lanes).
+fn nests_of(g: &Graph) -> Vec<(u32, bool)> {
+    let tape = Tape::from_graph(g).unwrap();
+    let s = schedule(&tape, true);
+    let (tape, s) = layout::apply(tape, s).unwrap();
+    let options = PlanOptions {
+        chunk_size: 250,
+        fast_math: false,
+    };
+    let plan = Plan::new(&tape, &s, options).unwrap();
+    plan.verify(&tape).unwrap();
+    plan.functions
+        .iter()
+        .flatten()
+        .filter_map(|i| match i {
+            Item::Nest(n) => Some((n.count, n.lanes.backward().is_some())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn layers_wider_than_a_lane_group_run_backward_in_lanes() {
+    // 70: one group of 64 and a rest of 6; 130: a loop over two groups of 64 and a rest of
+    // 2; 136: a loop over 17 groups of 8 (the largest multiple of 8 that divides it).
+    for (width, group) in [(70, 64), (130, 64), (136, 8)] {
+        assert_eq!(lane_group(width), group);
+        let g = Graph::new();
+        let mut rng = StdRng::seed_from_u64(12);
+        let layer = Layer::new(&g, 9, width as usize, Activation::Tanh, &mut rng);
+        let x = g.inputs(9);
+        let out = layer.call(&x).unwrap();
+        g.set_loss(g.sum(out.iter().map(|&o| o * o))).unwrap();
+        assert_eq!(nests_of(&g), vec![(width, true)]);
+    }
+}
+
+#[test]
+fn a_nest_whose_lane_order_would_reorder_a_gradient_runs_neuron_by_neuron() {
+    // Every neuron adds into `shared` from two body items; side by side, all of the second
+    // item's additions would come before all of the first's.
+    let g = Graph::new();
+    let mut rng = StdRng::seed_from_u64(13);
+    let layer = Layer::new(&g, 10, 6, Activation::Linear, &mut rng);
+    let shared = g.param(0.3);
+    let x = g.inputs(10);
+    let out: Vec<Value> = layer
+        .neurons
+        .iter()
+        .map(|n| (n.call(&x).unwrap() * shared) + shared)
+        .collect();
+    g.set_loss(g.sum(out.iter().map(|&o| o * o))).unwrap();
+    let nests = nests_of(&g);
+    assert!(
+        nests.len() == 1 && nests[0].0 >= 3 && !nests[0].1,
+        "{nests:?}"
+    );
+}
