@@ -362,7 +362,7 @@ const _: fn() = || {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::passes::loops::{Item, Nest};
+    use crate::passes::loops::Item;
     use crate::{Interpreter, Program};
 
     /// `graph` compiled as `schedule` says, at every level, against the interpreter: the
@@ -421,52 +421,19 @@ mod tests {
         }
         g.set_loss(g.sum(outs.iter().map(|&o| o * o))).unwrap();
         assert_matches_interpreter(&g, |tape| {
-            let flat = recovery::schedule(tape, true);
-            // One nest per copy (a layer), then the loss: wrap the copies' nests in a nest.
-            let layers: Vec<&Nest> = flat
-                .items
-                .iter()
-                .filter_map(|i| match i {
-                    Item::Nest(n) => Some(n),
-                    _ => None,
-                })
-                .collect();
-            assert_eq!(layers.len(), copies, "{:?}", flat.items);
-            let first = layers[0];
-            // The second copy's slots, relative to the first's, give the outer strides.
-            let (mut a, mut b) = (Vec::new(), Vec::new());
-            Item::Nest(first.clone()).map_affines(&mut |x, _| {
-                a.push(x);
-                x
+            // Recovery finds the copies: a nest over them whose body is the layer's nest.
+            let s = recovery::schedule(tape, true);
+            let copies_nest = s.items.iter().find_map(|i| match i {
+                Item::Nest(n) if n.count == copies as u32 => Some(n),
+                _ => None,
             });
-            Item::Nest(layers[1].clone()).map_affines(&mut |x, _| {
-                b.push(x);
-                x
+            let layer = copies_nest.and_then(|n| match n.body.as_slice() {
+                [Item::Nest(layer)] => Some(layer),
+                _ => None,
             });
-            let mut steps = a.iter().zip(&b).map(|(x, y)| y.base - x.base);
-            let inner =
-                Item::Nest(first.clone()).map_affines(&mut |x, _| x.nested(steps.next().unwrap()));
-            let outer = Item::Nest(Nest {
-                count: copies as u32,
-                body: vec![inner],
-                lanes: Default::default(),
-            });
-            let start = flat
-                .items
-                .iter()
-                .position(|i| matches!(i, Item::Nest(_)))
-                .unwrap();
-            let end = flat
-                .items
-                .iter()
-                .rposition(|i| matches!(i, Item::Nest(_)))
-                .unwrap();
-            let mut items = flat.items[..start].to_vec();
-            items.push(outer);
-            items.extend_from_slice(&flat.items[end + 1..]);
-            let nested = recovery::Schedule { items, ..flat };
-            assert_eq!(nested.items.iter().map(Item::depth).max(), Some(2));
-            nested
+            assert_eq!(layer.map(|l| l.count), Some(width as u32), "{:?}", s.items);
+            assert_eq!(s.items.iter().map(Item::depth).max(), Some(2));
+            s
         });
     }
 

@@ -163,7 +163,7 @@ pub struct Nest {
 
 /// How a [`Nest`]'s repetitions run: one after the other, or `group` at a time in vector
 /// lanes (one repetition per lane), each lane doing exactly its repetition's operations.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Lanes {
     /// Forward and backward one repetition after the other.
     #[default]
@@ -326,7 +326,7 @@ pub fn schedule(tape: &Tape, recover: bool) -> Schedule {
         out.items.push(Item::Straight(straight..end));
     }
     let fused = fuse_dots(tape, std::mem::take(&mut out.items));
-    out.items = nest_items(tape, split_edges(tape, fused));
+    out.items = super::nest::recover(tape, fused);
     out.loops = out.items.iter().map(Item::loops).sum();
     out.loop_nodes = out.items.iter().map(Item::loop_nodes).sum();
     out
@@ -359,7 +359,9 @@ impl Item {
     pub fn loops(&self) -> usize {
         match self {
             Item::Straight(_) | Item::SumPart { .. } => 0,
-            Item::Map(_) | Item::Sum(_) | Item::Dot(_) => 1,
+            // A map of one node is no loop.
+            Item::Map(m) => (m.len > 1) as usize,
+            Item::Sum(_) | Item::Dot(_) => 1,
             Item::Nest(n) => 1 + n.body.iter().map(Item::loops).sum::<usize>(),
         }
     }
@@ -441,6 +443,30 @@ impl Item {
         out
     }
 
+    /// Calls `f` on every [`Affine`] of the item (a nest's body's too), in
+    /// [`Item::map_affines`] order.
+    pub fn for_each_affine(&self, f: &mut impl FnMut(&Affine)) {
+        let map = |m: &MapLoop, f: &mut dyn FnMut(&Affine)| {
+            f(&m.out);
+            m.args.iter().for_each(&mut *f);
+        };
+        let sum = |s: &SumLoop, f: &mut dyn FnMut(&Affine)| {
+            f(&s.slot);
+            f(&s.first);
+            f(&s.tail);
+        };
+        match self {
+            Item::Map(m) => map(m, f),
+            Item::Sum(s) => sum(s, f),
+            Item::Dot(d) => {
+                map(&d.products, f);
+                sum(&d.sum, f);
+            }
+            Item::Nest(n) => n.body.iter().for_each(|b| b.for_each_affine(f)),
+            Item::Straight(_) | Item::SumPart { .. } => {}
+        }
+    }
+
     /// The same item with every [`Affine`] (a nest's body's too) replaced by `f` of it and
     /// the length of its sequence along `t`.
     pub fn map_affines(&self, f: &mut impl FnMut(Affine, u32) -> Affine) -> Item {
@@ -471,183 +497,8 @@ impl Item {
     }
 }
 
-/// Splits the first and last node off each straight-line range that touches a loop, so a
-/// repeated pattern such as "map, sum, one activation" can be nested even when the last
-/// activation runs straight into unrelated code.
-fn split_edges(tape: &Tape, items: Vec<Item>) -> Vec<Item> {
-    let is_loop = |i: Option<&Item>| i.is_some_and(|i| !matches!(i, Item::Straight(_)));
-    let mut out = Vec::with_capacity(items.len());
-    for (k, item) in items.iter().enumerate() {
-        let Item::Straight(range) = item else {
-            out.push(item.clone());
-            continue;
-        };
-        let nodes: Vec<u32> = range
-            .clone()
-            .filter(|&s| !tape.op(Slot(s)).is_leaf())
-            .collect();
-        let mut cuts = vec![range.start, range.end];
-        if nodes.len() > 1 && k > 0 && is_loop(items.get(k - 1)) {
-            cuts.push(nodes[0] + 1);
-        }
-        if nodes.len() > 1 && is_loop(items.get(k + 1)) {
-            cuts.push(nodes[nodes.len() - 1]);
-        }
-        cuts.sort_unstable();
-        cuts.dedup();
-        out.extend(cuts.windows(2).map(|w| Item::Straight(w[0]..w[1])));
-    }
-    out
-}
-
-/// Nests need at least this many repetitions.
-pub const MIN_NEST: u32 = 3;
-
-/// The longest body a nest may have, in items.
-const MAX_PERIOD: usize = 4;
-
-/// Groups repeated sequences of loops (and single nodes between them) into [`Nest`]s.
-fn nest_items(tape: &Tape, items: Vec<Item>) -> Vec<Item> {
-    let candidates: Vec<Option<Item>> = items.iter().map(|i| nestable(tape, i)).collect();
-    let mut out = Vec::with_capacity(items.len());
-    let mut i = 0;
-    while i < items.len() {
-        let best = (1..=MAX_PERIOD)
-            .filter_map(|period| nest_at(&candidates[i..], period))
-            // The most items covered; on a tie, the shortest body (the true period).
-            .max_by_key(|n| {
-                (
-                    n.count as usize * n.body.len(),
-                    std::cmp::Reverse(n.body.len()),
-                )
-            });
-        match best {
-            Some(nest) => {
-                i += nest.count as usize * nest.body.len();
-                out.push(Item::Nest(nest));
-            }
-            None => {
-                out.push(items[i].clone());
-                i += 1;
-            }
-        }
-    }
-    out
-}
-
-/// `item` as a possible nest member: loops as they are, a single straight-line node as a
-/// map of one.
-fn nestable(tape: &Tape, item: &Item) -> Option<Item> {
-    match item {
-        Item::Map(_) | Item::Sum(_) | Item::Dot(_) => Some(item.clone()),
-        Item::Nest(_) | Item::SumPart { .. } => None,
-        Item::Straight(range) => {
-            let mut nodes = range.clone().map(Slot).filter(|&s| !tape.op(s).is_leaf());
-            let s = nodes.next()?;
-            if nodes.next().is_some() || tape.op(s).arity().is_none() {
-                return None;
-            }
-            Some(Item::Map(MapLoop {
-                op: tape.op(s),
-                out: Affine::fixed(s),
-                args: tape.args(s).iter().map(|&a| Affine::fixed(a)).collect(),
-                len: 1,
-                needs_grad: tape.needs_grad(s),
-                grad_args: tape.args(s).iter().map(|&a| tape.needs_grad(a)).collect(),
-            }))
-        }
-    }
-}
-
-/// The nest of body length `period` starting at `items[0]`, if it repeats [`MIN_NEST`]
-/// times.
-fn nest_at(items: &[Option<Item>], period: usize) -> Option<Nest> {
-    if items.len() < 2 * period {
-        return None;
-    }
-    let first: Vec<&Item> = items[..period]
-        .iter()
-        .map(Option::as_ref)
-        .collect::<Option<_>>()?;
-    let second: Vec<&Item> = items[period..2 * period]
-        .iter()
-        .map(Option::as_ref)
-        .collect::<Option<_>>()?;
-    let body: Vec<Item> = first
-        .iter()
-        .zip(&second)
-        .map(|(a, b)| with_outer(a, b))
-        .collect::<Option<_>>()?;
-    let mut count = 2;
-    while let Some(next) = items.get(count * period..(count + 1) * period) {
-        let fits = next
-            .iter()
-            .zip(&body)
-            .all(|(item, b)| item.as_ref() == Some(&iteration(b, count as i64)));
-        if !fits {
-            break;
-        }
-        count += 1;
-    }
-    let count = count as u32;
-    (count >= MIN_NEST).then_some(Nest {
-        count,
-        body,
-        lanes: Lanes::None,
-    })
-}
-
-/// The affine fields of an item, in [`Item::map_affines`] order.
-fn affines(item: &Item) -> Vec<Affine> {
-    let mut fields = Vec::new();
-    item.map_affines(&mut |a, _| {
-        fields.push(a);
-        a
-    });
-    fields
-}
-
-/// `item` with its affine fields replaced, in [`Item::map_affines`] order.
-fn with_affines(item: &Item, fields: &mut impl Iterator<Item = Affine>) -> Item {
-    item.map_affines(&mut |a, _| fields.next().unwrap_or(a))
-}
-
-/// `a` with outer strides that lead to `b`, if `b` is `a` one repetition later.
-fn with_outer(a: &Item, b: &Item) -> Option<Item> {
-    let same_shape = match (a, b) {
-        (Item::Map(x), Item::Map(y)) => {
-            x.op == y.op
-                && x.len == y.len
-                && x.needs_grad == y.needs_grad
-                && x.grad_args == y.grad_args
-        }
-        (Item::Sum(x), Item::Sum(y)) => {
-            x.tail_len == y.tail_len
-                && x.needs_grad == y.needs_grad
-                && (x.grad_first, x.grad_tail) == (y.grad_first, y.grad_tail)
-        }
-        (Item::Dot(x), Item::Dot(y)) => {
-            with_outer(
-                &Item::Map(x.products.clone()),
-                &Item::Map(y.products.clone()),
-            )
-            .is_some()
-                && with_outer(&Item::Sum(x.sum.clone()), &Item::Sum(y.sum.clone())).is_some()
-        }
-        _ => false,
-    };
-    let (fa, fb) = (affines(a), affines(b));
-    let strides_agree = fa.iter().zip(&fb).all(|(x, y)| x.stride == y.stride);
-    (same_shape && strides_agree).then(|| {
-        with_affines(
-            a,
-            &mut fa.iter().zip(&fb).map(|(x, y)| x.nested(y.base - x.base)),
-        )
-    })
-}
-
-/// Repetition `j` of a body item, as the item it stands for one nest level out.
-fn iteration(item: &Item, j: i64) -> Item {
+/// Repetition `j` of a nest's body item, as the item it stands for one nest level out.
+pub fn iteration(item: &Item, j: i64) -> Item {
     item.map_affines(&mut |a, _| a.unnested(j))
 }
 

@@ -3,3 +3,4 @@
 pub mod lanes;
 pub mod layout;
 pub mod loops;
+pub mod nest;

@@ -10,7 +10,7 @@ use crate::tape::{Slot, Tape};
 pub const LOOP_WEIGHT: usize = 16;
 
 /// `items` cut into functions of about `chunk_size` weight: straight-line nodes count with
-/// their operands, loops count [`LOOP_WEIGHT`]. A `sum` heavier than a whole function is cut
+/// their operands, loops count [`LOOP_WEIGHT`] (see [`weight`]). A `sum` heavier than a whole function is cut
 /// into [`Item::SumPart`]s that continue one another across functions, its additions kept in
 /// order. (Its forward is one chain of dependent additions, which code generation handles in
 /// time superlinear in its length; its backward adds one gradient into each operand, which
@@ -25,7 +25,7 @@ pub fn cut(tape: &Tape, items: &[Item], chunk_size: usize) -> Vec<Vec<Item>> {
     };
     for item in items {
         let Item::Straight(range) = item else {
-            cutter.push(item.clone(), LOOP_WEIGHT * item.loops());
+            cutter.push(item.clone(), weight(item));
             let first_nest = cutter.functions.is_empty()
                 && cutter.current.len() == 1
                 && matches!(item, Item::Nest(_));
@@ -58,6 +58,17 @@ pub fn cut(tape: &Tape, items: &[Item], chunk_size: usize) -> Vec<Vec<Item>> {
     }
     cutter.flush();
     cutter.functions
+}
+
+/// What a loop item weighs: [`LOOP_WEIGHT`] per loop, a single node (in a nest's body) its
+/// operands and itself, as in straight-line code; a nest weighs its body once.
+fn weight(item: &Item) -> usize {
+    match item {
+        Item::Map(m) if m.len == 1 => 1 + m.args.len(),
+        Item::Nest(n) => n.body.iter().map(weight).sum(),
+        Item::Straight(_) | Item::SumPart { .. } => 0,
+        Item::Map(_) | Item::Sum(_) | Item::Dot(_) => LOOP_WEIGHT,
+    }
 }
 
 struct Cutter {

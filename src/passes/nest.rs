@@ -1,0 +1,303 @@
+//! Structure recovery: repeated sequences of items become [`Nest`]s, to any depth.
+//!
+//! A graph written by scalar code repeats itself at every scale: neurons in a layer, a layer
+//! in each copy of a batch, a whole network in each time step of a rollout. In the tape this
+//! is a sequence of items (nodes, loops) followed by the same sequence again, every slot of
+//! the second copy either the same as in the first (a shared param, a constant) or moved by
+//! a constant (its own nodes, its own inputs, the previous step's state). This pass finds
+//! those repetitions bottom-up:
+//!
+//! 1. Every straight-line node becomes an item of its own (a map of one node).
+//! 2. A round scans the items once. At each item it tries, as periods, the distances to the
+//!    next few items of the same shape (everything but the slots' bases equal); the shortest
+//!    period repeated at least [`MIN_NEST`] times with every slot moving by the same amount per
+//!    repetition becomes a nest over those items. The shapes are hashed and the slots
+//!    compared as integers, so a round is linear in the items plus the nests it checks.
+//! 3. Rounds repeat on their own output (nests become items of the next round's nests), the
+//!    longest period allowed doubling from one item per round, back to one after a round
+//!    that nested something: inner repetitions collapse
+//!    into nests before any outer one is tried, so the outer one repeats nests that are
+//!    alike (and bodies are not rotated around an inner repetition). Nests nest up to
+//!    [`MAX_NEST_DEPTH`] levels; the rounds take `O(n log n)`.
+//! 4. Single nodes left outside nests merge back into straight-line ranges.
+//!
+//! A nest runs its repetitions in tape order (backward in reverse, body reversed), so every
+//! node's arithmetic, and every gradient's sequence of additions, is the interpreter's.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+
+use super::loops::{iteration, Affine, Item, Lanes, MapLoop, Nest, SumLoop, MAX_NEST_DEPTH};
+use crate::op::Op;
+use crate::tape::{Slot, Tape};
+
+/// Nests need at least this many repetitions.
+pub const MIN_NEST: u32 = 3;
+/// How many later items of the same shape are tried as the period of a nest.
+const CANDIDATE_PERIODS: usize = 4;
+
+/// `items` (in tape order, covering every non-leaf slot) with their repetitions nested.
+pub fn recover(tape: &Tape, items: Vec<Item>) -> Vec<Item> {
+    let mut items = singles(tape, items);
+    let mut max_period = 1;
+    while max_period * MIN_NEST as usize <= items.len() {
+        let before = items.len();
+        items = round(items, max_period);
+        // New nests may repeat with a short period again (copies of a layer's nest).
+        max_period = if items.len() < before {
+            1
+        } else {
+            2 * max_period
+        };
+    }
+    merge_singles(items)
+}
+
+/// Straight-line ranges as one single-node item per node.
+fn singles(tape: &Tape, items: Vec<Item>) -> Vec<Item> {
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        match item {
+            Item::Straight(range) => out.extend(
+                range
+                    .map(Slot)
+                    .filter(|&s| !tape.op(s).is_leaf())
+                    .map(|s| single(tape, s)),
+            ),
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Node `s` as a map of one node.
+fn single(tape: &Tape, s: Slot) -> Item {
+    Item::Map(MapLoop {
+        op: tape.op(s),
+        out: Affine::fixed(s),
+        args: tape.args(s).iter().map(|&a| Affine::fixed(a)).collect(),
+        len: 1,
+        needs_grad: tape.needs_grad(s),
+        grad_args: tape.args(s).iter().map(|&a| tape.needs_grad(a)).collect(),
+    })
+}
+
+/// The slot of a top-level single-node item.
+fn single_slot(item: &Item) -> Option<u32> {
+    match item {
+        Item::Map(m) if m.len == 1 && m.out.stride == 0 && m.out.outer == [0; MAX_NEST_DEPTH] => {
+            Some(m.out.base as u32)
+        }
+        _ => None,
+    }
+}
+
+/// Runs of single-node items outside nests back as straight-line ranges.
+fn merge_singles(items: Vec<Item>) -> Vec<Item> {
+    let mut out: Vec<Item> = Vec::with_capacity(items.len());
+    for item in items {
+        match (single_slot(&item), out.last_mut()) {
+            (Some(s), Some(Item::Straight(range))) => range.end = s + 1,
+            (Some(s), _) => out.push(Item::Straight(s..s + 1)),
+            (None, _) => out.push(item),
+        }
+    }
+    out
+}
+
+/// One scan over `items`, nesting the shortest repetition (of at most `max_period` items)
+/// starting at each item.
+fn round(items: Vec<Item>, max_period: usize) -> Vec<Item> {
+    let keys: Vec<Option<u64>> = items.iter().map(shape_key).collect();
+    let bases: Vec<Vec<i64>> = items
+        .iter()
+        .map(|item| {
+            let mut b = Vec::new();
+            item.for_each_affine(&mut |a| b.push(a.base));
+            b
+        })
+        .collect();
+    let next = next_of_same_shape(&keys);
+    let mut out = Vec::with_capacity(items.len());
+    let mut i = 0;
+    while i < items.len() {
+        let mut periods = Vec::with_capacity(CANDIDATE_PERIODS);
+        let mut j = next[i];
+        while let Some(k) = j {
+            let p = k - i;
+            if periods.len() == CANDIDATE_PERIODS || p > max_period || i + 2 * p > items.len() {
+                break;
+            }
+            periods.push(p);
+            j = next[k];
+        }
+        let best = periods
+            .into_iter()
+            .map(|p| (repetitions(&keys, &bases, i, p), p))
+            // The shortest period that repeats: inner structure first (neurons before the
+            // layers they form), so that the next round finds the outer repetition over
+            // nests that are alike.
+            .find(|&(count, _)| count >= MIN_NEST as usize);
+        let nest = best.and_then(|(count, p)| nest_of(&items[i..i + count * p], p));
+        match nest {
+            Some(nest) => {
+                i += nest.count as usize * nest.body.len();
+                out.push(Item::Nest(nest));
+            }
+            None => {
+                out.push(items[i].clone());
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// Per item, the index of the next item of the same shape.
+fn next_of_same_shape(keys: &[Option<u64>]) -> Vec<Option<usize>> {
+    let mut next = vec![None; keys.len()];
+    let mut last_seen: HashMap<u64, usize> = HashMap::new();
+    for (i, key) in keys.iter().enumerate().rev() {
+        if let Some(key) = key {
+            next[i] = last_seen.insert(*key, i);
+        }
+    }
+    next
+}
+
+/// How many times the `period` items at `i` repeat, each repetition of the same shapes
+/// with every slot moved by the same amount as from the first to the second.
+fn repetitions(keys: &[Option<u64>], bases: &[Vec<i64>], i: usize, period: usize) -> usize {
+    let same_shape = |a: usize, b: usize| {
+        keys[a].is_some() && keys[a] == keys[b] && bases[a].len() == bases[b].len()
+    };
+    let mut count = 1;
+    while i + (count + 1) * period <= keys.len() {
+        let start = i + count * period;
+        let fits = (0..period).all(|k| {
+            let (first, prev, this) = (i + k, start - period + k, start + k);
+            same_shape(first, this)
+                && (count == 1
+                    || bases[this]
+                        .iter()
+                        .zip(&bases[prev])
+                        .zip(bases[first + period].iter().zip(&bases[first]))
+                        .all(|((t, p), (s, f))| t - p == s - f))
+        });
+        if !fits {
+            break;
+        }
+        count += 1;
+    }
+    count
+}
+
+/// The nest whose repetitions are `items`, `period` at a time, if they are exactly that
+/// (the hashes that led here may collide).
+fn nest_of(items: &[Item], period: usize) -> Option<Nest> {
+    let count = items.len() / period;
+    let body: Vec<Item> = items[..period]
+        .iter()
+        .zip(&items[period..2 * period])
+        .map(|(a, b)| with_outer(a, b))
+        .collect::<Option<_>>()?;
+    let exact = (0..count).all(|j| {
+        body.iter()
+            .zip(&items[j * period..(j + 1) * period])
+            .all(|(b, item)| iteration(b, j as i64) == *item)
+    });
+    exact.then_some(Nest {
+        count: count as u32,
+        body,
+        lanes: Lanes::None,
+    })
+}
+
+/// A hash of the item's shape: everything but its slots' bases. `None` for items that
+/// cannot be nested (straight-line ranges, nests already [`MAX_NEST_DEPTH`] deep).
+fn shape_key(item: &Item) -> Option<u64> {
+    if matches!(item, Item::Straight(_) | Item::SumPart { .. }) || item.depth() >= MAX_NEST_DEPTH {
+        return None;
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    hash_shape(item, &mut h);
+    item.for_each_affine(&mut |a| (a.stride, a.outer).hash(&mut h));
+    Some(h.finish())
+}
+
+fn hash_shape(item: &Item, h: &mut impl Hasher) {
+    fn op(op: Op, h: &mut impl Hasher) {
+        op.name().hash(h);
+        if let Op::Powf(c) | Op::Const(c) = op {
+            c.to_bits().hash(h);
+        }
+    }
+    fn map(m: &MapLoop, h: &mut impl Hasher) {
+        op(m.op, h);
+        (m.len, m.needs_grad, &m.grad_args).hash(h);
+    }
+    fn sum(s: &SumLoop, h: &mut impl Hasher) {
+        (s.tail_len, s.needs_grad, s.grad_first, s.grad_tail).hash(h);
+    }
+    std::mem::discriminant(item).hash(h);
+    match item {
+        Item::Map(m) => map(m, h),
+        Item::Sum(s) => sum(s, h),
+        Item::Dot(d) => {
+            map(&d.products, h);
+            sum(&d.sum, h);
+        }
+        Item::Nest(n) => {
+            (n.count, n.body.len(), n.lanes).hash(h);
+            n.body.iter().for_each(|b| hash_shape(b, h));
+        }
+        Item::Straight(_) | Item::SumPart { .. } => {}
+    }
+}
+
+/// Whether `a` and `b` are the same but for their slots.
+fn same_shape(a: &Item, b: &Item) -> bool {
+    let maps = |x: &MapLoop, y: &MapLoop| {
+        x.op == y.op
+            && x.len == y.len
+            && x.args.len() == y.args.len()
+            && x.needs_grad == y.needs_grad
+            && x.grad_args == y.grad_args
+    };
+    let sums = |x: &SumLoop, y: &SumLoop| {
+        x.tail_len == y.tail_len
+            && x.needs_grad == y.needs_grad
+            && (x.grad_first, x.grad_tail) == (y.grad_first, y.grad_tail)
+    };
+    match (a, b) {
+        (Item::Map(x), Item::Map(y)) => maps(x, y),
+        (Item::Sum(x), Item::Sum(y)) => sums(x, y),
+        (Item::Dot(x), Item::Dot(y)) => maps(&x.products, &y.products) && sums(&x.sum, &y.sum),
+        (Item::Nest(x), Item::Nest(y)) => {
+            x.count == y.count
+                && x.lanes == y.lanes
+                && x.body.len() == y.body.len()
+                && x.body.iter().zip(&y.body).all(|(a, b)| same_shape(a, b))
+        }
+        _ => false,
+    }
+}
+
+/// `a` with outer strides that lead to `b`, if `b` is `a` one repetition later.
+fn with_outer(a: &Item, b: &Item) -> Option<Item> {
+    let mut fb = Vec::new();
+    b.for_each_affine(&mut |x| fb.push(*x));
+    let mut fa = Vec::with_capacity(fb.len());
+    a.for_each_affine(&mut |x| fa.push(*x));
+    let agree = fa.len() == fb.len()
+        && fa
+            .iter()
+            .zip(&fb)
+            .all(|(x, y)| x.stride == y.stride && x.outer == y.outer)
+        && fa.iter().all(|x| x.outer[MAX_NEST_DEPTH - 1] == 0);
+    if !(agree && same_shape(a, b)) {
+        return None;
+    }
+    let mut steps = fa.iter().zip(&fb).map(|(x, y)| y.base - x.base);
+    Some(a.map_affines(&mut |x, _| x.nested(steps.next().unwrap_or(0))))
+}
