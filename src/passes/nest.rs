@@ -39,16 +39,18 @@ const CANDIDATE_PERIODS: usize = 4;
 /// `items` (in tape order, covering every non-leaf slot) with their repetitions nested.
 pub fn recover(tape: &Tape, items: Vec<Item>) -> Vec<Item> {
     let mut items = singles(tape, items);
+    let mut shapes = Shapes::of(&items);
     let mut max_period = 1;
     while max_period * MIN_NEST as usize <= items.len() {
-        let before = items.len();
-        items = round(items, max_period);
-        // New nests may repeat with a short period again (copies of a layer's nest).
-        max_period = if items.len() < before {
-            1
+        let nests = round(&items, &shapes, max_period);
+        if nests.is_empty() {
+            max_period *= 2;
         } else {
-            2 * max_period
-        };
+            items = with_nests(items, nests);
+            shapes = Shapes::of(&items);
+            // New nests may repeat with a short period again (copies of a layer's nest).
+            max_period = 1;
+        }
     }
     merge_singles(items)
 }
@@ -105,49 +107,130 @@ fn merge_singles(items: Vec<Item>) -> Vec<Item> {
     out
 }
 
-/// One scan over `items`, nesting the shortest repetition (of at most `max_period` items)
-/// starting at each item.
-fn round(items: Vec<Item>, max_period: usize) -> Vec<Item> {
-    let keys: Vec<Option<u64>> = items.iter().map(shape_key).collect();
-    let bases: Vec<Vec<i64>> = items
-        .iter()
-        .map(|item| {
-            let mut b = Vec::new();
-            item.for_each_affine(&mut |a| b.push(a.base));
-            b
-        })
-        .collect();
-    let next = next_of_same_shape(&keys);
-    let mut out = Vec::with_capacity(items.len());
-    let mut i = 0;
-    while i < items.len() {
+/// What a round compares: per item, its shape's hash (`None` if it cannot be nested) and
+/// its slots' bases, and the next item of the same shape.
+struct Shapes {
+    keys: Vec<Option<u64>>,
+    /// Item `i`'s bases are `bases[offsets[i]..offsets[i + 1]]`.
+    bases: Vec<i64>,
+    offsets: Vec<usize>,
+    next: Vec<Option<usize>>,
+}
+
+impl Shapes {
+    fn of(items: &[Item]) -> Shapes {
+        let keys: Vec<Option<u64>> = items.iter().map(shape_key).collect();
+        let mut bases = Vec::with_capacity(items.len() * 3);
+        let mut offsets = Vec::with_capacity(items.len() + 1);
+        offsets.push(0);
+        for item in items {
+            item.for_each_affine(&mut |a| bases.push(a.base));
+            offsets.push(bases.len());
+        }
+        let next = next_of_same_shape(&keys);
+        Shapes {
+            keys,
+            bases,
+            offsets,
+            next,
+        }
+    }
+
+    fn bases(&self, i: usize) -> &[i64] {
+        &self.bases[self.offsets[i]..self.offsets[i + 1]]
+    }
+
+    fn same_shape(&self, a: usize, b: usize) -> bool {
+        self.keys[a].is_some()
+            && self.keys[a] == self.keys[b]
+            && self.bases(a).len() == self.bases(b).len()
+    }
+
+    /// How many times the `period` items at `i` repeat, each repetition of the same shapes
+    /// with every slot moved by the same amount as from the first to the second.
+    fn repetitions(&self, i: usize, period: usize) -> usize {
+        let mut count = 1;
+        while i + (count + 1) * period <= self.keys.len() {
+            let start = i + count * period;
+            let fits = (0..period).all(|k| {
+                let (first, prev, this) = (i + k, start - period + k, start + k);
+                self.same_shape(first, this)
+                    && (count == 1
+                        || self
+                            .bases(this)
+                            .iter()
+                            .zip(self.bases(prev))
+                            .zip(self.bases(first + period).iter().zip(self.bases(first)))
+                            .all(|((t, p), (s, f))| t - p == s - f))
+            });
+            if !fits {
+                break;
+            }
+            count += 1;
+        }
+        count
+    }
+
+    /// Periods to try at item `i`: the distances to the next few items of its shape, up to
+    /// `max_period` and as long as two repetitions fit.
+    fn periods(&self, i: usize, max_period: usize) -> Vec<usize> {
         let mut periods = Vec::with_capacity(CANDIDATE_PERIODS);
-        let mut j = next[i];
+        let mut j = self.next[i];
         while let Some(k) = j {
             let p = k - i;
-            if periods.len() == CANDIDATE_PERIODS || p > max_period || i + 2 * p > items.len() {
+            if periods.len() == CANDIDATE_PERIODS || p > max_period || i + 2 * p > self.keys.len() {
                 break;
             }
             periods.push(p);
-            j = next[k];
+            j = self.next[k];
         }
-        let best = periods
+        periods
+    }
+}
+
+/// One scan over `items`: the nests it makes, each with the index of its first item, for
+/// the shortest repetition (of at most `max_period` items) starting at each item.
+fn round(items: &[Item], shapes: &Shapes, max_period: usize) -> Vec<(usize, Nest)> {
+    let mut nests = Vec::new();
+    let mut i = 0;
+    while i < items.len() {
+        let nest = shapes
+            .periods(i, max_period)
             .into_iter()
-            .map(|p| (repetitions(&keys, &bases, i, p), p))
+            .map(|p| (shapes.repetitions(i, p), p))
             // The shortest period that repeats: inner structure first (neurons before the
             // layers they form), so that the next round finds the outer repetition over
             // nests that are alike.
-            .find(|&(count, _)| count >= MIN_NEST as usize);
-        let nest = best.and_then(|(count, p)| nest_of(&items[i..i + count * p], p));
+            .find(|&(count, _)| count >= MIN_NEST as usize)
+            .and_then(|(count, p)| nest_of(&items[i..i + count * p], p));
         match nest {
             Some(nest) => {
-                i += nest.count as usize * nest.body.len();
+                let covered = nest.count as usize * nest.body.len();
+                nests.push((i, nest));
+                i += covered;
+            }
+            None => i += 1,
+        }
+    }
+    nests
+}
+
+/// `items` with the items of each nest replaced by the nest.
+fn with_nests(items: Vec<Item>, nests: Vec<(usize, Nest)>) -> Vec<Item> {
+    let mut out = Vec::with_capacity(items.len());
+    let mut nests = nests.into_iter().peekable();
+    let mut skip = 0;
+    for (i, item) in items.into_iter().enumerate() {
+        if skip > 0 {
+            skip -= 1;
+            continue;
+        }
+        match nests.next_if(|(start, _)| *start == i) {
+            Some((_, nest)) => {
+                skip = nest.count as usize * nest.body.len() - 1;
                 out.push(Item::Nest(nest));
             }
-            None => {
-                out.push(items[i].clone());
-                i += 1;
-            }
+            None => out.push(item),
         }
     }
     out
@@ -163,33 +246,6 @@ fn next_of_same_shape(keys: &[Option<u64>]) -> Vec<Option<usize>> {
         }
     }
     next
-}
-
-/// How many times the `period` items at `i` repeat, each repetition of the same shapes
-/// with every slot moved by the same amount as from the first to the second.
-fn repetitions(keys: &[Option<u64>], bases: &[Vec<i64>], i: usize, period: usize) -> usize {
-    let same_shape = |a: usize, b: usize| {
-        keys[a].is_some() && keys[a] == keys[b] && bases[a].len() == bases[b].len()
-    };
-    let mut count = 1;
-    while i + (count + 1) * period <= keys.len() {
-        let start = i + count * period;
-        let fits = (0..period).all(|k| {
-            let (first, prev, this) = (i + k, start - period + k, start + k);
-            same_shape(first, this)
-                && (count == 1
-                    || bases[this]
-                        .iter()
-                        .zip(&bases[prev])
-                        .zip(bases[first + period].iter().zip(&bases[first]))
-                        .all(|((t, p), (s, f))| t - p == s - f))
-        });
-        if !fits {
-            break;
-        }
-        count += 1;
-    }
-    count
 }
 
 /// The nest whose repetitions are `items`, `period` at a time, if they are exactly that
@@ -219,10 +275,30 @@ fn shape_key(item: &Item) -> Option<u64> {
     if matches!(item, Item::Straight(_) | Item::SumPart { .. }) || item.depth() >= MAX_NEST_DEPTH {
         return None;
     }
-    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut h = FxHasher(0);
     hash_shape(item, &mut h);
     item.for_each_affine(&mut |a| (a.stride, a.outer).hash(&mut h));
     Some(h.finish())
+}
+
+/// The multiply-rotate hash of rustc's `FxHasher`: shapes are hashed once per item per
+/// round, and SipHash's resistance to chosen inputs buys nothing here.
+struct FxHasher(u64);
+
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 fn hash_shape(item: &Item, h: &mut impl Hasher) {
