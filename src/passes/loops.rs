@@ -78,10 +78,17 @@ impl Affine {
 
     /// The same sequence in repetition `j` of its outermost nest, as seen outside that nest.
     pub fn unnested(self, j: i64) -> Affine {
-        let mut outer = [0; MAX_NEST_DEPTH];
-        outer[..MAX_NEST_DEPTH - 1].copy_from_slice(&self.outer[1..]);
+        self.unnested_at(0, j)
+    }
+
+    /// The same sequence in repetition `j` of the nest at `level` (0: the outermost), that
+    /// nest removed.
+    pub fn unnested_at(self, level: usize, j: i64) -> Affine {
+        let mut outer = self.outer;
+        outer.copy_within(level + 1.., level);
+        outer[MAX_NEST_DEPTH - 1] = 0;
         Affine {
-            base: self.base + self.outer[0] * j,
+            base: self.base + self.outer[level] * j,
             stride: self.stride,
             outer,
         }

@@ -19,7 +19,8 @@
 //!    into nests before any outer one is tried, so the outer one repeats nests that are
 //!    alike (and bodies are not rotated around an inner repetition). Nests nest up to
 //!    [`MAX_NEST_DEPTH`] levels; the rounds take `O(n log n)`.
-//! 4. Single nodes left outside nests merge back into straight-line ranges.
+//! 4. Nests too small to pay ([`MIN_NEST_NODES`]) unroll, and single nodes left outside nests
+//!    merge back into straight-line ranges.
 //!
 //! A nest runs its repetitions in tape order (backward in reverse, body reversed), so every
 //! node's arithmetic, and every gradient's sequence of additions, is the interpreter's.
@@ -27,7 +28,9 @@
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 
-use super::loops::{iteration, Affine, Item, Lanes, MapLoop, Nest, SumLoop, MAX_NEST_DEPTH};
+use super::loops::{
+    iteration, AccessKind, Affine, Item, Lanes, MapLoop, Nest, SumLoop, MAX_NEST_DEPTH,
+};
 use crate::op::Op;
 use crate::tape::{Slot, Tape};
 
@@ -52,7 +55,43 @@ pub fn recover(tape: &Tape, items: Vec<Item>) -> Vec<Item> {
             max_period = 1;
         }
     }
-    merge_singles(items)
+    merge_singles(unroll_small(items))
+}
+
+/// A top-level nest covering fewer nodes than this runs faster straight-line: its loop
+/// saves no compile time worth having, and costs loads, stores and a branch per repetition
+/// that straight-line code keeps in registers.
+pub const MIN_NEST_NODES: usize = 32;
+
+/// Nests smaller than [`MIN_NEST_NODES`] back as their items, repeated: at the top level
+/// they run straight-line; in a nest's body, the body's loop runs their nodes in sequence
+/// (and a body without nests may run in lanes).
+fn unroll_small(items: Vec<Item>) -> Vec<Item> {
+    unroll_small_at(items, 0)
+}
+
+/// [`unroll_small`] for the body of a nest inside `level` nests.
+fn unroll_small_at(items: Vec<Item>, level: usize) -> Vec<Item> {
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        let Item::Nest(n) = item else {
+            out.push(item);
+            continue;
+        };
+        let body = unroll_small_at(n.body, level + 1);
+        let nodes: usize = n.count as usize * body.iter().map(Item::loop_nodes).sum::<usize>();
+        if nodes < MIN_NEST_NODES {
+            for j in 0..n.count as i64 {
+                out.extend(
+                    body.iter()
+                        .map(|b| b.map_affines(&mut |a, _| a.unnested_at(level, j))),
+                );
+            }
+        } else {
+            out.push(Item::Nest(Nest { body, ..n }));
+        }
+    }
+    out
 }
 
 /// Straight-line ranges as one single-node item per node.
@@ -202,6 +241,7 @@ fn round(items: &[Item], shapes: &Shapes, max_period: usize) -> Vec<(usize, Nest
             // layers they form), so that the next round finds the outer repetition over
             // nests that are alike.
             .find(|&(count, _)| count >= MIN_NEST as usize)
+            .filter(|&(_, p)| !better_rotation_ahead(items, shapes, i, p))
             .and_then(|(count, p)| nest_of(&items[i..i + count * p], p));
         match nest {
             Some(nest) => {
@@ -213,6 +253,49 @@ fn round(items: &[Item], shapes: &Shapes, max_period: usize) -> Vec<(usize, Nest
         }
     }
     nests
+}
+
+/// Whether the nest of period `p` at `i` is a rotation of a better one starting at one of
+/// the next `p - 1` items: one whose repetitions do not read what the previous one wrote
+/// right away, which `[relu, dot]` repeated does where `[dot, relu]` does not. A rotated
+/// body chains its repetitions (no lanes); the scan moves on and finds the right start.
+fn better_rotation_ahead(items: &[Item], shapes: &Shapes, i: usize, p: usize) -> bool {
+    let chained = |start: usize| {
+        let (lo, hi) = (first_write(&items[start]), first_write(&items[start + p]));
+        reads_within(&items[start + p], lo..hi)
+    };
+    chained(i)
+        && (1..p).any(|r| {
+            i + r + MIN_NEST as usize * p <= items.len()
+                && shapes.repetitions(i + r, p) >= MIN_NEST as usize
+                && !chained(i + r)
+        })
+}
+
+/// The first slot `item` writes (items write slots in increasing order).
+fn first_write(item: &Item) -> u32 {
+    let mut first = u32::MAX;
+    for (access, counts) in item.nested_accesses() {
+        if let AccessKind::Writes { .. } = access.kind {
+            let zeros = vec![0; counts.len()];
+            first = first.min(access.at.at_levels(0, &zeros).0);
+        }
+    }
+    if let Item::Map(m) = item {
+        first = first.min(m.out.base as u32);
+    }
+    first
+}
+
+/// Whether `item` reads a slot in `range`.
+fn reads_within(item: &Item, range: std::ops::Range<u32>) -> bool {
+    let mut hit = false;
+    for (access, counts) in item.nested_accesses() {
+        if let AccessKind::Reads { .. } = access.kind {
+            access.for_each_slot(&counts, |s| hit |= range.contains(&s.0));
+        }
+    }
+    hit
 }
 
 /// `items` with the items of each nest replaced by the nest.

@@ -3,10 +3,11 @@
 //! A nest whose body holds no nest runs in lanes where `passes::lanes` proves it exact:
 //! forward when no repetition reads what another writes, backward when the lane order adds
 //! every gradient's contributions in the interpreter's order. Nests of nests run one
-//! repetition after the other.
+//! repetition after the other, and the nests in their bodies in lanes where the analyses
+//! hold in every repetition of the nests around.
 
 use crate::passes::lanes::{backward_lanes_keep_order, repetitions_independent};
-use crate::passes::loops::{Item, Lanes, Nest};
+use crate::passes::loops::{iteration, Item, Lanes, Nest};
 
 /// At most this many repetitions run together in lanes (eight vectors of eight).
 pub const MAX_LANE_GROUP: u32 = 64;
@@ -29,16 +30,44 @@ pub fn lane_group(count: u32) -> u32 {
         .unwrap_or(MAX_LANE_GROUP)
 }
 
-/// `item` with its lanes decided (a nest's; anything else is returned as it is).
+/// `item` with its lanes decided (a nest's, and those of the nests in its body; anything
+/// else is returned as it is).
 pub fn decide(item: &Item) -> Item {
+    decide_within(item, &[])
+}
+
+/// [`decide`] for an item inside nests of `outer` repetitions (outermost first).
+fn decide_within(item: &Item, outer: &[u32]) -> Item {
     let Item::Nest(nest) = item else {
         return item.clone();
     };
     let flat = nest.body.iter().all(|b| !matches!(b, Item::Nest(_)));
+    if !flat {
+        // The nest runs one repetition after the other; the nests in its body may not.
+        let within: Vec<u32> = outer.iter().copied().chain([nest.count]).collect();
+        return Item::Nest(Nest {
+            body: nest
+                .body
+                .iter()
+                .map(|b| decide_within(b, &within))
+                .collect(),
+            lanes: Lanes::None,
+            ..nest.clone()
+        });
+    }
+    // Lanes reorder the repetitions within one repetition of the nests around: the analyses
+    // must hold in every one of those (a repetition's slots differ from the next one's).
+    let instances = instances(&nest.body, outer);
     let group = lane_group(nest.count);
-    let lanes = if !flat || !repetitions_independent(&nest.body, nest.count) {
+    let lanes = if !instances
+        .iter()
+        .all(|body| repetitions_independent(body, nest.count))
+    {
         Lanes::None
-    } else if backward_lanes_keep_order(&nest.body, nest.count, group) {
+    } else if instances
+        .iter()
+        .all(|body| backward_lanes_keep_order(body, nest.count, group))
+    {
         Lanes::Both { group }
     } else {
         Lanes::Forward { group }
@@ -47,4 +76,19 @@ pub fn decide(item: &Item) -> Item {
         lanes,
         ..nest.clone()
     })
+}
+
+/// `body` as it stands in each repetition of the nests around it (of `outer` repetitions,
+/// outermost first): its outer levels fixed, its own level outermost.
+fn instances(body: &[Item], outer: &[u32]) -> Vec<Vec<Item>> {
+    let mut bodies = vec![body.to_vec()];
+    for &count in outer {
+        bodies = bodies
+            .iter()
+            .flat_map(|b| {
+                (0..count as i64).map(move |j| b.iter().map(|item| iteration(item, j)).collect())
+            })
+            .collect();
+    }
+    bodies
 }

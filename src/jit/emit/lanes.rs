@@ -301,7 +301,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         Ok(())
     }
 
-    /// The repetitions of a vector's first lane.
+    /// The repetitions of a vector's first lane (its offset added at the lanes' level).
     pub(super) fn lane_js(&self, reps: &Reps<'ctx>, lanes: Vector) -> Emit<Vec<IntValue<'ctx>>> {
         let mut js = reps.js.clone();
         if lanes.offset > 0 {
@@ -309,7 +309,8 @@ impl<'ctx> Emitter<'ctx, '_> {
                 .context
                 .i64_type()
                 .const_int(lanes.offset as u64, false);
-            js[0] = self.builder.build_int_add(js[0], k, "j")?;
+            let level = reps.lane_level();
+            js[level] = self.builder.build_int_add(js[level], k, "j")?;
         }
         Ok(js)
     }
