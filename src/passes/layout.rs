@@ -6,7 +6,8 @@
 //! weights of all neurons for one input next to each other. This pass moves every param
 //! matrix a nest reads into that order (input-major, repetition-minor), which makes the
 //! lowering's loads unit-stride across repetitions, and rewrites the schedule it was given to
-//! the moved slots. Only slots move; no operation changes, so results stay bit-identical.
+//! the moved slots. Nests inside nests count too, for the params the nests around them share
+//! (a layer applied to every copy of a batch, or at every step of a rollout). Only slots move; no operation changes, so results stay bit-identical.
 //! [`crate::Program::params`] and friends keep speaking creation order.
 
 use crate::error::Result;
@@ -23,14 +24,17 @@ pub fn apply(tape: Tape, schedule: Schedule) -> Result<(Tape, Schedule)> {
     for (s, &f) in from.iter().enumerate() {
         to[f as usize] = s as u32;
     }
-    let mut remapped = true;
-    let items = schedule
-        .items
-        .iter()
-        .map(|item| remap(item, &to, &[], &mut remapped))
-        .collect();
-    if !remapped {
-        return Ok((tape, schedule));
+    let mut items = Vec::with_capacity(schedule.items.len());
+    for item in &schedule.items {
+        let mut ok = true;
+        let moved = remap(item, &to, &[], &mut ok);
+        // A loop over params in creation order (an L2 term) is no longer one once they
+        // moved: it runs straight-line. Inside a nest there is no such way out.
+        match (ok, straight_line(item)) {
+            (true, _) => items.push(moved),
+            (false, Some(straight)) => items.push(straight),
+            (false, None) => return Ok((tape, schedule)),
+        }
     }
     let moved = tape.into_param_layout(&from)?;
     Ok((moved, Schedule { items, ..schedule }))
@@ -42,35 +46,79 @@ pub fn param_layout(tape: &Tape, schedule: &Schedule) -> Option<Vec<u32>> {
     let p = tape.num_params();
     let mut placed = vec![false; p];
     let mut from = Vec::with_capacity(p);
-    for item in &schedule.items {
-        let Item::Nest(nest) = item else { continue };
-        for (a, len) in operands(nest) {
-            if a.outer[0] == 0 {
+    let mut place = |slots: Vec<u32>| {
+        let free = slots
+            .iter()
+            .all(|&s| (s as usize) < p && !placed[s as usize]);
+        let distinct = free && {
+            let mut seen = slots.clone();
+            seen.sort_unstable();
+            seen.windows(2).all(|w| w[0] != w[1])
+        };
+        if distinct {
+            for &s in &slots {
+                placed[s as usize] = true;
+            }
+            from.extend(slots);
+        }
+    };
+    for nest in flat_nests(&schedule.items) {
+        let level = nest.level;
+        for (a, len) in operands(nest.nest) {
+            // Params the nests around share (the same in every repetition of theirs), read
+            // at a different slot by each repetition of this one.
+            if a.outer[level] == 0 || a.outer[..level].iter().any(|&o| o != 0) {
                 continue;
             }
             // Input-major: every repetition's slot for `t`, then for `t + 1`.
+            let mut js = vec![0; level + 1];
             let slots: Vec<u32> = (0..len)
-                .flat_map(|t| (0..nest.count).map(move |j| a.at_nested(t, j).0))
+                .flat_map(|t| (0..nest.nest.count).map(move |j| (t, j)))
+                .map(|(t, j)| {
+                    js[level] = j;
+                    a.at_levels(t, &js).0
+                })
                 .collect();
-            let free = slots
-                .iter()
-                .all(|&s| (s as usize) < p && !placed[s as usize]);
-            let distinct = free && {
-                let mut seen = slots.clone();
-                seen.sort_unstable();
-                seen.windows(2).all(|w| w[0] != w[1])
-            };
-            if distinct {
-                for &s in &slots {
-                    placed[s as usize] = true;
-                }
-                from.extend(slots);
-            }
+            place(slots);
         }
     }
     from.extend((0..p as u32).filter(|&s| !placed[s as usize]));
     let moved = from.iter().enumerate().any(|(s, &f)| s as u32 != f);
     moved.then_some(from)
+}
+
+/// A top-level loop as the straight-line range of the slots it computes.
+fn straight_line(item: &Item) -> Option<Item> {
+    let (first, last) = match item {
+        Item::Map(m) if m.out.stride == 1 => (m.out.at(0).0, m.out.at(m.len - 1).0),
+        Item::Sum(sum) => (sum.slot.at(0).0, sum.slot.at(0).0),
+        Item::Dot(d) if d.products.out.stride == 1 => (d.products.out.at(0).0, d.sum.slot.at(0).0),
+        _ => return None,
+    };
+    Some(Item::Straight(first..last + 1))
+}
+
+/// A nest whose body holds no nest, inside `level` nests.
+struct FlatNest<'s> {
+    nest: &'s Nest,
+    level: usize,
+}
+
+/// Every nest of `items` whose body holds no nest, at any depth, in tape order.
+fn flat_nests(items: &[Item]) -> Vec<FlatNest<'_>> {
+    fn visit<'s>(items: &'s [Item], level: usize, out: &mut Vec<FlatNest<'s>>) {
+        for item in items {
+            let Item::Nest(nest) = item else { continue };
+            if nest.body.iter().any(|b| matches!(b, Item::Nest(_))) {
+                visit(&nest.body, level + 1, out);
+            } else {
+                out.push(FlatNest { nest, level });
+            }
+        }
+    }
+    let mut out = Vec::new();
+    visit(items, 0, &mut out);
+    out
 }
 
 /// The operands a nest of one level reads, each with its length along `t` (nests in its
