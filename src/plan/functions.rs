@@ -61,11 +61,12 @@ pub fn cut(tape: &Tape, items: &[Item], chunk_size: usize) -> Vec<Vec<Item>> {
 }
 
 /// What a loop item weighs: [`LOOP_WEIGHT`] per loop, a single node (in a nest's body) its
-/// operands and itself, as in straight-line code; a nest weighs its body once.
+/// operands and itself, as in straight-line code; a nest weighs its body once (at least
+/// [`LOOP_WEIGHT`] per loop).
 fn weight(item: &Item) -> usize {
     match item {
         Item::Map(m) if m.len == 1 => 1 + m.args.len(),
-        Item::Nest(n) => n.body.iter().map(weight).sum(),
+        Item::Nest(n) => (LOOP_WEIGHT * item.loops()).max(n.body.iter().map(weight).sum()),
         Item::Straight(_) | Item::SumPart { .. } => 0,
         Item::Map(_) | Item::Sum(_) | Item::Dot(_) => LOOP_WEIGHT,
     }
