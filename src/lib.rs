@@ -26,7 +26,7 @@ pub use program::Program;
 pub use tape::{Slot, Tape, TapeNodeView};
 pub mod jit;
 pub mod nn;
-pub use jit::{Jit, JitBuilder, JitStats, OptLevel};
+pub use jit::{Jit, JitBuilder, JitStats, NestStats, OptLevel};
 
 /// The README's examples are compiled and run as doctests.
 #[doc = include_str!("../README.md")]

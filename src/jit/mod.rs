@@ -102,11 +102,49 @@ pub struct JitStats {
     pub loop_nodes: usize,
     /// How deep the loops nest (0: no nest; 1: nests of loops; 2: nests of nests ...).
     pub nest_depth: usize,
+    /// The repeated structure loop recovery found: each outermost nest in tape order (a
+    /// batch written as copies, a rollout's steps, a layer's neurons), with the nests in it.
+    pub nests: Vec<NestStats>,
+}
+
+/// One recovered nest: a body of tape nodes repeated `count` times.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NestStats {
+    /// Repetitions.
+    pub count: u32,
+    /// Tape nodes it covers (every repetition's).
+    pub nodes: usize,
+    /// Whether its repetitions run side by side in vector lanes (forward, at least).
+    pub lanes: bool,
+    /// The nests in its body, in tape order.
+    pub inner: Vec<NestStats>,
+}
+
+impl NestStats {
+    fn of(items: &[recovery::Item]) -> Vec<NestStats> {
+        items
+            .iter()
+            .filter_map(|item| match item {
+                recovery::Item::Nest(n) => Some(NestStats {
+                    count: n.count,
+                    nodes: item.loop_nodes(),
+                    lanes: n.lanes.forward().is_some(),
+                    inner: NestStats::of(&n.body),
+                }),
+                _ => None,
+            })
+            .collect()
+    }
 }
 
 impl JitStats {
     pub fn total_secs(&self) -> f64 {
         self.schedule_secs + self.ir_build_secs + self.optimize_secs + self.codegen_secs
+    }
+
+    /// The share of the tape's nodes that run in loops (0 to 1).
+    pub fn coverage(&self) -> f64 {
+        self.loop_nodes as f64 / self.tape_nodes.max(1) as f64
     }
 }
 
@@ -234,6 +272,11 @@ impl JitBuilder {
         stats.loops = plan.loops;
         stats.loop_nodes = plan.loop_nodes;
         stats.nest_depth = plan.nest_depth;
+        stats.nests = plan
+            .functions
+            .iter()
+            .flat_map(|f| NestStats::of(f))
+            .collect();
         let native = Native::compile(&tape, &plan, self, &mut stats)?;
         Ok(Jit {
             tape,
