@@ -36,8 +36,9 @@ use crate::tape::{Slot, Tape};
 
 /// Nests need at least this many repetitions.
 pub const MIN_NEST: u32 = 3;
-/// How many later items of the same shape are tried as the period of a nest.
-const CANDIDATE_PERIODS: usize = 4;
+/// How many later items of the same shape are tried as the period of a nest: single nodes
+/// share shapes often (a mass-spring step repeats `sub` every few nodes, its masses every 22).
+const CANDIDATE_PERIODS: usize = 16;
 
 /// `items` (in tape order, covering every non-leaf slot) with their repetitions nested.
 pub fn recover(tape: &Tape, items: Vec<Item>) -> Vec<Item> {
