@@ -164,11 +164,18 @@ fn remap(item: &Item, to: &[u32], counts: &[u32], ok: &mut bool) -> Item {
 fn remap_affine(a: Affine, len: u32, counts: &[u32], to: &[u32]) -> Option<Affine> {
     let p = to.len() as i64;
     let moved = |s: u32| if (s as i64) < p { to[s as usize] } else { s };
-    let points = every_point(len, counts);
-    if points
+    // A level the sequence does not move along adds no slots: one repetition of it says all.
+    let counts: Vec<u32> = counts
         .iter()
-        .all(|(t, js)| a.at_levels(*t, js).0 as i64 >= p)
-    {
+        .zip(&a.outer)
+        .map(|(&count, &o)| if o == 0 { count.min(1) } else { count })
+        .collect();
+    // Slots are monotone in every index: the corners bound them.
+    let lowest = corners(len, &counts)
+        .map(|(t, js)| a.at_levels(t, &js).0)
+        .min()
+        .unwrap_or(u32::MAX);
+    if lowest as i64 >= p {
         return Some(a);
     }
     let origin = moved(a.at(0).0) as i64;
@@ -183,26 +190,62 @@ fn remap_affine(a: Affine, len: u32, counts: &[u32], to: &[u32]) -> Option<Affin
             b.outer[level] = moved(a.at_levels(0, &js).0) as i64 - origin;
         }
     }
-    let affine = points
-        .iter()
-        .all(|(t, js)| b.at_levels(*t, js).0 == moved(a.at_levels(*t, js).0));
+    let mut affine = true;
+    for_each_point(len, &counts, |t, js| {
+        affine &= b.at_levels(t, js).0 == moved(a.at_levels(t, js).0);
+        affine
+    });
     affine.then_some(b)
 }
 
-/// Every `(t, js)` of a sequence of `len` inside nests of `counts` repetitions.
-fn every_point(len: u32, counts: &[u32]) -> Vec<(u32, Vec<u32>)> {
-    let mut points: Vec<(u32, Vec<u32>)> = (0..len).map(|t| (t, Vec::new())).collect();
-    for &count in counts {
-        points = points
-            .into_iter()
-            .flat_map(|(t, js)| {
-                (0..count).map(move |j| {
-                    let mut js = js.clone();
-                    js.push(j);
-                    (t, js)
-                })
+/// The corners of `t < len` and the nests' repetitions `js < counts`.
+fn corners(len: u32, counts: &[u32]) -> impl Iterator<Item = (u32, Vec<u32>)> + '_ {
+    (0..1u32 << (counts.len() + 1)).map(move |bits| {
+        let t = if bits & 1 == 0 {
+            0
+        } else {
+            len.saturating_sub(1)
+        };
+        let js = counts
+            .iter()
+            .enumerate()
+            .map(|(level, &c)| {
+                if bits >> (level + 1) & 1 == 0 {
+                    0
+                } else {
+                    c.saturating_sub(1)
+                }
             })
             .collect();
+        (t, js)
+    })
+}
+
+/// Calls `f(t, js)` for every `t < len` and every repetition `js < counts` (the first level
+/// slowest) until it returns false.
+fn for_each_point(len: u32, counts: &[u32], mut f: impl FnMut(u32, &[u32]) -> bool) {
+    if counts.contains(&0) {
+        return;
     }
-    points
+    let mut js = vec![0u32; counts.len()];
+    loop {
+        for t in 0..len {
+            if !f(t, &js) {
+                return;
+            }
+        }
+        // The next repetition, the innermost level fastest.
+        let mut level = counts.len();
+        loop {
+            if level == 0 {
+                return;
+            }
+            level -= 1;
+            js[level] += 1;
+            if js[level] < counts[level] {
+                break;
+            }
+            js[level] = 0;
+        }
+    }
 }
