@@ -50,7 +50,7 @@ pub(super) fn verify_items<'a>(
 }
 
 /// Loop bodies hold only what the emitter lowers: nests of at most [`MAX_NEST_DEPTH`]
-/// levels whose bodies hold loops and nests; lanes only in nests of one level.
+/// levels whose bodies hold loops and nests; lanes only in nests whose body holds no nest.
 fn check_shape(item: &Item, depth: usize) -> std::result::Result<(), String> {
     match item {
         Item::Straight(_) | Item::SumPart { .. } if depth > 0 => {
