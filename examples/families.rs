@@ -404,7 +404,7 @@ fn table(rows: &[Row]) -> String {
     let dash = || "—".to_string();
     for r in rows {
         let (s, secs) = &r.loops;
-        let cover = 100.0 * s.loop_nodes as f64 / r.nodes.max(1) as f64;
+        let cover = 100.0 * s.coverage();
         let _ = writeln!(
             t,
             "| {} | {} | {} | {} | {} ({cover:.0}%) | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}× | {} | {} | {} |",
@@ -483,7 +483,8 @@ fn main() -> ExitCode {
          initial params; agreement after {AGREE_STEPS} steps; loops off compiled up to {} tape \
          nodes. `interpreter / JIT` is the JIT's speedup; `JIT / yardstick` its time relative \
          to the hand-written step (below 1: the JIT is faster). `loop nodes`: tape nodes the \
-         loops cover.",
+         loops cover (in parentheses: their share of the operations, `JitStats::coverage`; \
+         params, inputs and constants are not operations).",
         code_version(),
         o.runs,
         thousands(o.straight_max)

@@ -84,6 +84,8 @@ impl std::fmt::Display for OptLevel {
 pub struct JitStats {
     /// Nodes on the tape.
     pub tape_nodes: usize,
+    /// Of those, operations: everything but params, inputs and constants.
+    pub op_nodes: usize,
     /// Functions the tape was lowered into (chunks plus entry points).
     pub functions: usize,
     /// IR instructions after optimization.
@@ -142,9 +144,9 @@ impl JitStats {
         self.schedule_secs + self.ir_build_secs + self.optimize_secs + self.codegen_secs
     }
 
-    /// The share of the tape's nodes that run in loops (0 to 1).
+    /// The share of the tape's operations that run in loops (0 to 1).
     pub fn coverage(&self) -> f64 {
-        self.loop_nodes as f64 / self.tape_nodes.max(1) as f64
+        self.loop_nodes as f64 / self.op_nodes.max(1) as f64
     }
 }
 
@@ -257,6 +259,7 @@ impl JitBuilder {
     ) -> Result<Jit> {
         let mut stats = JitStats {
             tape_nodes: tape.len(),
+            op_nodes: tape.slots().filter(|&s| !tape.op(s).is_leaf()).count(),
             ..JitStats::default()
         };
         let plan = Plan::new(
