@@ -39,6 +39,7 @@ use yardsticks::Yardstick;
 
 const USAGE: &str =
     "usage: families [--quick] [--family NAME]... [--out FILE] [--straight-max NODES] [--data DIR]
+                [--jax PYTHON]
 
   --quick               fewer sizes, 3 timed runs, --straight-max 50000
   --family NAME         moons, minibatch, rnn, springs or dag (repeatable; default all)
@@ -46,7 +47,10 @@ const USAGE: &str =
   --straight-max NODES  compile with loop recovery off only up to this many tape nodes
                         (default 200000)
   --data DIR            MNIST for the minibatch rows (default data/mnist of this package;
-                        synthetic samples if absent)";
+                        synthetic samples if absent)
+  --jax PYTHON          after the table, run JAX's moons step (../shared/baselines/jax_moons.py)
+                        with this Python (one with jax and numpy; scripts/setup-jax makes one)
+                        and append its compile time and us/step";
 
 const FAMILIES: [&str; 5] = ["moons", "minibatch", "rnn", "springs", "dag"];
 /// Steps taken from the initial params before comparing params with the interpreter's.
@@ -63,6 +67,7 @@ struct Options {
     straight_max: usize,
     data: PathBuf,
     runs: usize,
+    jax: Option<PathBuf>,
 }
 
 fn parse_options() -> Result<Options, String> {
@@ -72,6 +77,7 @@ fn parse_options() -> Result<Options, String> {
         out: None,
         straight_max: 0,
         data: Path::new(env!("CARGO_MANIFEST_DIR")).join("data/mnist"),
+        jax: None,
         runs: 5,
     };
     let mut straight_max = None;
@@ -90,6 +96,7 @@ fn parse_options() -> Result<Options, String> {
             }
             "--out" => o.out = Some(value()?.into()),
             "--data" => o.data = value()?.into(),
+            "--jax" => o.jax = Some(value()?.into()),
             "--straight-max" => {
                 let v = value()?;
                 straight_max = Some(
@@ -463,6 +470,25 @@ fn code_version() -> String {
     }
 }
 
+/// JAX's jitted moons step measured now, on this machine (its own output line), or why not.
+fn jax_moons(python: &Path) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/baselines/jax_moons.py");
+    eprintln!("jax: {} {}", python.display(), script.display());
+    match std::process::Command::new(python).arg(&script).output() {
+        Ok(out) if out.status.success() => {
+            let text = String::from_utf8_lossy(&out.stdout);
+            let last = text.lines().last().unwrap_or("(no output)");
+            format!("JAX beside it, same machine, same run (`{}`): {last}", script.display())
+        }
+        Ok(out) => format!(
+            "JAX baseline failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")
+        ),
+        Err(e) => format!("JAX baseline not run: {}: {e}", python.display()),
+    }
+}
+
 fn main() -> ExitCode {
     let o = match parse_options() {
         Ok(o) => o,
@@ -489,6 +515,9 @@ fn main() -> ExitCode {
         o.runs,
         thousands(o.straight_max)
     );
+    if let Some(python) = &o.jax {
+        let _ = writeln!(report, "\n{}", jax_moons(python));
+    }
     print!("{report}");
     eprintln!("total {:.0} s", start.elapsed().as_secs_f64());
     if let Some(path) = &o.out {
