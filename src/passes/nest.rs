@@ -188,9 +188,10 @@ impl Shapes {
 
     /// How many times the `period` items at `i` repeat, each repetition of the same shapes
     /// with every slot moved by the same amount as from the first to the second.
-    fn repetitions(&self, i: usize, period: usize) -> usize {
+    /// Counting stops at `limit`.
+    fn repetitions(&self, i: usize, period: usize, limit: usize) -> usize {
         let mut count = 1;
-        while i + (count + 1) * period <= self.keys.len() {
+        while count < limit && i + (count + 1) * period <= self.keys.len() {
             let start = i + count * period;
             let fits = (0..period).all(|k| {
                 let (first, prev, this) = (i + k, start - period + k, start + k);
@@ -237,7 +238,7 @@ fn round(items: &[Item], shapes: &Shapes, max_period: usize) -> Vec<(usize, Nest
         let nest = shapes
             .periods(i, max_period)
             .into_iter()
-            .map(|p| (shapes.repetitions(i, p), p))
+            .map(|p| (shapes.repetitions(i, p, usize::MAX), p))
             // The shortest period that repeats: inner structure first (neurons before the
             // layers they form), so that the next round finds the outer repetition over
             // nests that are alike.
@@ -256,20 +257,25 @@ fn round(items: &[Item], shapes: &Shapes, max_period: usize) -> Vec<(usize, Nest
     nests
 }
 
+/// How many rotations of a chained body [`better_rotation_ahead`] tries.
+const MAX_ROTATIONS: usize = 64;
+
 /// Whether the nest of period `p` at `i` is a rotation of a better one starting at one of
-/// the next `p - 1` items: one whose repetitions do not read what the previous one wrote
-/// right away, which `[relu, dot]` repeated does where `[dot, relu]` does not. A rotated
+/// the next `p - 1` items (at most [`MAX_ROTATIONS`]): one whose repetitions do not read
+/// what the previous one wrote right away, which `[relu, dot]` repeated does where
+/// `[dot, relu]` does not. A rotated
 /// body chains its repetitions (no lanes); the scan moves on and finds the right start.
 fn better_rotation_ahead(items: &[Item], shapes: &Shapes, i: usize, p: usize) -> bool {
     let chained = |start: usize| {
         let (lo, hi) = (first_write(&items[start]), first_write(&items[start + p]));
         reads_within(&items[start + p], lo..hi)
     };
+    let nest = MIN_NEST as usize;
     chained(i)
-        && (1..p).any(|r| {
-            i + r + MIN_NEST as usize * p <= items.len()
-                && shapes.repetitions(i + r, p) >= MIN_NEST as usize
+        && (1..p.min(MAX_ROTATIONS)).any(|r| {
+            i + r + nest * p <= items.len()
                 && !chained(i + r)
+                && shapes.repetitions(i + r, p, nest) == nest
         })
 }
 
