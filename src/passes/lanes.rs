@@ -8,6 +8,8 @@
 //!   the lane order for a given lane group size and checks every slot still receives its
 //!   additions in the interpreter's order.
 
+use std::collections::HashMap;
+
 use super::loops::{AccessKind, Affine, Item, MapLoop};
 
 /// Slots `a.at(0..len)`.
@@ -107,6 +109,21 @@ fn contributions(item: &Item) -> Vec<Contribution> {
     out
 }
 
+/// Per slot of a span, a number that starts at 0.
+enum Ranks {
+    Dense(Vec<u64>),
+    Sparse(HashMap<usize, u64>),
+}
+
+impl Ranks {
+    fn at(&mut self, slot: usize) -> &mut u64 {
+        match self {
+            Ranks::Dense(v) => &mut v[slot],
+            Ranks::Sparse(m) => m.entry(slot).or_insert(0),
+        }
+    }
+}
+
 /// Whether the lane order of [`Lanes::Both`](super::loops::Lanes::Both) with groups of
 /// `size` repetitions adds every gradient's contributions in the interpreter's order
 /// (repetitions from the last, items from the last, each item's steps in order). Walks the
@@ -129,8 +146,15 @@ pub fn backward_lanes_keep_order(body: &[Item], count: u32, size: u32) -> bool {
         let outer = (count - 1 - j) as u64 * items + (items - 1 - k as u64);
         (outer * steps + c.step) * 2 + c.arg
     };
-    // 1 + the rank of each slot's last addition so far (0: none yet).
-    let mut last = vec![0u64; span.len()];
+    // 1 + the rank of each slot's last addition so far (0: none yet). Dense over the span
+    // unless the span is far larger than the additions (a nest inside a rollout adds into
+    // the params at the tape's start and into the previous step's values).
+    let additions: usize = per_item.iter().map(Vec::len).sum::<usize>() * count as usize;
+    let mut last = if span.len() <= 4 * additions {
+        Ranks::Dense(vec![0u64; span.len()])
+    } else {
+        Ranks::Sparse(HashMap::with_capacity(additions))
+    };
     for group in (0..count.div_ceil(size)).rev() {
         let lanes = group * size..((group + 1) * size).min(count);
         for (k, cs) in per_item.iter().enumerate().rev() {
@@ -139,10 +163,11 @@ pub fn backward_lanes_keep_order(body: &[Item], count: u32, size: u32) -> bool {
                 for j in lanes.clone().rev() {
                     let slot = (c.slot.at_nested(c.t, j).0 - span.start) as usize;
                     let r = rank(j, k, c) + 1;
-                    if last[slot] >= r {
+                    let last = last.at(slot);
+                    if *last >= r {
                         return false;
                     }
-                    last[slot] = r;
+                    *last = r;
                 }
             }
         }

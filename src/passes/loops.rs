@@ -281,13 +281,14 @@ impl Schedule {
     pub fn kept(&self, tape: &Tape) -> Vec<bool> {
         let mut kept = vec![true; tape.len()];
         for item in &self.items {
-            for flat in item.flattened() {
+            let _ = item.try_for_each_flat(&mut |flat| {
                 if let Item::Dot(d) = flat {
                     for t in 0..d.products.len {
                         kept[d.products.out.at(t).index()] = false;
                     }
                 }
-            }
+                Ok::<(), ()>(())
+            });
         }
         kept
     }
@@ -353,12 +354,32 @@ impl Item {
 
     /// The item as the flat sequence of items it stands for: a nest unrolled into its
     /// repetitions (recursively), anything else as it is.
+    #[cfg(test)]
     pub fn flattened(&self) -> Vec<Item> {
+        let mut out = Vec::new();
+        let _ = self.try_for_each_flat(&mut |item| {
+            out.push(item.clone());
+            Ok::<(), ()>(())
+        });
+        out
+    }
+
+    /// Calls `f` on each item of [`Item::flattened`] in order, without collecting them (a
+    /// rollout's nest stands for hundreds of thousands), until it fails.
+    pub fn try_for_each_flat<E>(
+        &self,
+        f: &mut impl FnMut(&Item) -> Result<(), E>,
+    ) -> Result<(), E> {
         match self {
-            Item::Nest(n) => (0..n.count as i64)
-                .flat_map(|j| n.body.iter().flat_map(move |b| iteration(b, j).flattened()))
-                .collect(),
-            other => vec![other.clone()],
+            Item::Nest(n) => {
+                for j in 0..n.count as i64 {
+                    for b in &n.body {
+                        iteration(b, j).try_for_each_flat(f)?;
+                    }
+                }
+                Ok(())
+            }
+            other => f(other),
         }
     }
 

@@ -41,9 +41,9 @@ pub(super) fn verify_items<'a>(
     for item in items {
         check_shape(item, 0).map_err(|what| bad(next.expected, what))?;
         check_bounds(item, tape).map_err(|(slot, what)| bad(slot, what))?;
-        for flat in item.flattened() {
-            next.cover(&flat).map_err(|what| bad(next.expected, what))?;
-        }
+        item.try_for_each_flat(&mut |flat| {
+            next.cover(flat).map_err(|what| bad(next.expected, what))
+        })?;
     }
     next.advance_to(tape.len() as u32)
         .map_err(|what| bad(next.expected, what))
