@@ -478,12 +478,18 @@ fn jax_moons(python: &Path) -> String {
         Ok(out) if out.status.success() => {
             let text = String::from_utf8_lossy(&out.stdout);
             let last = text.lines().last().unwrap_or("(no output)");
-            format!("JAX beside it, same machine, same run (`{}`): {last}", script.display())
+            format!(
+                "JAX beside it, same machine, same run (`{}`): {last}",
+                script.display()
+            )
         }
         Ok(out) => format!(
             "JAX baseline failed ({}): {}",
             out.status,
-            String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
         ),
         Err(e) => format!("JAX baseline not run: {}: {e}", python.display()),
     }
