@@ -1,8 +1,12 @@
 //! Compile time and step time of an MNIST-shaped MLP (784-h-10, softmax cross-entropy) at each
-//! level: the table in the README.
+//! level: the table in the README. Each row also gives the machine code's size and the
+//! process's resident memory right after compiling (`VmRSS`, with the row's `Jit` live).
 //!
 //! cargo run --release --example compile_times -- [--hidden 25,50,100] [--levels O0,O1,O2,O3]
 //!     [--chunk N] [--pipeline P] [--codegen O0..O3] [--lowering loops|straight] [--steps N]
+
+#[path = "common/status.rs"]
+mod status;
 
 use std::time::Instant;
 
@@ -18,6 +22,11 @@ fn parse_level(s: &str) -> OptLevel {
         "O3" => OptLevel::O3,
         _ => panic!("unknown level {s}; use O0..O3"),
     }
+}
+
+/// The process's resident memory in MB (0 where `/proc` is missing).
+fn resident_mb() -> f64 {
+    status::field("VmRSS:") as f64 * 1024.0 / 1e6
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -39,8 +48,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect();
     let steps: usize = opt("--steps").map_or(200, |s| s.parse().expect("--steps"));
 
-    println!("| model | level | tape nodes | loops | functions | IR instr | build s | optimize s | codegen s | total s | us/step |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| model | level | tape nodes | loops | functions | IR instr | build s | optimize s | codegen s | total s | code MB | resident MB | us/step |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for &h in &hidden {
         let g = Graph::new();
         let mut rng = StdRng::seed_from_u64(1);
@@ -75,6 +84,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 b = b.pipeline(p);
             }
             let mut jit = b.compile(&g)?;
+            let resident = resident_mb();
             let got: Vec<f64> = samples
                 .iter()
                 .take(3)
@@ -97,7 +107,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let us = start.elapsed().as_secs_f64() * 1e6 / steps as f64;
             let s = jit.stats();
             println!(
-                "| 784-{h}-10 | {level} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} |",
+                "| 784-{h}-10 | {level} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} | {:.1} |",
                 s.tape_nodes,
                 s.loops,
                 s.functions,
@@ -106,6 +116,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 s.optimize_secs,
                 s.codegen_secs,
                 s.total_secs(),
+                s.code_bytes as f64 / 1e6,
+                resident,
                 us
             );
         }

@@ -71,6 +71,10 @@ pub enum Error {
     /// A missing, unreadable or malformed params file, or one saved for another architecture.
     #[error("{file}: {problem}")]
     Checkpoint { file: String, problem: String },
+    /// `Jit::ir` on a `Jit` compiled without keeping its IR: by default the IR is freed once
+    /// the machine code exists.
+    #[error("the optimized IR was not kept: compile with JitBuilder::keep_ir(true) to read it")]
+    IrNotKept,
     /// LLVM could not initialize the host target, verify a module, optimize or JIT it.
     #[error("LLVM {stage} failed: {message}")]
     Llvm {

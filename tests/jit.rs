@@ -1,6 +1,6 @@
 //! The JIT as an owned object: lifetimes, introspection, options.
 
-use tapejit::{Graph, Interpreter, Jit, OptLevel, Program};
+use tapejit::{Error, Graph, Interpreter, Jit, OptLevel, Program};
 
 fn small_graph(g: &Graph) {
     let x = g.input();
@@ -33,6 +33,8 @@ fn a_jit_outlives_its_graph_and_runs_after_others_are_dropped() {
 
 #[test]
 fn a_jit_can_move_to_another_thread() {
+    fn send<T: Send>() {}
+    send::<Jit>();
     let mut jit = compiled(OptLevel::O1);
     let loss = std::thread::spawn(move || jit.step(&[0.5], 0.1).unwrap())
         .join()
@@ -47,7 +49,17 @@ fn stats_and_ir_describe_the_compilation() {
     assert_eq!(s.tape_nodes, jit.tape().len());
     assert!(s.ir_instructions > 0 && s.functions >= 3);
     assert!(s.ir_build_secs >= 0.0 && s.optimize_secs >= 0.0 && s.codegen_secs > 0.0);
-    let ir = jit.ir();
+    assert!(s.code_bytes > 0);
+    // The IR is freed with the compiler unless asked for.
+    assert_eq!(jit.ir(), Err(Error::IrNotKept));
+    let g = Graph::new();
+    small_graph(&g);
+    let jit = Jit::builder()
+        .opt_level(OptLevel::O0)
+        .keep_ir(true)
+        .compile(&g)
+        .unwrap();
+    let ir = jit.ir().unwrap();
     for needle in [
         "define void @forward",
         "define void @backward",

@@ -1,21 +1,42 @@
-//! The JIT boundary: host target, LLVM passes, the execution engine, and the native
+//! The JIT boundary: host target, LLVM passes, code generation, loading, and the native
 //! functions. This is the only module with `unsafe` code.
 //!
-//! **Invariant:** a [`Native`] owns the LLVM context, module and engine its function pointers
-//! point into, and drops them only when it is dropped itself; the pointers are private and
-//! called only through `&mut Native`, so no compiled function can run after its engine is gone.
+//! Compiling is a pipeline whose compiler half is temporary: the emitter builds a module in an
+//! LLVM context of its own, the passes optimize it, the host target machine writes it out as
+//! an object file in memory, and then the module and context are freed (the IR text is kept
+//! only on request, [`super::JitBuilder::keep_ir`]). An ORC LLJIT links the object into
+//! executable memory; all that a live [`Native`] keeps of LLVM is that LLJIT with the machine
+//! code it linked.
+//!
+//! **Invariant:** a [`Native`] owns the LLJIT that owns the machine code its function pointers
+//! point into, and drops it only when it is dropped itself; the pointers are private and called
+//! only through `&mut Native` (or `&Native` for `materialize`), so no compiled function can run
+//! after its code is gone.
 
 use std::cell::{Cell, UnsafeCell};
-use std::mem::ManuallyDrop;
+use std::ffi::{CStr, CString};
 use std::ptr::NonNull;
 use std::sync::Once;
 use std::time::Instant;
 
 use inkwell::context::Context;
-use inkwell::execution_engine::ExecutionEngine;
+use inkwell::llvm_sys::error::{LLVMDisposeErrorMessage, LLVMErrorRef, LLVMGetErrorMessage};
+use inkwell::llvm_sys::orc2::lljit::{
+    LLVMOrcCreateLLJIT, LLVMOrcDisposeLLJIT, LLVMOrcLLJITAddObjectFile,
+    LLVMOrcLLJITGetGlobalPrefix, LLVMOrcLLJITGetMainJITDylib, LLVMOrcLLJITLookup,
+    LLVMOrcLLJITMangleAndIntern, LLVMOrcOpaqueLLJIT,
+};
+use inkwell::llvm_sys::orc2::{
+    LLVMJITEvaluatedSymbol, LLVMJITSymbolFlags, LLVMJITSymbolGenericFlags, LLVMOrcAbsoluteSymbols,
+    LLVMOrcCSymbolMapPair, LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess,
+    LLVMOrcDisposeMaterializationUnit, LLVMOrcJITDylibAddGenerator, LLVMOrcJITDylibDefine,
+};
+use inkwell::memory_buffer::MemoryBuffer;
 use inkwell::module::Module;
 use inkwell::passes::PassBuilderOptions;
-use inkwell::targets::{CodeModel, InitializationConfig, RelocMode, Target, TargetMachine};
+use inkwell::targets::{
+    CodeModel, FileType, InitializationConfig, RelocMode, Target, TargetMachine,
+};
 use inkwell::OptimizationLevel;
 
 use super::emit::{Emitter, HostCpu, Lowered, BACKWARD, FORWARD, MATERIALIZE, STEP, TRAIN, UPDATE};
@@ -80,6 +101,10 @@ fn host_cpu() -> HostCpu {
     }
 }
 
+/// The host's target machine at `level`, for both the pass pipeline (whose cost models must
+/// see the CPU the functions are stamped with) and code generation. Small code model and PIC:
+/// the object is linked by a JIT linker into one allocation, so code and its constants are
+/// near each other, and calls to the math functions go through stubs the linker makes.
 fn host_target_machine(cpu: &HostCpu, level: OptimizationLevel) -> Result<TargetMachine> {
     let triple = TargetMachine::get_default_triple();
     let target = Target::from_triple(&triple).map_err(|e| llvm_error("target lookup", e))?;
@@ -89,10 +114,18 @@ fn host_target_machine(cpu: &HostCpu, level: OptimizationLevel) -> Result<Target
             &cpu.name,
             &cpu.features,
             level,
-            RelocMode::Default,
-            CodeModel::JITDefault,
+            RelocMode::PIC,
+            CodeModel::Small,
         )
         .ok_or_else(|| llvm_error("target machine", "cannot create a machine for the host"))
+}
+
+/// What the compiler half hands to the loader: an object file, the IR text if kept, and
+/// whether the object defines `train`.
+struct Object {
+    buffer: MemoryBuffer<'static>,
+    ir: Option<String>,
+    trains: bool,
 }
 
 /// Compiled native code and everything it lives in.
@@ -109,11 +142,13 @@ pub struct Native {
     /// The numbers per sample `train` reads: the tape's `num_inputs`, which the code was
     /// compiled for.
     sample_width: usize,
+    /// The optimized IR, when [`JitBuilder::keep_ir`] asked for it.
+    ir: Option<String>,
+    /// Pointers into `code`, which is declared (and so dropped) after them.
     entries: Entries,
-    // Dropped in this order by `Drop`: module handle, engine (which frees the module), context.
-    module: ManuallyDrop<Module<'static>>,
-    engine: ManuallyDrop<ExecutionEngine<'static>>,
-    context: NonNull<Context>,
+    /// Never read: held for its `Drop`, which frees the machine code.
+    #[allow(dead_code)]
+    code: Code,
 }
 
 /// The entry points' machine code (see `emit/mod.rs` for their signatures).
@@ -126,25 +161,170 @@ struct Entries {
     train: Option<TrainFn>,
 }
 
-// SAFETY: the LLVM context, module and engine are used by one thread at a time (every use
-// goes through `&mut Native` or `&Native` for read-only printing) and hold no thread-locals.
+// SAFETY: the LLJIT is used by one thread at a time (linked in `compile`, disposed in `drop`,
+// never touched in between), ORC is thread-safe anyway, and the machine code keeps no
+// thread-local state. `Native` stays `!Sync` through its cells.
 unsafe impl Send for Native {}
 
-impl Drop for Native {
+/// An ORC LLJIT that has linked one object: it owns the executable memory, the symbol table
+/// and the math functions' absolute symbols, and frees them all when dropped. No LLVM context,
+/// module or code generator lives in it.
+struct Code {
+    jit: NonNull<LLVMOrcOpaqueLLJIT>,
+}
+
+impl Drop for Code {
     fn drop(&mut self) {
-        // SAFETY: each field is dropped exactly once, users before what they borrow: the module
-        // handle and the engine both borrow the context, which was leaked from a Box in
-        // `compile` and is reclaimed last. The function pointers die with `self`.
-        unsafe {
-            ManuallyDrop::drop(&mut self.module);
-            ManuallyDrop::drop(&mut self.engine);
-            drop(Box::from_raw(self.context.as_ptr()));
-        }
+        // SAFETY: `jit` came from `LLVMOrcCreateLLJIT` and is disposed exactly once, here; the
+        // function pointers into its memory are dropped with (and never escape) the `Native`
+        // that owns this `Code`. A disposal error is consumed: there is no one to report it to.
+        let error = unsafe { LLVMOrcDisposeLLJIT(self.jit.as_ptr()) };
+        let _ = take_error("LLJIT disposal", error);
     }
 }
 
+/// `Ok` for a null error; otherwise the error's message (consuming the error).
+fn take_error(stage: &'static str, error: LLVMErrorRef) -> Result<()> {
+    if error.is_null() {
+        return Ok(());
+    }
+    // SAFETY: `error` is a live error that nothing else consumes; `LLVMGetErrorMessage`
+    // consumes it and returns a C string that we copy and then dispose once.
+    let message = unsafe {
+        let raw = LLVMGetErrorMessage(error);
+        let message = CStr::from_ptr(raw).to_string_lossy().into_owned();
+        LLVMDisposeErrorMessage(raw);
+        message
+    };
+    Err(llvm_error(stage, message))
+}
+
+impl Code {
+    /// Links `object` into a fresh LLJIT's main library, next to absolute symbols for the math
+    /// functions and, for what else the object calls (`memset`, `memcpy`), the process's own.
+    fn load(object: MemoryBuffer<'static>) -> Result<Code> {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: a null builder asks for the default one (host target machine, in-process
+        // executor); on success `raw` is a new LLJIT that `Code` owns from here on.
+        let error = unsafe { LLVMOrcCreateLLJIT(&mut raw, std::ptr::null_mut()) };
+        take_error("LLJIT creation", error)?;
+        let code = Code {
+            jit: NonNull::new(raw).ok_or_else(|| llvm_error("LLJIT creation", "null LLJIT"))?,
+        };
+        code.define_math_symbols()?;
+        let jit = code.jit.as_ptr();
+        // SAFETY: `jit` is live. The generator is owned by the library once added. The object
+        // buffer is owned by the LLJIT from the call on (even on error), so it is forgotten here.
+        unsafe {
+            let library = LLVMOrcLLJITGetMainJITDylib(jit);
+            let mut generator = std::ptr::null_mut();
+            let error = LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(
+                &mut generator,
+                LLVMOrcLLJITGetGlobalPrefix(jit),
+                None,
+                std::ptr::null_mut(),
+            );
+            take_error("process symbols", error)?;
+            LLVMOrcJITDylibAddGenerator(library, generator);
+
+            let buffer = object.as_mut_ptr();
+            std::mem::forget(object);
+            let error = LLVMOrcLLJITAddObjectFile(jit, library, buffer);
+            take_error("object loading", error)?;
+        }
+        Ok(code)
+    }
+
+    /// Binds each [`MathFn::symbol`] to its [`MathFn::address`] in the main library, so the
+    /// code calls the very functions the interpreter calls.
+    fn define_math_symbols(&self) -> Result<()> {
+        let jit = self.jit.as_ptr();
+        let exported_callable = LLVMJITSymbolGenericFlags::LLVMJITSymbolGenericFlagsExported as u8
+            | LLVMJITSymbolGenericFlags::LLVMJITSymbolGenericFlagsCallable as u8;
+        let mut pairs: Vec<LLVMOrcCSymbolMapPair> = MathFn::iter()
+            .map(|f| {
+                let name = CString::new(f.symbol()).expect("symbol names have no NUL");
+                LLVMOrcCSymbolMapPair {
+                    // SAFETY: `jit` is live and `name` a C string; the interned name comes
+                    // back retained once, a reference `LLVMOrcAbsoluteSymbols` takes over.
+                    Name: unsafe { LLVMOrcLLJITMangleAndIntern(jit, name.as_ptr()) },
+                    Sym: LLVMJITEvaluatedSymbol {
+                        Address: f.address() as u64,
+                        Flags: LLVMJITSymbolFlags {
+                            GenericFlags: exported_callable,
+                            TargetFlags: 0,
+                        },
+                    },
+                }
+            })
+            .collect();
+        // SAFETY: `pairs` holds retained names and the addresses of `extern "C"` functions that
+        // live as long as the process; `LLVMOrcAbsoluteSymbols` takes ownership of the names.
+        // `LLVMOrcJITDylibDefine` takes the unit on success; on failure it is ours to dispose.
+        unsafe {
+            let unit = LLVMOrcAbsoluteSymbols(pairs.as_mut_ptr(), pairs.len());
+            let error = LLVMOrcJITDylibDefine(LLVMOrcLLJITGetMainJITDylib(jit), unit);
+            if !error.is_null() {
+                LLVMOrcDisposeMaterializationUnit(unit);
+            }
+            take_error("math symbols", error)
+        }
+    }
+
+    /// The address of the function `name` defines; the first lookup links the object.
+    fn address(&self, name: &str) -> Result<u64> {
+        let name = CString::new(name).expect("entry names have no NUL");
+        let mut address = 0;
+        // SAFETY: `jit` is live and `name` a C string; the result is written to `address`.
+        let error = unsafe { LLVMOrcLLJITLookup(self.jit.as_ptr(), &mut address, name.as_ptr()) };
+        take_error("symbol lookup", error)?;
+        Ok(address)
+    }
+}
+
+/// Returns the heap memory freed with the compiler and the linker to the system (glibc keeps
+/// it otherwise: gigabytes of small blocks for a million-node tape).
+fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        extern "C" {
+            fn malloc_trim(pad: usize) -> i32;
+        }
+        // SAFETY: glibc's `malloc_trim` only returns free pages to the kernel; it is
+        // thread-safe and has no precondition.
+        unsafe { malloc_trim(0) };
+    }
+}
+
+/// The bytes of machine code and constants in `object`: its text and read-only data sections,
+/// which is what the linker copies into executable and read-only memory.
+fn code_bytes(object: &MemoryBuffer<'_>) -> usize {
+    let Ok(binary) = object.create_binary_file(None) else {
+        return 0;
+    };
+    let Some(mut sections) = binary.get_sections() else {
+        return 0;
+    };
+    let mut bytes = 0;
+    while let Some(section) = sections.next_section() {
+        let name = section.get_name().map(CStr::to_bytes).unwrap_or_default();
+        let code = [
+            &b".text"[..],
+            b".rodata",
+            b"__text",
+            b"__const",
+            b"__literal",
+        ];
+        if code.iter().any(|prefix| name.starts_with(prefix)) {
+            bytes += section.get_size() as usize;
+        }
+    }
+    bytes
+}
+
 impl Native {
-    /// Lowers, verifies, optimizes and JITs `tape`, filling in `stats`.
+    /// Lowers, verifies, optimizes and compiles `tape` to an object, frees the compiler, and
+    /// links the object; fills in `stats`.
     pub fn compile(
         tape: &Tape,
         plan: &Plan,
@@ -152,43 +332,60 @@ impl Native {
         stats: &mut JitStats,
     ) -> Result<Native> {
         initialize_llvm()?;
-        let context = NonNull::from(Box::leak(Box::new(Context::create())));
-        // SAFETY: the context lives until `Native::drop` (or the error path below) frees it,
-        // after everything that borrows it; 'static is never observable outside this module.
-        let ctx: &'static Context = unsafe { context.as_ref() };
-        let built = Self::build(ctx, tape, plan, options, stats);
-        match built {
-            Ok((module, engine, entries)) => {
-                let defers = plan.step.as_ref().is_some_and(|s| !s.deferred.is_empty());
-                let (vals, grads) = initial_buffers(tape);
-                Ok(Native {
-                    vals,
-                    grads: UnsafeCell::new(grads),
-                    pending: Cell::new(false),
-                    defers,
-                    sample_width: tape.num_inputs(),
-                    entries,
-                    module: ManuallyDrop::new(module),
-                    engine: ManuallyDrop::new(engine),
-                    context,
-                })
+        let context = Context::create();
+        let object = Self::build(&context, tape, plan, options, stats)?;
+        // The module is gone (dropped in `build`); the context goes now. Freeing is part of
+        // compiling: a live `Native` keeps nothing of the compiler.
+        let start = Instant::now();
+        drop(context);
+        stats.code_bytes = code_bytes(&object.buffer);
+        let code = Code::load(object.buffer)?;
+        let address = |name| code.address(name).map(|a| a as usize);
+        let (forward, backward) = (address(FORWARD)?, address(BACKWARD)?);
+        let (update, step) = (address(UPDATE)?, address(STEP)?);
+        let materialize = address(MATERIALIZE)?;
+        let train = if object.trains {
+            Some(address(TRAIN)?)
+        } else {
+            None
+        };
+        // The first lookup linked the object; the linker's graph of it is gone too.
+        release_free_memory();
+        stats.codegen_secs += start.elapsed().as_secs_f64();
+        // SAFETY: the addresses are of functions the emitter defined with exactly these
+        // signatures (see `emit/mod.rs`), and they stay valid while `code` lives.
+        let entries = unsafe {
+            Entries {
+                forward: std::mem::transmute::<usize, PassFn>(forward),
+                backward: std::mem::transmute::<usize, PassFn>(backward),
+                update: std::mem::transmute::<usize, UpdateFn>(update),
+                step: std::mem::transmute::<usize, UpdateFn>(step),
+                materialize: std::mem::transmute::<usize, PassFn>(materialize),
+                train: train.map(|t| std::mem::transmute::<usize, TrainFn>(t)),
             }
-            Err(e) => {
-                // SAFETY: `build` has returned and dropped everything that borrowed the context.
-                drop(unsafe { Box::from_raw(context.as_ptr()) });
-                Err(e)
-            }
-        }
+        };
+        let (vals, grads) = initial_buffers(tape);
+        Ok(Native {
+            vals,
+            grads: UnsafeCell::new(grads),
+            pending: Cell::new(false),
+            defers: plan.step.as_ref().is_some_and(|s| !s.deferred.is_empty()),
+            sample_width: tape.num_inputs(),
+            ir: object.ir,
+            entries,
+            code,
+        })
     }
 
-    #[allow(clippy::type_complexity)]
+    /// The compiler half: emits, verifies and optimizes `tape` in `ctx`, and writes the
+    /// machine code as an object file. Everything it builds in `ctx` is dropped on return.
     fn build(
-        ctx: &'static Context,
+        ctx: &Context,
         tape: &Tape,
         plan: &Plan,
         options: &JitBuilder,
         stats: &mut JitStats,
-    ) -> Result<(Module<'static>, ExecutionEngine<'static>, Entries)> {
+    ) -> Result<Object> {
         let cpu = host_cpu();
         let start = Instant::now();
         let Lowered { module, trains } = Emitter::new(ctx, tape, plan, &cpu)
@@ -214,40 +411,17 @@ impl Native {
             .get_functions()
             .filter(|f| f.count_basic_blocks() > 0)
             .count();
+        let ir = options
+            .keep_ir
+            .then(|| module.print_to_string().to_string());
 
         let start = Instant::now();
-        let engine = module
-            .create_jit_execution_engine(options.codegen_level())
-            .map_err(|e| llvm_error("execution engine", e))?;
-        for math in MathFn::iter() {
-            if let Some(f) = module.get_function(math.symbol()) {
-                engine.add_global_mapping(&f, math.address());
-            }
-        }
-        let address = |name| {
-            engine
-                .get_function_address(name)
-                .map_err(|e| llvm_error("symbol lookup", e))
-        };
-        // MCJIT generates machine code for the whole module on the first lookup.
-        let (forward, backward) = (address(FORWARD)?, address(BACKWARD)?);
-        let (update, step) = (address(UPDATE)?, address(STEP)?);
-        let materialize = address(MATERIALIZE)?;
-        let train = if trains { Some(address(TRAIN)?) } else { None };
+        let buffer = machine
+            .write_to_memory_buffer(&module, FileType::Object)
+            .map_err(|e| llvm_error("code generation", e))?;
+        drop(module);
         stats.codegen_secs = start.elapsed().as_secs_f64();
-        // SAFETY: the addresses are of functions the lowering defined with exactly these
-        // signatures (see `lower`), and they stay valid while `engine` lives.
-        let entries = unsafe {
-            Entries {
-                forward: std::mem::transmute::<usize, PassFn>(forward),
-                backward: std::mem::transmute::<usize, PassFn>(backward),
-                update: std::mem::transmute::<usize, UpdateFn>(update),
-                step: std::mem::transmute::<usize, UpdateFn>(step),
-                materialize: std::mem::transmute::<usize, PassFn>(materialize),
-                train: train.map(|t| std::mem::transmute::<usize, TrainFn>(t)),
-            }
-        };
-        Ok((module, engine, entries))
+        Ok(Object { buffer, ir, trains })
     }
 
     pub fn values(&self) -> &[f64] {
@@ -295,7 +469,7 @@ impl Native {
         let f = self.entries.forward;
         let (vals, grads) = self.buffers_mut();
         // SAFETY: the code reads and writes slots below the tape length only, both buffers
-        // have that length (they are never resized), and the engine is alive (owned by self).
+        // have that length (they are never resized), and the code is alive (owned by self).
         unsafe { f(vals.as_mut_ptr(), grads.as_mut_ptr()) }
     }
 
@@ -354,9 +528,9 @@ impl Native {
         self.pending.set(self.defers);
     }
 
-    /// The module's IR, after optimization.
-    pub fn ir(&self) -> String {
-        self.module.print_to_string().to_string()
+    /// The module's IR after optimization, if it was kept.
+    pub fn ir(&self) -> Option<&str> {
+        self.ir.as_deref()
     }
 }
 

@@ -1,7 +1,8 @@
 //! The JIT: lowers a tape to LLVM IR in-process and runs it as native code.
 //!
-//! `lower` turns the tape into an IR module, `engine` optimizes it for the host CPU and owns
-//! the machine code; [`Jit`] ties them to the [`Program`] API.
+//! `emit` turns the tape and its plan into an IR module, `engine` optimizes it for the host
+//! CPU, compiles it to machine code, frees the compiler and owns the code; [`Jit`] ties them
+//! to the [`Program`] API.
 
 mod emit;
 mod engine;
@@ -11,7 +12,7 @@ use inkwell::OptimizationLevel;
 
 use std::time::Instant;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::graph::Graph;
 use crate::passes::{layout, loops as recovery};
 use crate::plan::{Plan, PlanOptions};
@@ -96,7 +97,7 @@ pub struct JitStats {
     pub ir_build_secs: f64,
     /// Seconds spent in the IR pass pipeline.
     pub optimize_secs: f64,
-    /// Seconds spent generating machine code.
+    /// Seconds spent generating machine code, freeing the compiler's memory and linking.
     pub codegen_secs: f64,
     /// Loops the loop-recovery pass made (0 with recovery off).
     pub loops: usize,
@@ -104,6 +105,10 @@ pub struct JitStats {
     pub loop_nodes: usize,
     /// How deep the loops nest (0: no nest; 1: nests of loops; 2: nests of nests ...).
     pub nest_depth: usize,
+    /// Bytes of machine code and its constants (the object's text and read-only data
+    /// sections): with the buffers (2 x 8 bytes per tape node), about what a live `Jit`
+    /// keeps resident beyond its tape.
+    pub code_bytes: usize,
     /// The repeated structure loop recovery found: each outermost nest in tape order (a
     /// batch written as copies, a rollout's steps, a layer's neurons), with the nests in it.
     pub nests: Vec<NestStats>,
@@ -159,6 +164,7 @@ pub struct JitBuilder {
     codegen: Option<OptLevel>,
     loop_recovery: bool,
     fast_math: bool,
+    keep_ir: bool,
 }
 
 impl Default for JitBuilder {
@@ -170,6 +176,7 @@ impl Default for JitBuilder {
             codegen: None,
             loop_recovery: true,
             fast_math: false,
+            keep_ir: false,
         }
     }
 }
@@ -215,6 +222,15 @@ impl JitBuilder {
     /// fast-math flags.
     pub fn fast_math(mut self, on: bool) -> Self {
         self.fast_math = on;
+        self
+    }
+
+    /// Whether to keep the optimized IR as text for [`Jit::ir`] (default off). Off, a compiled
+    /// `Jit` keeps only its machine code: the LLVM module and context are freed as soon as the
+    /// machine code exists (on a 1,000,000-node tape they are gigabytes; the code is tens of
+    /// megabytes). On, the IR text stays too, about as large as the module was.
+    pub fn keep_ir(mut self, on: bool) -> Self {
+        self.keep_ir = on;
         self
     }
 
@@ -308,7 +324,7 @@ impl JitBuilder {
 /// ```
 ///
 /// Native code is reachable only through a live `Jit`: once it is dropped (or moved), nothing
-/// can call into the freed engine, and the compiler says so:
+/// can call into the freed code, and the compiler says so:
 ///
 /// ```compile_fail
 /// # use tapejit::{Graph, Jit, Program};
@@ -354,8 +370,18 @@ impl Jit {
     }
 
     /// The optimized LLVM IR as text; values are named after slots (`%n17`, `%g17`).
-    pub fn ir(&self) -> String {
-        self.native.ir()
+    /// [`Error::IrNotKept`] unless compiled with [`JitBuilder::keep_ir`]`(true)`.
+    ///
+    /// ```
+    /// use tapejit::{Error, Graph, Jit};
+    /// let g = Graph::new();
+    /// g.set_loss(g.param(1.0).exp()).unwrap();
+    /// assert_eq!(Jit::compile(&g).unwrap().ir(), Err(Error::IrNotKept));
+    /// let jit = Jit::builder().keep_ir(true).compile(&g).unwrap();
+    /// assert!(jit.ir().unwrap().contains("define void @forward"));
+    /// ```
+    pub fn ir(&self) -> Result<String> {
+        self.native.ir().map(String::from).ok_or(Error::IrNotKept)
     }
 }
 

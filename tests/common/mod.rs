@@ -4,6 +4,8 @@
 // Every test crate includes this module but uses only part of it.
 #![allow(dead_code)]
 
+pub mod chain;
+
 use rand::rngs::StdRng;
 use rand::Rng;
 use tapejit::{Error, Graph, Interpreter, Jit, OptLevel, Program, Slot};
