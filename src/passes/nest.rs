@@ -48,7 +48,14 @@ pub fn recover(tape: &Tape, items: Vec<Item>) -> Vec<Item> {
     while max_period * MIN_NEST as usize <= items.len() {
         let nests = round(&items, &shapes, max_period);
         if nests.is_empty() {
-            max_period *= 2;
+            // Double, but try the longest period that can still repeat before giving up
+            // (three copies of an 11-item body: periods 8, then 11, not 16).
+            let longest = items.len() / MIN_NEST as usize;
+            max_period = if max_period < longest {
+                (2 * max_period).min(longest)
+            } else {
+                longest + 1
+            };
         } else {
             items = with_nests(items, nests);
             shapes = Shapes::of(&items);
