@@ -23,6 +23,8 @@
 
 #[path = "../benches/common/families.rs"]
 mod families;
+#[path = "common/table.rs"]
+mod table;
 #[path = "../benches/common/workload.rs"]
 mod workload;
 #[path = "../benches/common/yardsticks.rs"]
@@ -34,6 +36,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use families::{Dag, Family, Minibatch, Moons, Rnn, Springs};
+use table::{code_version, median, significant, thousands};
 use tapejit::{Graph, Interpreter, Jit, JitStats, OptLevel, Program};
 use yardsticks::Yardstick;
 
@@ -159,19 +162,6 @@ fn rows(o: &Options) -> Vec<Family> {
         }
     }
     rows
-}
-
-fn median(xs: &[f64]) -> f64 {
-    let mut v = xs.to_vec();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n == 0 {
-        f64::NAN
-    } else if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 /// What trains: a tape backend or a yardstick.
@@ -378,28 +368,6 @@ fn measure(family: &Family, o: &Options) -> Row {
     }
 }
 
-/// Three significant digits without an exponent: `1234`, `85.2`, `0.0312`.
-fn significant(x: f64) -> String {
-    if x == 0.0 || !x.is_finite() {
-        return format!("{x}");
-    }
-    let decimals = 2 - x.abs().log10().floor() as i32;
-    format!("{x:.*}", decimals.max(0) as usize)
-}
-
-/// `1234567` as `1,234,567`.
-fn thousands(n: usize) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 fn table(rows: &[Row]) -> String {
     let mut t = String::from(
         "| family | size | tape nodes | loops | loop nodes | nest depth | functions | IR instr \
@@ -443,31 +411,6 @@ fn table(rows: &[Row]) -> String {
         );
     }
     t
-}
-
-/// The commit measured, `abc1234` or `abc1234 + uncommitted changes`, if git can tell.
-fn code_version() -> String {
-    let git = |args: &[&str]| {
-        let out = std::process::Command::new("git")
-            .arg("-C")
-            .arg(env!("CARGO_MANIFEST_DIR"))
-            .args(args)
-            .output()
-            .ok()?;
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
-    };
-    let Some(commit) = git(&["rev-parse", "--short", "HEAD"]) else {
-        return "unknown".into();
-    };
-    let dirty =
-        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
-    if dirty {
-        format!("{commit} + uncommitted changes")
-    } else {
-        commit
-    }
 }
 
 /// JAX's jitted moons step measured now, on this machine (its own output line), or why not.
@@ -517,7 +460,7 @@ fn main() -> ExitCode {
          to the hand-written step (below 1: the JIT is faster). `loop nodes`: tape nodes the \
          loops cover (in parentheses: their share of the operations, `JitStats::coverage`; \
          params, inputs and constants are not operations).",
-        code_version(),
+        code_version().unwrap_or_else(|| "unknown".into()),
         o.runs,
         thousands(o.straight_max)
     );

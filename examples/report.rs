@@ -21,6 +21,8 @@
 mod handwritten;
 #[path = "report/svg.rs"]
 mod svg;
+#[path = "common/table.rs"]
+mod table;
 #[path = "../benches/common/workload.rs"]
 mod workload;
 
@@ -30,6 +32,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime};
 
 use handwritten::{Expert, HandWritten, Naive};
+use table::{code_version, median, significant, thousands};
 use tapejit::{Graph, Program};
 use workload::{Engine, Mode, Samples, LR};
 
@@ -81,17 +84,6 @@ fn parse_options() -> Result<Options, String> {
         }
     }
     Ok(o)
-}
-
-fn median(xs: &[f64]) -> f64 {
-    let mut v = xs.to_vec();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 fn per_sample_us(d: Duration, samples: usize) -> f64 {
@@ -335,29 +327,6 @@ fn llvm_version() -> String {
         .unwrap_or_else(|| format!("{major} (llvm-version.txt)"))
 }
 
-/// The commit measured, `abc1234` or `abc1234 + uncommitted changes`, if git can tell.
-fn code_version() -> Option<String> {
-    let git = |args: &[&str]| {
-        let out = std::process::Command::new("git")
-            .arg("-C")
-            .arg(env!("CARGO_MANIFEST_DIR"))
-            .args(args)
-            .output()
-            .ok()?;
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
-    };
-    let commit = git(&["rev-parse", "--short", "HEAD"])?;
-    let dirty =
-        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
-    Some(if dirty {
-        format!("{commit} + uncommitted changes")
-    } else {
-        commit
-    })
-}
-
 /// Today's date (UTC) from the system clock, `YYYY-MM-DD HH:MM UTC`.
 fn now_utc() -> String {
     let secs = SystemTime::now()
@@ -384,28 +353,6 @@ fn now_utc() -> String {
 // ---------------------------------------------------------------------------------------------
 // The table
 // ---------------------------------------------------------------------------------------------
-
-/// Three significant digits without an exponent: `1234`, `85.2`, `0.0312`.
-fn significant(x: f64) -> String {
-    if x == 0.0 || !x.is_finite() {
-        return format!("{x}");
-    }
-    let decimals = 2 - x.abs().log10().floor() as i32;
-    format!("{x:.*}", decimals.max(0) as usize)
-}
-
-/// `1234567` as `1,234,567`.
-fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
 
 fn table(rows: &[Row]) -> String {
     let interp = rows

@@ -170,12 +170,7 @@ fn remap_affine(a: Affine, len: u32, counts: &[u32], to: &[u32]) -> Option<Affin
         .zip(&a.outer)
         .map(|(&count, &o)| if o == 0 { count.min(1) } else { count })
         .collect();
-    // Slots are monotone in every index: the corners bound them.
-    let lowest = corners(len, &counts)
-        .map(|(t, js)| a.at_levels(t, &js).0)
-        .min()
-        .unwrap_or(u32::MAX);
-    if lowest as i64 >= p {
+    if a.bounds(len, &counts).0 >= p {
         return Some(a);
     }
     let origin = moved(a.at(0).0) as i64;
@@ -196,29 +191,6 @@ fn remap_affine(a: Affine, len: u32, counts: &[u32], to: &[u32]) -> Option<Affin
         affine
     });
     affine.then_some(b)
-}
-
-/// The corners of `t < len` and the nests' repetitions `js < counts`.
-fn corners(len: u32, counts: &[u32]) -> impl Iterator<Item = (u32, Vec<u32>)> + '_ {
-    (0..1u32 << (counts.len() + 1)).map(move |bits| {
-        let t = if bits & 1 == 0 {
-            0
-        } else {
-            len.saturating_sub(1)
-        };
-        let js = counts
-            .iter()
-            .enumerate()
-            .map(|(level, &c)| {
-                if bits >> (level + 1) & 1 == 0 {
-                    0
-                } else {
-                    c.saturating_sub(1)
-                }
-            })
-            .collect();
-        (t, js)
-    })
 }
 
 /// Calls `f(t, js)` for every `t < len` and every repetition `js < counts` (the first level

@@ -94,19 +94,26 @@ impl Affine {
         }
     }
 
+    /// The lowest and highest slot of iterations `0..len` in every repetition `js < counts`
+    /// of the nests around (outermost first; missing levels are 0). A linear form is
+    /// extreme at the corners of its box, so no slot is enumerated.
+    pub fn bounds(self, len: u32, counts: &[u32]) -> (i64, i64) {
+        let (mut lo, mut hi) = (self.base, self.base);
+        let extents = std::iter::once((self.stride, len))
+            .chain(self.outer.iter().copied().zip(counts.iter().copied()));
+        for (coefficient, n) in extents {
+            let reach = coefficient * (n.max(1) as i64 - 1);
+            lo += reach.min(0);
+            hi += reach.max(0);
+        }
+        (lo, hi)
+    }
+
     /// The span between the extreme slots of iterations `0..len` of nest iterations
     /// `0..count`.
     pub fn span(self, len: u32, count: u32) -> Range<u32> {
-        let (t, j) = (len.saturating_sub(1), count.saturating_sub(1));
-        let corners = [
-            self.at_nested(0, 0),
-            self.at_nested(t, 0),
-            self.at_nested(0, j),
-            self.at_nested(t, j),
-        ];
-        let lo = corners.iter().map(|s| s.0).min().unwrap_or(0);
-        let hi = corners.iter().map(|s| s.0).max().unwrap_or(0);
-        lo..hi + 1
+        let (lo, hi) = self.bounds(len, &[count]);
+        lo as u32..hi as u32 + 1
     }
 
     /// The affine sequence through `first` and `second`.

@@ -288,17 +288,12 @@ fn better_rotation_ahead(items: &[Item], shapes: &Shapes, i: usize, p: usize) ->
 
 /// The first slot `item` writes (items write slots in increasing order).
 fn first_write(item: &Item) -> u32 {
-    let mut first = u32::MAX;
-    for (access, counts) in item.nested_accesses() {
-        if let AccessKind::Writes { .. } = access.kind {
-            let zeros = vec![0; counts.len()];
-            first = first.min(access.at.at_levels(0, &zeros).0);
-        }
-    }
-    if let Item::Map(m) = item {
-        first = first.min(m.out.base as u32);
-    }
-    first
+    item.nested_accesses()
+        .into_iter()
+        .filter(|(access, _)| matches!(access.kind, AccessKind::Writes { .. }))
+        .map(|(access, counts)| access.at.bounds(access.len, &counts).0 as u32)
+        .min()
+        .unwrap_or(u32::MAX)
 }
 
 /// Whether `item` reads a slot in `range`.

@@ -94,16 +94,7 @@ fn takes(op: Op, n: usize) -> bool {
 /// Every slot a loop forms lies inside the buffers.
 fn check_bounds(item: &Item, tape: &Tape) -> std::result::Result<(), (u32, String)> {
     for (access, counts) in item.nested_accesses() {
-        // An affine sequence is extreme at the corners of its box.
-        let mut lo = access.at.base;
-        let mut hi = access.at.base;
-        let extents = std::iter::once((access.at.stride, access.len))
-            .chain(access.at.outer.iter().copied().zip(counts.iter().copied()));
-        for (coefficient, n) in extents {
-            let reach = coefficient * (n.max(1) as i64 - 1);
-            lo += reach.min(0);
-            hi += reach.max(0);
-        }
+        let (lo, hi) = access.at.bounds(access.len, &counts);
         if lo < 0 || hi >= tape.len() as i64 {
             return Err((
                 access.at.base.max(0) as u32,
