@@ -306,8 +306,8 @@ impl Tape {
 
     /// The same tape with its params moved: the param in slot `from[s]` goes to slot `s`.
     /// Every other slot stays where it is. `from` must be a permutation of
-    /// `0..num_params`; the layout pass ([`crate::passes::layout`]) picks it so that a
-    /// layer's weights are read with unit stride across its neurons.
+    /// `0..num_params`; the JIT's layout pass picks it so that a layer's weights are read with
+    /// unit stride across its neurons.
     pub fn with_param_layout(&self, from: &[u32]) -> Result<Tape> {
         self.clone().into_param_layout(from)
     }

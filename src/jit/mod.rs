@@ -2,7 +2,7 @@
 //!
 //! `emit` turns the tape and its plan into an IR module, `engine` optimizes it for the host
 //! CPU, compiles it to machine code, frees the compiler and owns the code; [`Jit`] ties them
-//! to the [`Program`] API.
+//! to the [`crate::Program`] API.
 
 mod emit;
 mod engine;
@@ -204,9 +204,10 @@ impl JitBuilder {
         self
     }
 
-    /// Whether to re-roll the tape's repeated patterns into loops (default on; see
-    /// [`crate::passes::loops`]). Results are bit-identical either way; off, every node is
-    /// lowered as straight-line code.
+    /// Whether to recover the tape's repeated structure as loops (default on): runs, dot
+    /// products, and repetitions of them at any depth (neurons, copies, steps; see
+    /// [`JitStats::nests`]). Results are bit-identical either way; off, every node is lowered
+    /// as straight-line code.
     pub fn loop_recovery(mut self, on: bool) -> Self {
         self.loop_recovery = on;
         self
