@@ -7,8 +7,9 @@
 //! Resident memory is the process's (`/proc/self/status`), read before and after compiling the
 //! tape: the difference is what the `Jit` holds beyond the tape it owns. `VmRSS` counts all
 //! of it, `RssAnon` only anonymous memory (heap, mappings, machine code), not the pages of the
-//! executable (LLVM's own code) that compiling brought in. `--maps` lists the mappings with
-//! more than 1 MB resident while the `Jit` is live.
+//! executable (LLVM's own code) that compiling brought in; `VmHWM` is the process's peak,
+//! reached while compiling. `--maps` lists the mappings with more than 1 MB resident while
+//! the `Jit` is live.
 
 #[path = "../tests/common/chain.rs"]
 mod chain;
@@ -84,6 +85,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .compile_tape(tape)?;
     let secs = start.elapsed().as_secs_f64();
     let live = resident();
+    let peak = status::field("VmHWM:") * 1024;
     jit.set_inputs(&[chain::X])?;
     let loss = jit.forward();
     jit.backward()?;
@@ -104,6 +106,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     row("before compiling", before);
     row("with the live Jit", live);
     row("after forward and backward", run);
+    println!("peak while compiling (VmHWM) {}", mb(peak));
     println!("machine code (code_bytes)    {}", mb(code));
     println!("buffers (2 x 8 B x tape)     {}", mb(buffers));
     println!(

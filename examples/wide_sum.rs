@@ -1,41 +1,81 @@
 //! Compile time of one wide node: a single `sum` of `n` operands that loop recovery cannot
 //! roll (inputs picked at random), at O2. The plan cuts the sum into parts across
-//! functions, so compile time stays linear in the operand count.
+//! functions, so compile time stays linear in the operand count: the last column (each
+//! size's median compile time over the first size's) grows like the operand count.
 //!
-//! `cargo run --release --example wide_sum -- 50000 100000 200000`
+//! `cargo run --release --example wide_sum -- [--repeats R] [N]...` (default: 50000 100000
+//! 200000, 3 repeats). Each size is compiled `R` times, the sizes taking turns, and every
+//! column is a median (the machines are shared and noisy: one compile swings by 10%).
+
+#[path = "common/table.rs"]
+mod table;
 
 use rand::{rngs::StdRng, Rng, SeedableRng};
-use tapejit::{Graph, Jit, OptLevel};
+use tapejit::{Graph, Jit, JitStats, OptLevel};
 
 fn main() {
-    let sizes: Vec<usize> = std::env::args()
-        .skip(1)
-        .map(|a| a.parse().expect("operand counts"))
-        .collect();
-    let sizes = if sizes.is_empty() {
-        vec![50_000, 100_000, 200_000]
-    } else {
-        sizes
+    let mut sizes = Vec::new();
+    let mut repeats = 3;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        if arg == "--repeats" {
+            repeats = args
+                .next()
+                .and_then(|r| r.parse().ok())
+                .filter(|&r| r > 0)
+                .expect("--repeats takes a positive count");
+        } else {
+            sizes.push(arg.parse::<usize>().expect("operand counts"));
+        }
+    }
+    if sizes.is_empty() {
+        sizes = vec![50_000, 100_000, 200_000];
+    }
+    let graphs: Vec<Graph> = sizes.iter().map(|&n| wide_sum(n)).collect();
+    let mut runs: Vec<Vec<JitStats>> = vec![Vec::new(); sizes.len()];
+    for r in 0..repeats {
+        for (i, g) in graphs.iter().enumerate() {
+            eprintln!("repeat {}/{repeats}: {} operands", r + 1, sizes[i]);
+            let jit = Jit::builder().opt_level(OptLevel::O2).compile(g).unwrap();
+            runs[i].push(jit.stats().clone());
+        }
+    }
+    println!(
+        "Commit {}, O2, median of {repeats} compiles per size.\n",
+        table::code_version().unwrap_or_else(|| "(no git)".into())
+    );
+    println!(
+        "| operands | tape nodes | functions | IR s | optimize s | codegen s | compile s | \
+         us per operand | x first size |"
+    );
+    println!("|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
+    let median_of = |stats: &[JitStats], f: fn(&JitStats) -> f64| {
+        table::median(&stats.iter().map(f).collect::<Vec<_>>())
     };
-    println!("| operands | tape nodes | functions | IR s | optimize s | codegen s | compile s | s per 1k operands |");
-    println!("|--:|--:|--:|--:|--:|--:|--:|--:|");
-    for n in sizes {
-        let g = Graph::new();
-        let x = g.inputs(1000);
-        let mut rng = StdRng::seed_from_u64(n as u64);
-        let terms: Vec<_> = (0..n).map(|_| x[rng.gen_range(0..1000)]).collect();
-        g.set_loss(g.sum(&terms)).unwrap();
-        let jit = Jit::builder().opt_level(OptLevel::O2).compile(&g).unwrap();
-        let stats = jit.stats();
-        let secs = stats.total_secs();
+    let first = median_of(&runs[0], JitStats::total_secs);
+    for (n, stats) in sizes.iter().zip(&runs) {
+        let secs = median_of(stats, JitStats::total_secs);
         println!(
-            "| {n} | {} | {} | {:.2} | {:.2} | {:.2} | {secs:.2} | {:.3} |",
-            stats.tape_nodes,
-            stats.functions,
-            stats.ir_build_secs,
-            stats.optimize_secs,
-            stats.codegen_secs,
-            secs / n as f64 * 1000.0
+            "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {:.2} |",
+            table::thousands(n),
+            table::thousands(stats[0].tape_nodes),
+            table::thousands(stats[0].functions),
+            median_of(stats, |s| s.ir_build_secs),
+            median_of(stats, |s| s.optimize_secs),
+            median_of(stats, |s| s.codegen_secs),
+            secs,
+            table::significant(secs / *n as f64 * 1e6),
+            secs / first
         );
     }
+}
+
+/// One `sum` of `n` inputs out of 1000, picked at random.
+fn wide_sum(n: usize) -> Graph {
+    let g = Graph::new();
+    let x = g.inputs(1000);
+    let mut rng = StdRng::seed_from_u64(n as u64);
+    let terms: Vec<_> = (0..n).map(|_| x[rng.gen_range(0..1000)]).collect();
+    g.set_loss(g.sum(&terms)).unwrap();
+    g
 }
