@@ -3,8 +3,8 @@
 //! functions, so compile time stays linear in the operand count: the last column (each
 //! size's median compile time over the first size's) grows like the operand count.
 //!
-//! `cargo run --release --example wide_sum -- [--repeats R] [N]...` (default: 50000 100000
-//! 200000, 3 repeats). Each size is compiled `R` times, the sizes taking turns, and every
+//! `cargo run --release --example wide_sum -- [--repeats R] [--threads T] [N]...` (default:
+//! 50000 100000 200000, 3 repeats, one compile thread per core). Each size is compiled `R` times, the sizes taking turns, and every
 //! column is a median (the machines are shared and noisy: one compile swings by 10%).
 
 #[path = "common/table.rs"]
@@ -16,6 +16,7 @@ use tapejit::{Graph, Jit, JitStats, OptLevel};
 fn main() {
     let mut sizes = Vec::new();
     let mut repeats = 3;
+    let mut threads = 0;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         if arg == "--repeats" {
@@ -24,6 +25,11 @@ fn main() {
                 .and_then(|r| r.parse().ok())
                 .filter(|&r| r > 0)
                 .expect("--repeats takes a positive count");
+        } else if arg == "--threads" {
+            threads = args
+                .next()
+                .and_then(|t| t.parse().ok())
+                .expect("--threads takes a count");
         } else {
             sizes.push(arg.parse::<usize>().expect("operand counts"));
         }
@@ -36,13 +42,18 @@ fn main() {
     for r in 0..repeats {
         for (i, g) in graphs.iter().enumerate() {
             eprintln!("repeat {}/{repeats}: {} operands", r + 1, sizes[i]);
-            let jit = Jit::builder().opt_level(OptLevel::O2).compile(g).unwrap();
+            let jit = Jit::builder()
+                .opt_level(OptLevel::O2)
+                .compile_threads(threads)
+                .compile(g)
+                .unwrap();
             runs[i].push(jit.stats().clone());
         }
     }
     println!(
-        "Commit {}, O2, median of {repeats} compiles per size.\n",
-        table::code_version().unwrap_or_else(|| "(no git)".into())
+        "Commit {}, O2, {} compile threads, median of {repeats} compiles per size.\n",
+        table::code_version().unwrap_or_else(|| "(no git)".into()),
+        runs[0][0].compile_threads
     );
     println!(
         "| operands | tape nodes | functions | IR s | optimize s | codegen s | compile s | \

@@ -1,5 +1,7 @@
 //! The JIT as an owned object: lifetimes, introspection, options.
 
+mod common;
+
 use tapejit::{Error, Graph, Interpreter, Jit, OptLevel, Program};
 
 fn small_graph(g: &Graph) {
@@ -114,4 +116,48 @@ fn a_bad_pipeline_is_an_llvm_error() {
         ),
         "{err}"
     );
+}
+
+/// A program split into modules compiles to the same IR on any number of threads, and each
+/// runs bit for bit like the interpreter (entry points in module 0 calling functions the
+/// other modules define, `step` and `train` included).
+#[test]
+fn modules_compile_alike_on_any_number_of_threads() {
+    use rand::{rngs::StdRng, SeedableRng};
+    use tapejit::nn::Classifier;
+    let g = Graph::new();
+    Classifier::new(&g, 12, &[10, 7], 3, &mut StdRng::seed_from_u64(3)).unwrap();
+    for recovery in [true, false] {
+        let build = |threads| {
+            Jit::builder()
+                .opt_level(OptLevel::O1)
+                .loop_recovery(recovery)
+                .chunk_size(12)
+                .compile_threads(threads)
+                .keep_ir(true)
+                .compile(&g)
+                .unwrap()
+        };
+        let one = build(1);
+        assert!(one.stats().modules >= 4, "{:?}", one.stats());
+        assert_eq!(one.stats().compile_threads, 1);
+        let mut backends = vec![common::interpreter(&g)];
+        for threads in [1, 2, 5] {
+            let jit = build(threads);
+            assert_eq!(jit.ir().unwrap(), one.ir().unwrap(), "{threads} threads");
+            assert_eq!(
+                jit.stats().compile_threads,
+                threads.min(jit.stats().modules)
+            );
+            backends.push(common::Backend {
+                name: format!("jit on {threads} threads, recovery {recovery}"),
+                program: Box::new(jit),
+            });
+        }
+        common::assert_backends_agree(
+            &format!("recovery {recovery}"),
+            &mut backends,
+            &mut StdRng::seed_from_u64(11),
+        );
+    }
 }

@@ -1,12 +1,11 @@
-//! The JIT boundary: host target, LLVM passes, code generation, loading, and the native
-//! functions. This is the only module with `unsafe` code.
+//! The JIT boundary: LLVM's initialization, loading, and the native functions. This is the
+//! only module with `unsafe` code.
 //!
-//! Compiling is a pipeline whose compiler half is temporary: the emitter builds a module in an
-//! LLVM context of its own, the passes optimize it, the host target machine writes it out as
-//! an object file in memory, and then the module and context are freed (the IR text is kept
-//! only on request, [`super::JitBuilder::keep_ir`]). An ORC LLJIT links the object into
-//! executable memory; all that a live [`Native`] keeps of LLVM is that LLJIT with the machine
-//! code it linked.
+//! Compiling is a pipeline whose compiler half is temporary (`compiler`): each module is
+//! emitted, optimized and written out as an object file in memory in an LLVM context of its
+//! own, which is then freed (the IR text is kept only on request,
+//! [`super::JitBuilder::keep_ir`]). An ORC LLJIT links the objects into executable memory; all
+//! that a live [`Native`] keeps of LLVM is that LLJIT with the machine code it linked.
 //!
 //! **Invariant:** a [`Native`] owns the LLJIT that owns the machine code its function pointers
 //! point into, and drops it only when it is dropped itself; the pointers are private and called
@@ -19,7 +18,6 @@ use std::ptr::NonNull;
 use std::sync::Once;
 use std::time::Instant;
 
-use inkwell::context::Context;
 use inkwell::llvm_sys::error::{LLVMDisposeErrorMessage, LLVMErrorRef, LLVMGetErrorMessage};
 use inkwell::llvm_sys::orc2::lljit::{
     LLVMOrcCreateLLJIT, LLVMOrcDisposeLLJIT, LLVMOrcLLJITAddObjectFile,
@@ -32,16 +30,12 @@ use inkwell::llvm_sys::orc2::{
     LLVMOrcDisposeMaterializationUnit, LLVMOrcJITDylibAddGenerator, LLVMOrcJITDylibDefine,
 };
 use inkwell::memory_buffer::MemoryBuffer;
-use inkwell::module::Module;
-use inkwell::passes::PassBuilderOptions;
-use inkwell::targets::{
-    CodeModel, FileType, InitializationConfig, RelocMode, Target, TargetMachine,
-};
-use inkwell::OptimizationLevel;
+use inkwell::targets::{InitializationConfig, Target};
 
-use super::emit::{Emitter, HostCpu, Lowered, BACKWARD, FORWARD, MATERIALIZE, STEP, TRAIN, UPDATE};
+use super::compiler::{compile_modules, llvm_error};
+use super::emit::{BACKWARD, FORWARD, MATERIALIZE, STEP, TRAIN, UPDATE};
 use super::{JitBuilder, JitStats};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::op::MathFn;
 use crate::plan::Plan;
 use crate::program::initial_buffers;
@@ -51,13 +45,6 @@ use strum::IntoEnumIterator;
 type PassFn = unsafe extern "C" fn(*mut f64, *mut f64);
 type UpdateFn = unsafe extern "C" fn(*mut f64, *mut f64, f64);
 type TrainFn = unsafe extern "C" fn(*mut f64, *mut f64, f64, *const f64, i64, *mut f64);
-
-fn llvm_error(stage: &'static str, message: impl ToString) -> Error {
-    Error::Llvm {
-        stage,
-        message: message.to_string(),
-    }
-}
 
 /// Initializes the native target and sets LLVM's global codegen options, once per process.
 ///
@@ -92,40 +79,6 @@ fn initialize_llvm() -> Result<()> {
         Some(e) => Err(llvm_error("target initialization", e)),
         None => Ok(()),
     }
-}
-
-fn host_cpu() -> HostCpu {
-    HostCpu {
-        name: TargetMachine::get_host_cpu_name().to_string(),
-        features: TargetMachine::get_host_cpu_features().to_string(),
-    }
-}
-
-/// The host's target machine at `level`, for both the pass pipeline (whose cost models must
-/// see the CPU the functions are stamped with) and code generation. Small code model and PIC:
-/// the object is linked by a JIT linker into one allocation, so code and its constants are
-/// near each other, and calls to the math functions go through stubs the linker makes.
-fn host_target_machine(cpu: &HostCpu, level: OptimizationLevel) -> Result<TargetMachine> {
-    let triple = TargetMachine::get_default_triple();
-    let target = Target::from_triple(&triple).map_err(|e| llvm_error("target lookup", e))?;
-    target
-        .create_target_machine(
-            &triple,
-            &cpu.name,
-            &cpu.features,
-            level,
-            RelocMode::PIC,
-            CodeModel::Small,
-        )
-        .ok_or_else(|| llvm_error("target machine", "cannot create a machine for the host"))
-}
-
-/// What the compiler half hands to the loader: an object file, the IR text if kept, and
-/// whether the object defines `train`.
-struct Object {
-    buffer: MemoryBuffer<'static>,
-    ir: Option<String>,
-    trains: bool,
 }
 
 /// Compiled native code and everything it lives in.
@@ -200,9 +153,10 @@ fn take_error(stage: &'static str, error: LLVMErrorRef) -> Result<()> {
 }
 
 impl Code {
-    /// Links `object` into a fresh LLJIT's main library, next to absolute symbols for the math
-    /// functions and, for what else the object calls (`memset`, `memcpy`), the process's own.
-    fn load(object: MemoryBuffer<'static>) -> Result<Code> {
+    /// Links `objects` into a fresh LLJIT's main library, next to absolute symbols for the
+    /// math functions and, for what else the objects call (`memset`, `memcpy`), the process's
+    /// own. Calls between the objects resolve by name.
+    fn load(objects: impl Iterator<Item = Vec<u8>>) -> Result<Code> {
         let mut raw = std::ptr::null_mut();
         // SAFETY: a null builder asks for the default one (host target machine, in-process
         // executor); on success `raw` is a new LLJIT that `Code` owns from here on.
@@ -213,7 +167,7 @@ impl Code {
         };
         code.define_math_symbols()?;
         let jit = code.jit.as_ptr();
-        // SAFETY: `jit` is live. The generator is owned by the library once added. The object
+        // SAFETY: `jit` is live. The generator is owned by the library once added. Each object
         // buffer is owned by the LLJIT from the call on (even on error), so it is forgotten here.
         unsafe {
             let library = LLVMOrcLLJITGetMainJITDylib(jit);
@@ -227,10 +181,14 @@ impl Code {
             take_error("process symbols", error)?;
             LLVMOrcJITDylibAddGenerator(library, generator);
 
-            let buffer = object.as_mut_ptr();
-            std::mem::forget(object);
-            let error = LLVMOrcLLJITAddObjectFile(jit, library, buffer);
-            take_error("object loading", error)?;
+            for bytes in objects {
+                let object = MemoryBuffer::create_from_memory_range_copy(&bytes, "tapejit");
+                drop(bytes);
+                let buffer = object.as_mut_ptr();
+                std::mem::forget(object);
+                let error = LLVMOrcLLJITAddObjectFile(jit, library, buffer);
+                take_error("object loading", error)?;
+            }
         }
         Ok(code)
     }
@@ -296,60 +254,34 @@ fn release_free_memory() {
     }
 }
 
-/// The bytes of machine code and constants in `object`: its text and read-only data sections,
-/// which is what the linker copies into executable and read-only memory.
-fn code_bytes(object: &MemoryBuffer<'_>) -> usize {
-    let Ok(binary) = object.create_binary_file(None) else {
-        return 0;
-    };
-    let Some(mut sections) = binary.get_sections() else {
-        return 0;
-    };
-    let mut bytes = 0;
-    while let Some(section) = sections.next_section() {
-        let name = section.get_name().map(CStr::to_bytes).unwrap_or_default();
-        let code = [
-            &b".text"[..],
-            b".rodata",
-            b"__text",
-            b"__const",
-            b"__literal",
-        ];
-        if code.iter().any(|prefix| name.starts_with(prefix)) {
-            bytes += section.get_size() as usize;
-        }
-    }
-    bytes
-}
-
 impl Native {
-    /// Lowers, verifies, optimizes and compiles `tape` to an object, frees the compiler, and
-    /// links the object; fills in `stats`.
+    /// Compiles `plan`'s modules to objects on `threads` threads, frees the compiler, and
+    /// links the objects; fills in `stats`.
     pub fn compile(
         tape: &Tape,
         plan: &Plan,
         options: &JitBuilder,
+        threads: usize,
         stats: &mut JitStats,
     ) -> Result<Native> {
         initialize_llvm()?;
-        let context = Context::create();
-        let object = Self::build(&context, tape, plan, options, stats)?;
-        // The module is gone (dropped in `build`); the context goes now. Freeing is part of
-        // compiling: a live `Native` keeps nothing of the compiler.
+        let objects = compile_modules(tape, plan, options, threads)?;
         let start = Instant::now();
-        drop(context);
-        stats.code_bytes = code_bytes(&object.buffer);
-        let code = Code::load(object.buffer)?;
+        for object in &objects {
+            stats.add_module(&object.stats);
+        }
+        let trains = objects.first().is_some_and(|o| o.trains);
+        let ir = options.keep_ir.then(|| {
+            let texts: Vec<&str> = objects.iter().filter_map(|o| o.ir.as_deref()).collect();
+            texts.concat()
+        });
+        let code = Code::load(objects.into_iter().map(|o| o.bytes))?;
         let address = |name| code.address(name).map(|a| a as usize);
         let (forward, backward) = (address(FORWARD)?, address(BACKWARD)?);
         let (update, step) = (address(UPDATE)?, address(STEP)?);
         let materialize = address(MATERIALIZE)?;
-        let train = if object.trains {
-            Some(address(TRAIN)?)
-        } else {
-            None
-        };
-        // The first lookup linked the object; the linker's graph of it is gone too.
+        let train = if trains { Some(address(TRAIN)?) } else { None };
+        // The first lookup linked the objects; the linker's graph of them is gone too.
         release_free_memory();
         stats.codegen_secs += start.elapsed().as_secs_f64();
         // SAFETY: the addresses are of functions the emitter defined with exactly these
@@ -371,57 +303,10 @@ impl Native {
             pending: Cell::new(false),
             defers: plan.step.as_ref().is_some_and(|s| !s.deferred.is_empty()),
             sample_width: tape.num_inputs(),
-            ir: object.ir,
+            ir,
             entries,
             code,
         })
-    }
-
-    /// The compiler half: emits, verifies and optimizes `tape` in `ctx`, and writes the
-    /// machine code as an object file. Everything it builds in `ctx` is dropped on return.
-    fn build(
-        ctx: &Context,
-        tape: &Tape,
-        plan: &Plan,
-        options: &JitBuilder,
-        stats: &mut JitStats,
-    ) -> Result<Object> {
-        let cpu = host_cpu();
-        let start = Instant::now();
-        let Lowered { module, trains } = Emitter::new(ctx, tape, plan, &cpu)
-            .emit()
-            .map_err(|e| llvm_error("IR emission", e))?;
-        module
-            .verify()
-            .map_err(|e| llvm_error("module verification", e))?;
-        stats.ir_build_secs = start.elapsed().as_secs_f64();
-
-        let start = Instant::now();
-        let machine = host_target_machine(&cpu, options.codegen_level())?;
-        module.set_triple(&machine.get_triple());
-        module.set_data_layout(&machine.get_target_data().get_data_layout());
-        if let Some(pipeline) = options.effective_pipeline() {
-            module
-                .run_passes(&pipeline, &machine, PassBuilderOptions::create())
-                .map_err(|e| llvm_error("optimization", e))?;
-        }
-        stats.optimize_secs = start.elapsed().as_secs_f64();
-        stats.ir_instructions = count_instructions(&module);
-        stats.functions = module
-            .get_functions()
-            .filter(|f| f.count_basic_blocks() > 0)
-            .count();
-        let ir = options
-            .keep_ir
-            .then(|| module.print_to_string().to_string());
-
-        let start = Instant::now();
-        let buffer = machine
-            .write_to_memory_buffer(&module, FileType::Object)
-            .map_err(|e| llvm_error("code generation", e))?;
-        drop(module);
-        stats.codegen_secs = start.elapsed().as_secs_f64();
-        Ok(Object { buffer, ir, trains })
     }
 
     pub fn values(&self) -> &[f64] {
@@ -532,12 +417,4 @@ impl Native {
     pub fn ir(&self) -> Option<&str> {
         self.ir.as_deref()
     }
-}
-
-fn count_instructions(module: &Module<'_>) -> usize {
-    module
-        .get_functions()
-        .flat_map(|f| f.get_basic_block_iter())
-        .map(|b| b.get_instructions().count())
-        .sum()
 }

@@ -1,9 +1,10 @@
 //! The JIT: lowers a tape to LLVM IR in-process and runs it as native code.
 //!
-//! `emit` turns the tape and its plan into an IR module, `engine` optimizes it for the host
-//! CPU, compiles it to machine code, frees the compiler and owns the code; [`Jit`] ties them
-//! to the [`crate::Program`] API.
+//! `emit` turns the tape and its plan into IR modules, `compiler` optimizes each for the host
+//! CPU and compiles it to an object file (modules side by side on several threads), `engine`
+//! links the objects and owns the code; [`Jit`] ties them to the [`crate::Program`] API.
 
+mod compiler;
 mod emit;
 mod engine;
 mod ir_arith;
@@ -93,12 +94,20 @@ pub struct JitStats {
     pub ir_instructions: usize,
     /// Seconds spent finding loops, laying out params and planning the lowering.
     pub schedule_secs: f64,
-    /// Seconds spent emitting and verifying IR.
+    /// Seconds spent emitting and verifying IR, summed over the modules (which compile side
+    /// by side: see [`JitStats::compile_secs`] for the time that passed).
     pub ir_build_secs: f64,
-    /// Seconds spent in the IR pass pipeline.
+    /// Seconds spent in the IR pass pipeline, summed over the modules.
     pub optimize_secs: f64,
-    /// Seconds spent generating machine code, freeing the compiler's memory and linking.
+    /// Seconds spent generating machine code and freeing the compiler's memory, summed over
+    /// the modules, and linking.
     pub codegen_secs: f64,
+    /// Seconds from the tape to linked native code, as a clock on the wall sees them.
+    pub compile_secs: f64,
+    /// LLVM modules the functions were grouped into (each compiled on its own).
+    pub modules: usize,
+    /// Threads that compiled them.
+    pub compile_threads: usize,
     /// Loops the loop-recovery pass made (0 with recovery off).
     pub loops: usize,
     /// Tape nodes those loops cover.
@@ -145,8 +154,20 @@ impl NestStats {
 }
 
 impl JitStats {
+    /// Seconds compiling took: [`JitStats::compile_secs`]. (The stages' seconds add up to
+    /// more when modules compile side by side.)
     pub fn total_secs(&self) -> f64 {
-        self.schedule_secs + self.ir_build_secs + self.optimize_secs + self.codegen_secs
+        self.compile_secs
+    }
+
+    /// Adds one compiled module's stage times and sizes.
+    fn add_module(&mut self, module: &JitStats) {
+        self.ir_build_secs += module.ir_build_secs;
+        self.optimize_secs += module.optimize_secs;
+        self.codegen_secs += module.codegen_secs;
+        self.functions += module.functions;
+        self.ir_instructions += module.ir_instructions;
+        self.code_bytes += module.code_bytes;
     }
 
     /// The share of the tape's operations that run in loops (0 to 1).
@@ -165,6 +186,8 @@ pub struct JitBuilder {
     loop_recovery: bool,
     fast_math: bool,
     keep_ir: bool,
+    /// 0: every core.
+    compile_threads: usize,
 }
 
 impl Default for JitBuilder {
@@ -177,6 +200,7 @@ impl Default for JitBuilder {
             loop_recovery: true,
             fast_math: false,
             keep_ir: false,
+            compile_threads: 0,
         }
     }
 }
@@ -233,6 +257,21 @@ impl JitBuilder {
     pub fn keep_ir(mut self, on: bool) -> Self {
         self.keep_ir = on;
         self
+    }
+
+    /// How many threads compile the program's modules side by side (default 0: one per core,
+    /// as `std::thread::available_parallelism` counts them). The modules, and so the machine
+    /// code, are the same for every count; only the time to compile changes.
+    pub fn compile_threads(mut self, threads: usize) -> Self {
+        self.compile_threads = threads;
+        self
+    }
+
+    fn threads(&self) -> usize {
+        match self.compile_threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        }
     }
 
     /// Generates machine code at `level`'s code-generator setting instead of the level's own.
@@ -297,7 +336,10 @@ impl JitBuilder {
             .iter()
             .flat_map(|f| NestStats::of(f))
             .collect();
-        let native = Native::compile(&tape, &plan, self, &mut stats)?;
+        stats.modules = plan.modules.len();
+        stats.compile_threads = self.threads().min(plan.modules.len());
+        let native = Native::compile(&tape, &plan, self, stats.compile_threads, &mut stats)?;
+        stats.compile_secs = start.elapsed().as_secs_f64();
         Ok(Jit {
             tape,
             kept: plan.kept,

@@ -2,12 +2,45 @@
 //! functions of bounded size, which keeps compile time linear in the tape, operands
 //! included.
 
+use std::ops::Range;
+
 use crate::op::Op;
 use crate::passes::loops::Item;
 use crate::tape::{Slot, Tape};
 
 /// What a loop weighs against the chunk size: its body is a few nodes.
 pub const LOOP_WEIGHT: usize = 16;
+
+/// At most this many functions go into one LLVM module: code generation then works on a
+/// module of bounded size (its memory stays in cache, and is freed before the next module
+/// is built), so compile time stays linear however many functions there are.
+pub const MODULE_FUNCTIONS: usize = 64;
+
+/// Fewer functions than this stay in one module: a module of its own costs a context, a
+/// pass pipeline, an object file and a link (~1 ms), more than a few small functions gain
+/// from compiling side by side.
+pub const MIN_SPLIT_FUNCTIONS: usize = 8;
+
+/// A program that is split is split into a multiple of this many modules, so that 2 or 4
+/// threads get equal shares of work (modules of about equal size).
+pub const MODULE_MULTIPLE: usize = 4;
+
+/// `functions` functions grouped into modules, each a run of consecutive functions, about
+/// equally many in each (at most [`MODULE_FUNCTIONS`]). Module 0 also holds the entry points.
+/// A pure function of the count: the grouping, and so the code, is the same whatever the
+/// number of threads that compile it.
+pub fn modules(functions: usize) -> Vec<Range<usize>> {
+    let count = if functions < MIN_SPLIT_FUNCTIONS {
+        1
+    } else {
+        functions
+            .div_ceil(MODULE_FUNCTIONS)
+            .next_multiple_of(MODULE_MULTIPLE)
+    };
+    (0..count)
+        .map(|m| functions * m / count..functions * (m + 1) / count)
+        .collect()
+}
 
 /// `items` cut into functions of about `chunk_size` weight: straight-line nodes count with
 /// their operands, loops count [`LOOP_WEIGHT`] (see [`weight`]). A `sum` heavier than a whole function is cut

@@ -3,7 +3,8 @@
 //! check directly.
 //!
 //! - [`functions`]: the schedule cut into native functions of bounded size (a straight-line
-//!   `sum` too wide for one function is cut into [`Item::SumPart`]s).
+//!   `sum` too wide for one function is cut into [`Item::SumPart`]s), and the functions
+//!   grouped into LLVM modules of bounded size, compiled side by side.
 //! - [`lanes`]: which nests run their repetitions side by side in vector lanes, and how many
 //!   at a time.
 //! - [`memory`]: which slots the buffers keep and which gradients live in memory when a
@@ -24,6 +25,8 @@ mod verify;
 #[cfg(test)]
 mod tests;
 
+use std::ops::Range;
+
 use crate::passes::loops::{Item, Schedule};
 use crate::tape::Tape;
 
@@ -36,6 +39,9 @@ pub struct Plan {
     /// The native functions of `forward` (in order) and `backward` (from the last), each a
     /// run of straight-line code, loops and nests in tape order.
     pub functions: Vec<Vec<Item>>,
+    /// The functions grouped into modules, each compiled on its own (module 0 also holds
+    /// the entry points): runs of consecutive functions that together cover them all.
+    pub modules: Vec<Range<usize>>,
     /// Per slot: whether its value and gradient reach the buffers. Everything does but the
     /// products of fused dots.
     pub kept: Vec<bool>,
@@ -78,6 +84,7 @@ impl Plan {
             loops: items.iter().map(Item::loops).sum(),
             loop_nodes: items.iter().map(Item::loop_nodes).sum(),
             nest_depth: items.iter().map(Item::depth).max().unwrap_or(0),
+            modules: functions::modules(functions.len()),
             functions,
         })
     }

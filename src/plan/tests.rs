@@ -125,3 +125,26 @@ fn a_nest_whose_lane_order_would_reorder_a_gradient_runs_neuron_by_neuron() {
     let nests = nests_of(&g);
     assert!(nests[0].0 >= 3 && !nests[0].1, "{nests:?}");
 }
+
+#[test]
+fn modules_cover_the_functions_in_runs_of_bounded_size() {
+    use super::functions::{modules, MIN_SPLIT_FUNCTIONS, MODULE_FUNCTIONS, MODULE_MULTIPLE};
+    for n in [0, 1, 7, 8, 9, 63, 64, 65, 257, 1000, 4099] {
+        let m = modules(n);
+        assert_eq!(m[0].start, 0, "{n}");
+        assert!(m.windows(2).all(|w| w[0].end == w[1].start), "{n}: {m:?}");
+        assert_eq!(m.last().unwrap().end, n);
+        assert!(m.iter().all(|r| r.len() <= MODULE_FUNCTIONS), "{n}");
+        if n < MIN_SPLIT_FUNCTIONS {
+            assert_eq!(m.len(), 1, "{n}");
+        } else {
+            assert_eq!(m.len() % MODULE_MULTIPLE, 0, "{n}");
+            assert!(m.iter().all(|r| !r.is_empty()), "{n}: {m:?}");
+            let (min, max) = (
+                m.iter().map(|r| r.len()).min(),
+                m.iter().map(|r| r.len()).max(),
+            );
+            assert!(max.unwrap() - min.unwrap() <= 1, "{n}: {m:?}");
+        }
+    }
+}

@@ -15,6 +15,27 @@ pub(super) fn verify(plan: &Plan, tape: &Tape) -> Result<()> {
         ));
     }
     verify_items(plan.functions.iter().flatten(), tape)?;
+    // The emitter defines each function in the one module whose range holds it, and the
+    // entry points (which call function 0's variants defined beside them) in module 0.
+    let mut next = 0;
+    for (m, range) in plan.modules.iter().enumerate() {
+        if range.start != next || (range.is_empty() && !plan.functions.is_empty()) {
+            return Err(bad(
+                0,
+                format!("module {m} holds functions {range:?}, not from {next}"),
+            ));
+        }
+        next = range.end;
+    }
+    if next != plan.functions.len() || plan.modules.is_empty() {
+        return Err(bad(
+            0,
+            format!(
+                "the modules hold {next} of {} functions",
+                plan.functions.len()
+            ),
+        ));
+    }
     if let Some(step) = &plan.step {
         for d in &step.deferred {
             if d.nest.lanes.backward().is_none() {

@@ -1,7 +1,10 @@
-//! The emitter: a [`Plan`] -> one LLVM IR module with the native entry points.
+//! The emitter: one of a [`Plan`]'s modules -> an LLVM IR module.
 //!
-//! Every decision was made by the plan; the emitter only writes IR. Its state is what every
-//! function shares (context, module, builder, the math-function table, tape and plan); what
+//! Every decision was made by the plan; the emitter only writes IR. Module `m` defines the
+//! plan's functions `plan.modules[m]` (each in every variant: forward, backward, `step`'s
+//! backward); module 0 also defines the entry points, which call the other modules' functions
+//! by name (the linker resolves them). Its state is what every function shares (context,
+//! module, builder, the math-function table, tape and plan); what
 //! varies per function (its buffers, `step`'s learning rate, `train`'s samples) is a
 //! [`Frame`] passed down. Straight-line code (`straight.rs`) keeps values in SSA registers;
 //! loops (`items.rs`) work on memory, each item kind lowered once for scalars and for vector
@@ -31,6 +34,7 @@ use inkwell::module::Module;
 use inkwell::types::{BasicMetadataTypeEnum, FloatType};
 use inkwell::values::{BasicMetadataValueEnum, FloatValue, FunctionValue, IntValue, PointerValue};
 use inkwell::IntPredicate;
+use std::ops::Range;
 use strum::IntoEnumIterator;
 
 use super::ir_arith::{IrArith, Lanes, MathTable};
@@ -54,7 +58,7 @@ pub struct HostCpu {
     pub features: String,
 }
 
-/// A lowered module, and whether it has `train`.
+/// A lowered module, and whether it defines `train`.
 pub struct Lowered<'ctx> {
     pub module: Module<'ctx>,
     pub trains: bool,
@@ -70,6 +74,10 @@ pub struct Emitter<'ctx, 't> {
     fn_attributes: Vec<Attribute>,
     tape: &'t Tape,
     plan: &'t Plan,
+    /// The plan functions this module defines.
+    defines: Range<usize>,
+    /// Whether this module defines the entry points (module 0 does).
+    entries: bool,
 }
 
 /// What varies per function: its buffers, and what the pass it belongs to adds.
@@ -142,8 +150,16 @@ enum Buf {
 }
 
 impl<'ctx, 't> Emitter<'ctx, 't> {
-    pub fn new(context: &'ctx Context, tape: &'t Tape, plan: &'t Plan, cpu: &HostCpu) -> Self {
-        let module = context.create_module("tapejit");
+    /// The emitter of the plan's module `module` (below `plan.modules.len()`).
+    pub fn new(
+        context: &'ctx Context,
+        tape: &'t Tape,
+        plan: &'t Plan,
+        cpu: &HostCpu,
+        module: usize,
+    ) -> Self {
+        let (defines, entries) = (plan.modules[module].clone(), module == 0);
+        let module = context.create_module(&format!("tapejit{}", defines.start));
         let f64_type = context.f64_type();
         let math = MathFn::iter()
             .map(|m| {
@@ -175,34 +191,55 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
             fn_attributes,
             tape,
             plan,
+            defines,
+            entries,
         }
     }
 
-    /// Emits every entry point and hands the module over.
+    /// Emits the module's functions (and, in module 0, the entry points) and hands the
+    /// module over.
     pub fn emit(self) -> Emit<Lowered<'ctx>> {
         let forward = self.forward_parts("fwd", Pass::Forward)?;
-        self.driver(FORWARD, &forward, false)?;
         let backward = self.backward_parts("bwd", false)?;
+        let step_backward = match self.plan.step {
+            Some(_) => self.backward_parts("step_bwd", true)?,
+            None => Vec::new(),
+        };
+        if !self.entries {
+            return Ok(Lowered {
+                module: self.module,
+                trains: false,
+            });
+        }
+        self.driver(FORWARD, &forward, false)?;
         self.driver(BACKWARD, &backward, false)?;
         let update = self.update_function(UPDATE, None)?;
-        let trains = self.step_entries(&forward, &backward, update)?;
+        let trains = self.step_entries(&forward, &backward, &step_backward, update)?;
         Ok(Lowered {
             module: self.module,
             trains,
         })
     }
 
-    /// The forward functions, in order.
+    /// The plan functions this module defines or calls: all of them in module 0 (the entry
+    /// points call each), its own elsewhere.
+    fn visible(&self) -> Range<usize> {
+        if self.entries {
+            0..self.plan.functions.len()
+        } else {
+            self.defines.clone()
+        }
+    }
+
+    /// The forward functions this module sees, in order: defined here or declared.
     fn forward_parts(&self, prefix: &str, pass: Pass<'ctx>) -> Emit<Vec<Part<'ctx>>> {
-        let functions = match pass {
+        let visible = match pass {
             // `train`'s forward differs in function 0 only.
-            Pass::TrainForward => &self.plan.functions[..1],
-            _ => &self.plan.functions[..],
+            Pass::TrainForward => 0..1,
+            _ => self.visible(),
         };
-        functions
-            .iter()
-            .enumerate()
-            .map(|(k, items)| self.forward_function(&format!("{prefix}{k}"), items, pass))
+        visible
+            .map(|k| self.forward_function(k, &format!("{prefix}{k}"), pass))
             .collect()
     }
 
@@ -213,14 +250,23 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
     /// the two sets are disjoint, so both pointers may be `noalias`, and code generation
     /// need not order every load after every store (4-6x faster codegen at O2). A function
     /// with loops reads what it stored, so it takes `(vals, grads)`.
-    fn forward_function(&self, name: &str, items: &[Item], pass: Pass<'ctx>) -> Emit<Part<'ctx>> {
-        let f = self.begin_function(name, &[], false);
+    fn forward_function(&self, k: usize, name: &str, pass: Pass<'ctx>) -> Emit<Part<'ctx>> {
+        let items = &self.plan.functions[k];
         // A sum part that continues one reads its own slot: not through the other pointer.
         let straight_only = items.iter().all(|i| match i {
             Item::Straight(_) => true,
             Item::SumPart { args, .. } => args.start == 0,
             _ => false,
         });
+        let part = Part {
+            f: self.declare_function(name, &[], false),
+            second: if straight_only { Buf::Vals } else { Buf::Grads },
+            lr: false,
+        };
+        if !self.defines.contains(&k) {
+            return Ok(part);
+        }
+        let f = self.begin_body(part.f);
         let (vals, second) = self.buffers(f);
         let out = if straight_only {
             second.set_name("out");
@@ -244,15 +290,12 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
             }
         }
         self.builder.build_return(None)?;
-        Ok(Part {
-            f,
-            second: if straight_only { Buf::Vals } else { Buf::Grads },
-            lr: false,
-        })
+        Ok(part)
     }
 
     /// The backward pass as parts (none without a loss): `{prefix}_init`, the functions from
-    /// the last, `{prefix}_rest`; `step`'s if `steps`.
+    /// the last, `{prefix}_rest`; `step`'s if `steps`. Outside module 0: only the module's
+    /// own functions.
     fn backward_parts(&self, prefix: &str, steps: bool) -> Emit<Vec<Part<'ctx>>> {
         let mut parts = Vec::new();
         if self.tape.loss().is_none() {
@@ -263,25 +306,32 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
             second: Buf::Grads,
             lr,
         };
-        parts.push(part(self.backward_init(prefix, steps)?, false));
-        for (k, items) in self.plan.functions.iter().enumerate().rev() {
-            let name = format!("{prefix}{k}");
-            let f = self.backward_function(&name, items, k, steps)?;
+        if self.entries {
+            parts.push(part(self.backward_init(prefix, steps)?, false));
+        }
+        for k in self.visible().rev() {
+            let f = self.backward_function(&format!("{prefix}{k}"), k, steps)?;
             parts.push(part(f, steps));
         }
-        parts.push(part(self.backward_rest(prefix, steps)?, false));
+        if self.entries {
+            parts.push(part(self.backward_rest(prefix, steps)?, false));
+        }
         Ok(parts)
     }
 
-    /// `{prefix}{k}`: backward function `k` (`step`'s, taking `lr`, if `steps`).
+    /// `{prefix}{k}`: backward function `k` (`step`'s, taking `lr`, if `steps`); declared
+    /// only, if another module defines it.
     fn backward_function(
         &self,
         name: &str,
-        items: &[Item],
         function: usize,
         steps: bool,
     ) -> Emit<FunctionValue<'ctx>> {
-        let f = self.begin_function(name, &self.lr_param(steps), false);
+        let f = self.declare_function(name, &self.lr_param(steps), false);
+        if !self.defines.contains(&function) {
+            return Ok(f);
+        }
+        self.begin_body(f);
         let (vals, grads) = self.buffers(f);
         let lr = f.get_nth_param(2).map(|lr| lr.into_float_value());
         let frame = Frame {
@@ -289,7 +339,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
             grads,
             pass: Pass::Backward { function, lr },
         };
-        self.backward_body(frame, items)?;
+        self.backward_body(frame, &self.plan.functions[function])?;
         Ok(f)
     }
 
@@ -353,6 +403,17 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         extra: &[BasicMetadataTypeEnum<'ctx>],
         inline: bool,
     ) -> FunctionValue<'ctx> {
+        self.begin_body(self.declare_function(name, extra, inline))
+    }
+
+    /// The declaration of [`Emitter::begin_function`]'s function, without a body (which
+    /// makes it a call to a function another module defines).
+    fn declare_function(
+        &self,
+        name: &str,
+        extra: &[BasicMetadataTypeEnum<'ctx>],
+        inline: bool,
+    ) -> FunctionValue<'ctx> {
         let ptr = self.context.ptr_type(Default::default());
         let params: Vec<BasicMetadataTypeEnum> = [ptr.into(), ptr.into()]
             .into_iter()
@@ -373,6 +434,11 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         if !inline {
             f.add_attribute(AttributeLoc::Function, enum_attribute("noinline"));
         }
+        f
+    }
+
+    /// Gives `f` its entry block and selects it.
+    fn begin_body(&self, f: FunctionValue<'ctx>) -> FunctionValue<'ctx> {
         f.get_nth_param(0).unwrap().set_name("vals");
         f.get_nth_param(1).unwrap().set_name("grads");
         let entry = self.context.append_basic_block(f, "entry");

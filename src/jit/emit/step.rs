@@ -12,11 +12,12 @@ use crate::tape::Slot;
 
 impl<'ctx> Emitter<'ctx, '_> {
     /// `step`, `train` if the plan merges a layer, and `materialize`; whether there is
-    /// `train`.
+    /// `train`. `step_backward` are `step`'s own backward parts, if the plan has a step.
     pub(super) fn step_entries(
         &self,
         forward: &[Part<'ctx>],
         backward: &[Part<'ctx>],
+        step_backward: &[Part<'ctx>],
         update: Part<'ctx>,
     ) -> Emit<bool> {
         let Some(plan) = &self.plan.step else {
@@ -28,14 +29,13 @@ impl<'ctx> Emitter<'ctx, '_> {
             self.materialize(None)?;
             return Ok(false);
         };
-        let step_backward = self.backward_parts("step_bwd", true)?;
         let step_update = self.update_function("step_update", Some(&plan.fused))?;
         let mut parts = forward.to_vec();
-        parts.extend_from_slice(&step_backward);
+        parts.extend_from_slice(step_backward);
         parts.push(step_update);
         self.driver(STEP, &parts, true)?;
         if let Some(train) = &plan.train {
-            self.train(train, forward, &step_backward, step_update)?;
+            self.train(train, forward, step_backward, step_update)?;
         }
         self.materialize(Some(plan))?;
         Ok(plan.train.is_some())

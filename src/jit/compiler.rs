@@ -1,0 +1,215 @@
+//! The compiler half of the JIT: each of the plan's modules emitted, verified, optimized and
+//! written out as an object file, in an LLVM context of its own that is freed as soon as the
+//! object exists. Modules compile side by side on [`super::JitBuilder::compile_threads`]
+//! threads (an LLVM context is single-threaded, so each module gets its own); the objects come
+//! back in module order, whatever the order they finished in, and `engine` links them.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use inkwell::context::Context;
+use inkwell::memory_buffer::MemoryBuffer;
+use inkwell::module::Module;
+use inkwell::passes::PassBuilderOptions;
+use inkwell::targets::{CodeModel, FileType, RelocMode, Target, TargetMachine};
+use inkwell::OptimizationLevel;
+
+use super::emit::{Emitter, HostCpu, Lowered};
+use super::{JitBuilder, JitStats};
+use crate::error::{Error, Result};
+use crate::plan::Plan;
+use crate::tape::Tape;
+
+pub(super) fn llvm_error(stage: &'static str, message: impl ToString) -> Error {
+    Error::Llvm {
+        stage,
+        message: message.to_string(),
+    }
+}
+
+/// One module compiled: its object file, the IR text if kept, and what [`JitStats`] counts
+/// of it (the stage times, functions, instructions, code bytes).
+pub(super) struct Object {
+    pub bytes: Vec<u8>,
+    pub ir: Option<String>,
+    /// Whether it defines `train` (module 0 may).
+    pub trains: bool,
+    pub stats: JitStats,
+}
+
+/// Compiles every module of `plan` on up to `threads` threads; the objects in module order,
+/// or the first module's error.
+pub(super) fn compile_modules(
+    tape: &Tape,
+    plan: &Plan,
+    options: &JitBuilder,
+    threads: usize,
+) -> Result<Vec<Object>> {
+    let cpu = host_cpu();
+    let count = plan.modules.len();
+    let next = AtomicUsize::new(0);
+    // Each thread takes the next module not yet taken, so a slow module does not hold
+    // up the others.
+    let work = || {
+        let mut done = Vec::new();
+        loop {
+            let m = next.fetch_add(1, Ordering::Relaxed);
+            if m >= count {
+                return done;
+            }
+            done.push((m, compile_module(tape, plan, options, &cpu, m)));
+        }
+    };
+    let mut results = std::thread::scope(|scope| {
+        // A thread the system refuses leaves its share to the others.
+        let helpers: Vec<_> = (1..threads.clamp(1, count.max(1)))
+            .filter_map(|_| std::thread::Builder::new().spawn_scoped(scope, work).ok())
+            .collect();
+        let mut results = work();
+        for helper in helpers {
+            match helper.join() {
+                Ok(done) => results.extend(done),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        results
+    });
+    results.sort_by_key(|&(m, _)| m);
+    results.into_iter().map(|(_, object)| object).collect()
+}
+
+/// Module `m` of `plan`, compiled in a context of its own.
+fn compile_module(
+    tape: &Tape,
+    plan: &Plan,
+    options: &JitBuilder,
+    cpu: &HostCpu,
+    m: usize,
+) -> Result<Object> {
+    let context = Context::create();
+    let object = build(&context, tape, plan, options, cpu, m);
+    let start = Instant::now();
+    drop(context);
+    object.map(|mut object| {
+        object.stats.codegen_secs += start.elapsed().as_secs_f64();
+        object
+    })
+}
+
+/// Emits, verifies and optimizes module `m` in `ctx`, and writes its machine code as an
+/// object file. Everything it builds in `ctx` is dropped on return.
+fn build(
+    ctx: &Context,
+    tape: &Tape,
+    plan: &Plan,
+    options: &JitBuilder,
+    cpu: &HostCpu,
+    m: usize,
+) -> Result<Object> {
+    let mut stats = JitStats::default();
+    let start = Instant::now();
+    let Lowered { module, trains } = Emitter::new(ctx, tape, plan, cpu, m)
+        .emit()
+        .map_err(|e| llvm_error("IR emission", e))?;
+    module
+        .verify()
+        .map_err(|e| llvm_error("module verification", e))?;
+    stats.ir_build_secs = start.elapsed().as_secs_f64();
+
+    let start = Instant::now();
+    let machine = host_target_machine(cpu, options.codegen_level())?;
+    module.set_triple(&machine.get_triple());
+    module.set_data_layout(&machine.get_target_data().get_data_layout());
+    if let Some(pipeline) = options.effective_pipeline() {
+        module
+            .run_passes(&pipeline, &machine, PassBuilderOptions::create())
+            .map_err(|e| llvm_error("optimization", e))?;
+    }
+    stats.optimize_secs = start.elapsed().as_secs_f64();
+    stats.ir_instructions = count_instructions(&module);
+    stats.functions = module
+        .get_functions()
+        .filter(|f| f.count_basic_blocks() > 0)
+        .count();
+    let ir = options
+        .keep_ir
+        .then(|| module.print_to_string().to_string());
+
+    let start = Instant::now();
+    let buffer = machine
+        .write_to_memory_buffer(&module, FileType::Object)
+        .map_err(|e| llvm_error("code generation", e))?;
+    drop(module);
+    stats.code_bytes = code_bytes(&buffer);
+    let bytes = buffer.as_slice().to_vec();
+    stats.codegen_secs = start.elapsed().as_secs_f64();
+    Ok(Object {
+        bytes,
+        ir,
+        trains,
+        stats,
+    })
+}
+
+pub(super) fn host_cpu() -> HostCpu {
+    HostCpu {
+        name: TargetMachine::get_host_cpu_name().to_string(),
+        features: TargetMachine::get_host_cpu_features().to_string(),
+    }
+}
+
+/// The host's target machine at `level`, for both the pass pipeline (whose cost models must
+/// see the CPU the functions are stamped with) and code generation. Small code model and PIC:
+/// the objects are linked by a JIT linker, so code and its constants are near each other, and
+/// calls to the math functions and between modules go through stubs the linker makes.
+fn host_target_machine(cpu: &HostCpu, level: OptimizationLevel) -> Result<TargetMachine> {
+    let triple = TargetMachine::get_default_triple();
+    let target = Target::from_triple(&triple).map_err(|e| llvm_error("target lookup", e))?;
+    target
+        .create_target_machine(
+            &triple,
+            &cpu.name,
+            &cpu.features,
+            level,
+            RelocMode::PIC,
+            CodeModel::Small,
+        )
+        .ok_or_else(|| llvm_error("target machine", "cannot create a machine for the host"))
+}
+
+/// The bytes of machine code and constants in `object`: its text and read-only data sections,
+/// which is what the linker copies into executable and read-only memory.
+fn code_bytes(object: &MemoryBuffer<'_>) -> usize {
+    let Ok(binary) = object.create_binary_file(None) else {
+        return 0;
+    };
+    let Some(mut sections) = binary.get_sections() else {
+        return 0;
+    };
+    let mut bytes = 0;
+    while let Some(section) = sections.next_section() {
+        let name = section
+            .get_name()
+            .map(std::ffi::CStr::to_bytes)
+            .unwrap_or_default();
+        let code = [
+            &b".text"[..],
+            b".rodata",
+            b"__text",
+            b"__const",
+            b"__literal",
+        ];
+        if code.iter().any(|prefix| name.starts_with(prefix)) {
+            bytes += section.get_size() as usize;
+        }
+    }
+    bytes
+}
+
+fn count_instructions(module: &Module<'_>) -> usize {
+    module
+        .get_functions()
+        .flat_map(|f| f.get_basic_block_iter())
+        .map(|b| b.get_instructions().count())
+        .sum()
+}
