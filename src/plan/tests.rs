@@ -128,15 +128,15 @@ fn a_nest_whose_lane_order_would_reorder_a_gradient_runs_neuron_by_neuron() {
 
 #[test]
 fn modules_cover_the_functions_in_runs_of_bounded_size() {
-    use super::functions::{modules, MIN_SPLIT_FUNCTIONS, MODULE_FUNCTIONS, MODULE_MULTIPLE};
-    for n in [0, 1, 7, 8, 9, 63, 64, 65, 257, 1000, 4099] {
+    use super::functions::{modules, MODULE_FUNCTIONS, MODULE_MULTIPLE};
+    for n in [0, 1, 2, 3, 5, 7, 8, 9, 63, 64, 65, 257, 1000, 4099] {
         let m = modules(n);
         assert_eq!(m[0].start, 0, "{n}");
         assert!(m.windows(2).all(|w| w[0].end == w[1].start), "{n}: {m:?}");
         assert_eq!(m.last().unwrap().end, n);
         assert!(m.iter().all(|r| r.len() <= MODULE_FUNCTIONS), "{n}");
-        if n < MIN_SPLIT_FUNCTIONS {
-            assert_eq!(m.len(), 1, "{n}");
+        if n < MODULE_MULTIPLE {
+            assert_eq!(m.len(), n.max(1), "{n}");
         } else {
             assert_eq!(m.len() % MODULE_MULTIPLE, 0, "{n}");
             assert!(m.iter().all(|r| !r.is_empty()), "{n}: {m:?}");
@@ -146,5 +146,49 @@ fn modules_cover_the_functions_in_runs_of_bounded_size() {
             );
             assert!(max.unwrap() - min.unwrap() <= 1, "{n}: {m:?}");
         }
+    }
+}
+
+#[test]
+fn repeated_runs_cover_exactly_the_slots_and_roll_copies() {
+    use super::memory::{repeated_runs, RepeatedRuns};
+    let expand = |blocks: &[RepeatedRuns], len: usize| {
+        let mut which = vec![false; len];
+        for b in blocks {
+            for c in 0..b.count {
+                for r in &b.runs {
+                    for s in r.start + c * b.stride..r.end + c * b.stride {
+                        assert!(!which[s as usize], "slot {s} twice");
+                        which[s as usize] = true;
+                    }
+                }
+            }
+        }
+        which
+    };
+    // A head run, then 100 copies of 17 runs of 2 slots every 18 slots, 40 slots apart,
+    // then a tail: three blocks.
+    let mut which = vec![false; 100 * 400 + 100];
+    which[3..67].iter_mut().for_each(|w| *w = true);
+    for c in 0..100 {
+        for q in 0..17 {
+            let s = 100 + c * 400 + q * 18;
+            which[s] = true;
+            which[s + 1] = true;
+        }
+    }
+    which[100 * 400 + 50] = true;
+    let blocks = repeated_runs(&which);
+    assert_eq!(expand(&blocks, which.len()), which);
+    assert_eq!(blocks.len(), 3, "{blocks:?}");
+    assert_eq!((blocks[1].runs.len(), blocks[1].count), (17, 100));
+    // Random sets are covered exactly too.
+    let mut rng = StdRng::seed_from_u64(5);
+    for _ in 0..50 {
+        use rand::Rng;
+        let len = rng.gen_range(0..300);
+        let density = rng.gen_range(0.0..1.0);
+        let which: Vec<bool> = (0..len).map(|_| rng.gen_bool(density)).collect();
+        assert_eq!(expand(&repeated_runs(&which), len), which);
     }
 }

@@ -9,7 +9,9 @@
 //! item emitters (`items.rs`) are written once, generic over [`LaneIo`], for both.
 
 use inkwell::types::{BasicTypeEnum, FloatType, VectorType};
-use inkwell::values::{BasicValue, FloatValue, FunctionValue, IntValue, PointerValue, VectorValue};
+use inkwell::values::{
+    BasicValue, BasicValueEnum, FloatValue, FunctionValue, IntValue, PointerValue, VectorValue,
+};
 
 use super::{Emit, Emitter, Frame};
 use crate::passes::loops::Affine;
@@ -317,13 +319,19 @@ impl<'ctx> Emitter<'ctx, '_> {
 
     /// `x` in every lane of a vector of `width`.
     pub(super) fn splat(&self, x: FloatValue<'ctx>, width: u32) -> Emit<VectorValue<'ctx>> {
+        self.broadcast(x.into(), self.f64_type.vec_type(width))
+    }
+
+    /// `x` in every lane of a vector of type `ty`: LLVM's idiom, one insert into lane 0 and a
+    /// shuffle (an insert per lane is as many instructions for every pass to look at).
+    fn broadcast(&self, x: BasicValueEnum<'ctx>, ty: VectorType<'ctx>) -> Emit<VectorValue<'ctx>> {
         let i32t = self.context.i32_type();
-        let mut v = self.f64_type.vec_type(width).get_undef();
-        for lane in 0..width {
-            let index = i32t.const_int(lane as u64, false);
-            v = self.builder.build_insert_element(v, x, index, "")?;
-        }
-        Ok(v)
+        let first = self
+            .builder
+            .build_insert_element(ty.get_undef(), x, i32t.const_zero(), "")?;
+        let lane0 = i32t.vec_type(ty.get_size()).const_zero();
+        self.builder
+            .build_shuffle_vector(first, ty.get_undef(), lane0, "splat")
     }
 
     /// `&buf[a(t, j)]` for the vector's repetitions `j`, as a vector of pointers.
@@ -338,12 +346,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         let i64t = self.context.i64_type();
         let first = self.ptr_at(buf, a, t, &self.lane_js(reps, lanes)?)?;
         let first = self.builder.build_ptr_to_int(first, i64t, "")?;
-        let mut addrs = i64t.vec_type(lanes.width).get_undef();
-        let i32t = self.context.i32_type();
-        for lane in 0..lanes.width {
-            let index = i32t.const_int(lane as u64, false);
-            addrs = self.builder.build_insert_element(addrs, first, index, "")?;
-        }
+        let addrs = self.broadcast(first.into(), i64t.vec_type(lanes.width))?;
         let bytes: Vec<_> = (0..lanes.width as i64)
             .map(|l| i64t.const_int((l * a.outer[reps.lane_level()] * 8) as u64, true))
             .collect();

@@ -39,6 +39,7 @@ use strum::IntoEnumIterator;
 
 use super::ir_arith::{IrArith, Lanes, MathTable};
 use crate::op::MathFn;
+use crate::plan::memory::repeated_runs;
 use crate::plan::Plan;
 use crate::tape::{Slot, Tape};
 
@@ -500,25 +501,25 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         IrArith::new(&self.builder, self.f64_type, &self.math)
     }
 
-    /// Zeroes the gradients of the slots where `which` is true, one memset per run.
+    /// Zeroes the gradients of the slots where `which` is true: one memset per run, in a
+    /// loop where runs repeat at a stride ([`repeated_runs`]).
     fn zero_grads_where(&self, grads: PointerValue<'ctx>, which: &[bool]) -> Emit<()> {
         let zero = self.context.i8_type().const_zero();
-        let mut s = 0;
-        while s < which.len() {
-            if !which[s] {
-                s += 1;
-                continue;
-            }
-            let start = s;
-            while s < which.len() && which[s] {
-                s += 1;
-            }
-            let ptr = self.slot_ptr(grads, Slot(start as u32))?;
-            let bytes = self
-                .context
-                .i64_type()
-                .const_int(8 * (s - start) as u64, false);
-            self.builder.build_memset(ptr, 8, zero, bytes)?;
+        let i64t = self.context.i64_type();
+        for block in repeated_runs(which) {
+            let stride = i64t.const_int(block.stride as u64, false);
+            let no_carried: &[FloatValue<'ctx>] = &[];
+            self.emit_loop(block.count, false, no_carried, |this, c, _| {
+                let shift = this.builder.build_int_mul(c, stride, "shift")?;
+                for run in &block.runs {
+                    let start = i64t.const_int(run.start as u64, false);
+                    let index = this.builder.build_int_add(start, shift, "run")?;
+                    let ptr = this.element_ptr(grads, index)?;
+                    let bytes = i64t.const_int(8 * run.len() as u64, false);
+                    this.builder.build_memset(ptr, 8, zero, bytes)?;
+                }
+                Ok(Vec::new())
+            })?;
         }
         Ok(())
     }
