@@ -1,12 +1,17 @@
 //! Compile time and step time of an MNIST-shaped MLP (784-h-10, softmax cross-entropy) at each
 //! level: the table in the README. Each row also gives the machine code's size and the
 //! process's resident memory right after compiling (`VmRSS`, with the row's `Jit` live).
+//! `--dag N,...` measures random irregular DAGs of N nodes instead (`workload::random_dag`:
+//! nothing for loop recovery to find, the straight-line worst case).
 //!
-//! cargo run --release --example compile_times -- [--hidden 25,50,100] [--levels O0,O1,O2,O3]
-//!     [--chunk N] [--pipeline P] [--codegen O0..O3] [--lowering loops|straight] [--steps N]
+//! cargo run --release --example compile_times -- [--hidden 25,50,100 | --dag 1000,5000]
+//!     [--levels O0,O1,O2,O3] [--chunk N] [--pipeline P] [--codegen O0..O3]
+//!     [--lowering loops|straight] [--steps N] [--threads N]
 
 #[path = "common/status.rs"]
 mod status;
+#[path = "../benches/common/workload.rs"]
+mod workload;
 
 use std::time::Instant;
 
@@ -46,10 +51,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .split(',')
         .map(parse_level)
         .collect();
+    let dags: Vec<usize> = opt("--dag").map_or(Vec::new(), |d| {
+        d.split(',')
+            .map(|n| n.parse().expect("--dag takes node counts"))
+            .collect()
+    });
+    let hidden = if dags.is_empty() || opt("--hidden").is_some() {
+        hidden
+    } else {
+        Vec::new()
+    };
     let steps: usize = opt("--steps").map_or(200, |s| s.parse().expect("--steps"));
 
-    println!("| model | level | tape nodes | loops | functions | IR instr | build s | optimize s | codegen s | total s | code MB | resident MB | us/step |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    // (name, graph, samples): the models measured.
+    let mut models = Vec::new();
     for &h in &hidden {
         let g = Graph::new();
         let mut rng = StdRng::seed_from_u64(1);
@@ -61,7 +76,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 s
             })
             .collect();
-        let mut interp = Interpreter::new(&g)?;
+        models.push((format!("784-{h}-10"), g, samples));
+    }
+    for &n in &dags {
+        let g = Graph::new();
+        workload::random_dag(&g, n, 1);
+        let mut rng = StdRng::seed_from_u64(2);
+        let width = Interpreter::new(&g)?.tape().num_inputs();
+        let samples = (0..16)
+            .map(|_| (0..width).map(|_| rng.gen_range(-1.0..1.0)).collect())
+            .collect();
+        models.push((format!("dag {n}"), g, samples));
+    }
+
+    println!("| model | level | tape nodes | loops | functions | IR instr | build s | optimize s | codegen s | total s | code MB | resident MB | us/step |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for (name, g, samples) in &models {
+        let mut interp = Interpreter::new(g)?;
         let reference: Vec<f64> = samples
             .iter()
             .take(3)
@@ -69,6 +100,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .collect();
         for &level in &levels {
             let mut b = Jit::builder().opt_level(level);
+            if let Some(t) = opt("--threads") {
+                b = b.compile_threads(t.parse()?);
+            }
             if let Some(c) = opt("--chunk") {
                 b = b.chunk_size(c.parse()?);
             }
@@ -83,7 +117,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             if let Some(p) = opt("--pipeline") {
                 b = b.pipeline(p);
             }
-            let mut jit = b.compile(&g)?;
+            let mut jit = b.compile(g)?;
             let resident = resident_mb();
             let got: Vec<f64> = samples
                 .iter()
@@ -107,7 +141,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let us = start.elapsed().as_secs_f64() * 1e6 / steps as f64;
             let s = jit.stats();
             println!(
-                "| 784-{h}-10 | {level} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} | {:.1} |",
+                "| {name} | {level} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} | {:.1} |",
                 s.tape_nodes,
                 s.loops,
                 s.functions,

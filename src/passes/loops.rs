@@ -505,16 +505,21 @@ impl Item {
     /// The same item with every [`Affine`] (a nest's body's too) replaced by `f` of it and
     /// the length of its sequence along `t`.
     pub fn map_affines(&self, f: &mut impl FnMut(Affine, u32) -> Affine) -> Item {
+        // Field by field: `..m.clone()` would clone the vectors (and a nest's whole body)
+        // only to drop them.
         let map = |m: &MapLoop, f: &mut dyn FnMut(Affine, u32) -> Affine| MapLoop {
+            op: m.op,
             out: f(m.out, m.len),
             args: m.args.iter().map(|&a| f(a, m.len)).collect(),
-            ..m.clone()
+            len: m.len,
+            needs_grad: m.needs_grad,
+            grad_args: m.grad_args.clone(),
         };
         let sum = |s: &SumLoop, f: &mut dyn FnMut(Affine, u32) -> Affine| SumLoop {
             slot: f(s.slot, 1),
             first: f(s.first, 1),
             tail: f(s.tail, s.tail_len),
-            ..s.clone()
+            ..*s
         };
         match self {
             Item::Map(m) => Item::Map(map(m, f)),
@@ -524,8 +529,9 @@ impl Item {
                 sum: sum(&d.sum, f),
             }),
             Item::Nest(n) => Item::Nest(Nest {
+                count: n.count,
                 body: n.body.iter().map(|b| b.map_affines(f)).collect(),
-                ..n.clone()
+                lanes: n.lanes,
             }),
             Item::Straight(_) | Item::SumPart { .. } => self.clone(),
         }

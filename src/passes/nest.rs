@@ -26,11 +26,9 @@
 //! node's arithmetic, and every gradient's sequence of additions, is the interpreter's.
 
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 
-use super::loops::{
-    iteration, AccessKind, Affine, Item, Lanes, MapLoop, Nest, SumLoop, MAX_NEST_DEPTH,
-};
+use super::loops::{AccessKind, Affine, Item, Lanes, MapLoop, Nest, SumLoop, MAX_NEST_DEPTH};
 use crate::op::Op;
 use crate::tape::{Slot, Tape};
 
@@ -57,8 +55,12 @@ pub fn recover(tape: &Tape, items: Vec<Item>) -> Vec<Item> {
                 longest + 1
             };
         } else {
+            let nested: Vec<(usize, usize)> = nests
+                .iter()
+                .map(|(start, n)| (*start, n.count as usize * n.body.len()))
+                .collect();
             items = with_nests(items, nests);
-            shapes = Shapes::of(&items);
+            shapes.renest(&items, &nested);
             // New nests may repeat with a short period again (copies of a layer's nest).
             max_period = 1;
         }
@@ -104,7 +106,15 @@ fn unroll_small_at(items: Vec<Item>, level: usize) -> Vec<Item> {
 
 /// Straight-line ranges as one single-node item per node.
 fn singles(tape: &Tape, items: Vec<Item>) -> Vec<Item> {
-    let mut out = Vec::with_capacity(items.len());
+    // Sized once: growing a vector of a million items copies hundreds of megabytes.
+    let len = items
+        .iter()
+        .map(|item| match item {
+            Item::Straight(range) => range.len(),
+            _ => 1,
+        })
+        .sum();
+    let mut out = Vec::with_capacity(len);
     for item in items {
         match item {
             Item::Straight(range) => out.extend(
@@ -155,36 +165,71 @@ fn merge_singles(items: Vec<Item>) -> Vec<Item> {
 }
 
 /// What a round compares: per item, its shape's hash (`None` if it cannot be nested) and
-/// its slots' bases, and the next item of the same shape.
+/// its slots' bases, and the next item of the same shape. Kept from round to round: a round
+/// that nests changes only the items it nests.
 struct Shapes {
     keys: Vec<Option<u64>>,
-    /// Item `i`'s bases are `bases[offsets[i]..offsets[i + 1]]`.
+    /// Item `i`'s bases are `bases[spans[i].0..spans[i].1]`.
+    spans: Vec<(usize, usize)>,
     bases: Vec<i64>,
-    offsets: Vec<usize>,
     next: Vec<Option<usize>>,
 }
 
 impl Shapes {
     fn of(items: &[Item]) -> Shapes {
-        let keys: Vec<Option<u64>> = items.iter().map(shape_key).collect();
-        let mut bases = Vec::with_capacity(items.len() * 3);
-        let mut offsets = Vec::with_capacity(items.len() + 1);
-        offsets.push(0);
+        let mut shapes = Shapes {
+            keys: items.iter().map(shape_key).collect(),
+            spans: Vec::with_capacity(items.len()),
+            bases: Vec::with_capacity(items.len() * 3),
+            next: Vec::new(),
+        };
         for item in items {
-            item.for_each_affine(&mut |a| bases.push(a.base));
-            offsets.push(bases.len());
+            let span = shapes.append_bases(item);
+            shapes.spans.push(span);
         }
-        let next = next_of_same_shape(&keys);
-        Shapes {
-            keys,
-            bases,
-            offsets,
-            next,
+        shapes.next = next_of_same_shape(&shapes.keys);
+        shapes
+    }
+
+    /// The bases of `item`, appended; their span.
+    fn append_bases(&mut self, item: &Item) -> (usize, usize) {
+        let start = self.bases.len();
+        item.for_each_affine(&mut |a| self.bases.push(a.base));
+        (start, self.bases.len())
+    }
+
+    /// The shapes of `items`, which are the items these shapes described with the runs
+    /// `nested` (first index and length) replaced by the nest each became.
+    fn renest(&mut self, items: &[Item], nested: &[(usize, usize)]) {
+        let mut nested = nested.iter().peekable();
+        let (mut read, mut write) = (0, 0);
+        let mut nests = Vec::with_capacity(nested.len());
+        while read < self.keys.len() {
+            match nested.next_if(|(start, _)| *start == read) {
+                Some(&(_, len)) => {
+                    nests.push(write);
+                    read += len;
+                }
+                None => {
+                    self.keys[write] = self.keys[read];
+                    self.spans[write] = self.spans[read];
+                    read += 1;
+                }
+            }
+            write += 1;
         }
+        self.keys.truncate(write);
+        self.spans.truncate(write);
+        for w in nests {
+            self.keys[w] = shape_key(&items[w]);
+            self.spans[w] = self.append_bases(&items[w]);
+        }
+        self.next = next_of_same_shape(&self.keys);
     }
 
     fn bases(&self, i: usize) -> &[i64] {
-        &self.bases[self.offsets[i]..self.offsets[i + 1]]
+        let (start, end) = self.spans[i];
+        &self.bases[start..end]
     }
 
     fn same_shape(&self, a: usize, b: usize) -> bool {
@@ -220,19 +265,13 @@ impl Shapes {
     }
 
     /// Periods to try at item `i`: the distances to the next few items of its shape, up to
-    /// `max_period` and as long as two repetitions fit.
-    fn periods(&self, i: usize, max_period: usize) -> Vec<usize> {
-        let mut periods = Vec::with_capacity(CANDIDATE_PERIODS);
-        let mut j = self.next[i];
-        while let Some(k) = j {
-            let p = k - i;
-            if periods.len() == CANDIDATE_PERIODS || p > max_period || i + 2 * p > self.keys.len() {
-                break;
-            }
-            periods.push(p);
-            j = self.next[k];
-        }
-        periods
+    /// `max_period` and as long as two repetitions fit. (An iterator, not a vector: a round
+    /// asks at every item.)
+    fn periods(&self, i: usize, max_period: usize) -> impl Iterator<Item = usize> + '_ {
+        std::iter::successors(self.next[i], |&k| self.next[k])
+            .map(move |k| k - i)
+            .take(CANDIDATE_PERIODS)
+            .take_while(move |&p| p <= max_period && i + 2 * p <= self.keys.len())
     }
 }
 
@@ -244,7 +283,6 @@ fn round(items: &[Item], shapes: &Shapes, max_period: usize) -> Vec<(usize, Nest
     while i < items.len() {
         let nest = shapes
             .periods(i, max_period)
-            .into_iter()
             .map(|p| (shapes.repetitions(i, p, usize::MAX), p))
             // The shortest period that repeats: inner structure first (neurons before the
             // layers they form), so that the next round finds the outer repetition over
@@ -307,31 +345,34 @@ fn reads_within(item: &Item, range: std::ops::Range<u32>) -> bool {
     hit
 }
 
-/// `items` with the items of each nest replaced by the nest.
-fn with_nests(items: Vec<Item>, nests: Vec<(usize, Nest)>) -> Vec<Item> {
-    let mut out = Vec::with_capacity(items.len());
+/// `items` with the items of each nest replaced by the nest, in place: on a tape of a
+/// million nodes the items are hundreds of megabytes, and a fresh vector per round costs
+/// more in page faults and copies than the round itself.
+fn with_nests(mut items: Vec<Item>, nests: Vec<(usize, Nest)>) -> Vec<Item> {
     let mut nests = nests.into_iter().peekable();
-    let mut skip = 0;
-    for (i, item) in items.into_iter().enumerate() {
-        if skip > 0 {
-            skip -= 1;
-            continue;
-        }
-        match nests.next_if(|(start, _)| *start == i) {
+    let (mut read, mut write) = (0, 0);
+    while read < items.len() {
+        match nests.next_if(|(start, _)| *start == read) {
             Some((_, nest)) => {
-                skip = nest.count as usize * nest.body.len() - 1;
-                out.push(Item::Nest(nest));
+                read += nest.count as usize * nest.body.len();
+                items[write] = Item::Nest(nest);
             }
-            None => out.push(item),
+            None => {
+                items.swap(write, read);
+                read += 1;
+            }
         }
+        write += 1;
     }
-    out
+    items.truncate(write);
+    items
 }
 
 /// Per item, the index of the next item of the same shape.
 fn next_of_same_shape(keys: &[Option<u64>]) -> Vec<Option<usize>> {
     let mut next = vec![None; keys.len()];
-    let mut last_seen: HashMap<u64, usize> = HashMap::new();
+    // The keys are hashes already.
+    let mut last_seen: HashMap<u64, usize, BuildHasherDefault<FxHasher>> = HashMap::default();
     for (i, key) in keys.iter().enumerate().rev() {
         if let Some(key) = key {
             next[i] = last_seen.insert(*key, i);
@@ -349,10 +390,23 @@ fn nest_of(items: &[Item], period: usize) -> Option<Nest> {
         .zip(&items[period..2 * period])
         .map(|(a, b)| with_outer(a, b))
         .collect::<Option<_>>()?;
+    // Each item is repetition j of its body item (`iteration(b, j) == item`), checked
+    // without building the repetition.
+    let mut slots = Vec::new();
     let exact = (0..count).all(|j| {
         body.iter()
             .zip(&items[j * period..(j + 1) * period])
-            .all(|(b, item)| iteration(b, j as i64) == *item)
+            .all(|(b, item)| {
+                slots.clear();
+                item.for_each_affine(&mut |a| slots.push(*a));
+                let mut k = 0;
+                let mut same = same_shape(b, item);
+                b.for_each_affine(&mut |a| {
+                    same &= slots.get(k) == Some(&a.unnested(j as i64));
+                    k += 1;
+                });
+                same && k == slots.len()
+            })
     });
     exact.then_some(Nest {
         count: count as u32,
@@ -375,6 +429,7 @@ fn shape_key(item: &Item) -> Option<u64> {
 
 /// The multiply-rotate hash of rustc's `FxHasher`: shapes are hashed once per item per
 /// round, and SipHash's resistance to chosen inputs buys nothing here.
+#[derive(Default)]
 struct FxHasher(u64);
 
 impl Hasher for FxHasher {
