@@ -39,9 +39,14 @@ use strum::IntoEnumIterator;
 
 use super::ir_arith::{IrArith, Lanes, MathTable};
 use crate::op::MathFn;
+use crate::plan::lanes::VECTOR_WIDTH;
 use crate::plan::memory::repeated_runs;
 use crate::plan::Plan;
 use crate::tape::{Slot, Tape};
+
+/// The longest run of gradients [`Emitter::zero_grads_where`] zeroes with stores rather than
+/// a memset.
+const INLINE_ZEROS: usize = 128;
 
 /// Names of the generated entry points.
 pub const FORWARD: &str = "forward";
@@ -501,8 +506,11 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         IrArith::new(&self.builder, self.f64_type, &self.math)
     }
 
-    /// Zeroes the gradients of the slots where `which` is true: one memset per run, in a
-    /// loop where runs repeat at a stride ([`repeated_runs`]).
+    /// Zeroes the gradients of the slots where `which` is true, in a loop where runs repeat
+    /// at a stride ([`repeated_runs`]): a run of up to [`INLINE_ZEROS`] slots as stores of
+    /// zero vectors, a longer one as a memset (which code generation makes a call to the C
+    /// library's above a few hundred bytes: in a loop over 100 copies that call cost more
+    /// than the stores).
     fn zero_grads_where(&self, grads: PointerValue<'ctx>, which: &[bool]) -> Emit<()> {
         let zero = self.context.i8_type().const_zero();
         let i64t = self.context.i64_type();
@@ -512,11 +520,23 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
             self.emit_loop(block.count, false, no_carried, |this, c, _| {
                 let shift = this.builder.build_int_mul(c, stride, "shift")?;
                 for run in &block.runs {
-                    let start = i64t.const_int(run.start as u64, false);
-                    let index = this.builder.build_int_add(start, shift, "run")?;
-                    let ptr = this.element_ptr(grads, index)?;
-                    let bytes = i64t.const_int(8 * run.len() as u64, false);
-                    this.builder.build_memset(ptr, 8, zero, bytes)?;
+                    let at = |slot: u32| {
+                        let start = i64t.const_int(slot as u64, false);
+                        let index = this.builder.build_int_add(start, shift, "run")?;
+                        this.element_ptr(grads, index)
+                    };
+                    if run.len() > INLINE_ZEROS {
+                        let bytes = i64t.const_int(8 * run.len() as u64, false);
+                        this.builder.build_memset(at(run.start)?, 8, zero, bytes)?;
+                        continue;
+                    }
+                    let mut slot = run.start;
+                    while slot < run.end {
+                        let width = VECTOR_WIDTH.min(run.end - slot);
+                        let zeros = this.f64_type.vec_type(width).const_zero();
+                        this.store_vector(at(slot)?, zeros)?;
+                        slot += width;
+                    }
                 }
                 Ok(Vec::new())
             })?;
