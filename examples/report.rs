@@ -1,8 +1,12 @@
 //! The benchmark report: compile time and training-step time of the MNIST classifier
 //! (784-50-10, softmax cross-entropy, per-sample SGD) on the interpreter, at every JIT level,
-//! and in two hand-written Rust versions, as one markdown table.
+//! and in two hand-written Rust versions, as one markdown table; then the graph families
+//! (issue #10: micrograd's moons demo, minibatch MNIST as copies, an RNN and a mass-spring
+//! rollout unrolled over steps, a random DAG) at `examples/families`' quick sizes, each
+//! beside the interpreter and its hand-written yardstick (and JAX's moons step with `--jax`).
 //!
 //! cargo run --release --example report -- [--data DIR] [--quick] [--samples N] [--out DIR]
+//!     [--no-families] [--jax PYTHON]
 //!
 //! Prints the table (and writes it to `target/report.md`) and plots compile time against
 //! epoch time (`target/report.svg`). Every number is a median of repeated runs: each mode is
@@ -17,6 +21,10 @@
 //!
 //! A new row is one more entry in `workload::modes()`.
 
+#[path = "../benches/common/families.rs"]
+mod families;
+#[path = "common/families_bench.rs"]
+mod families_bench;
 #[path = "../benches/common/handwritten.rs"]
 mod handwritten;
 #[path = "report/svg.rs"]
@@ -25,6 +33,8 @@ mod svg;
 mod table;
 #[path = "../benches/common/workload.rs"]
 mod workload;
+#[path = "../benches/common/yardsticks.rs"]
+mod yardsticks;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -41,12 +51,16 @@ const EPOCH: usize = 60_000;
 /// A timed run lasts at least this long: fast rows make several passes over the samples.
 const MIN_RUN_SECS: f64 = 0.3;
 
-const USAGE: &str = "usage: report [--data DIR] [--quick] [--samples N] [--out DIR]
+const USAGE: &str = "usage: report [--data DIR] [--quick] [--samples N] [--out DIR] [--no-families]
+              [--jax PYTHON]
 
-  --data DIR    the four MNIST IDX files (default: data/mnist of this package)
-  --quick       1 compile and 3 timed runs per mode instead of 3 and 5
-  --samples N   training samples per timed run (default 2000)
-  --out DIR     where report.md and report.svg go (default: target/ of this package)";
+  --data DIR     the four MNIST IDX files (default: data/mnist of this package)
+  --quick        1 compile and 3 timed runs per mode instead of 3 and 5 (families: 3 runs)
+  --samples N    training samples per timed run (default 2000)
+  --out DIR      where report.md and report.svg go (default: target/ of this package)
+  --no-families  the MNIST table only
+  --jax PYTHON   JAX's moons step beside the families (a Python with jax and numpy;
+                 scripts/setup-jax makes one)";
 
 struct Options {
     data: PathBuf,
@@ -54,6 +68,8 @@ struct Options {
     samples: usize,
     compile_repeats: usize,
     step_repeats: usize,
+    families: bool,
+    jax: Option<PathBuf>,
 }
 
 fn parse_options() -> Result<Options, String> {
@@ -64,6 +80,8 @@ fn parse_options() -> Result<Options, String> {
         samples: 2_000,
         compile_repeats: 3,
         step_repeats: 5,
+        families: true,
+        jax: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -73,6 +91,8 @@ fn parse_options() -> Result<Options, String> {
             "--quick" => (o.compile_repeats, o.step_repeats) = (1, 3),
             "--data" => o.data = value()?.into(),
             "--out" => o.out = value()?.into(),
+            "--no-families" => o.families = false,
+            "--jax" => o.jax = Some(value()?.into()),
             "--samples" => {
                 let v = value()?;
                 o.samples = match v.parse() {
@@ -544,6 +564,19 @@ fn run(o: Options) -> Result<(), String> {
          beside this file.\n\n{}",
         agreement(&rows, n)
     );
+    let mut families_agree = true;
+    if o.families {
+        let mut settings = families_bench::Settings::new(true, o.data.clone());
+        settings.runs = o.step_repeats;
+        settings.jax = o.jax.clone();
+        let (table, agrees) = families_bench::report(&settings);
+        families_agree = agrees;
+        let _ = write!(
+            report,
+            "\n## Graph families\n\nThe graphs micrograd users write (`examples/families`, quick \
+             sizes; `cargo run --release --example families` measures every size).\n\n{table}"
+        );
+    }
 
     std::fs::create_dir_all(&o.out)
         .map_err(|e| format!("cannot create {}: {e}", o.out.display()))?;
@@ -570,7 +603,11 @@ fn run(o: Options) -> Result<(), String> {
         plot.display(),
         started.elapsed().as_secs_f64()
     );
-    Ok(())
+    if families_agree {
+        Ok(())
+    } else {
+        Err("a graph family's JIT does not match the interpreter".into())
+    }
 }
 
 fn main() -> ExitCode {
