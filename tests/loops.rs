@@ -351,3 +351,26 @@ fn train_checks_every_input_before_the_first_step() {
         assert_eq!(p.params(), before, "{}: nothing ran", b.name);
     }
 }
+
+/// Copies of a two-layer MLP whose second layer's dots have 16 or 8 steps: in lanes, their
+/// gradient into the first layer's outputs (which every neuron of the second layer reads)
+/// is added 8 steps at a time, one vector per lane (the vertical order); with 12 neurons
+/// the last vector of lanes is partial. Bit for bit against the interpreter at every level,
+/// `step` and `train` included.
+#[test]
+fn copies_whose_dots_add_into_a_shared_layer_in_blocks() {
+    for (nin, hidden, copies) in [(2, [16, 16], 6), (5, [16, 12], 4), (3, [8, 16], 5)] {
+        let g = Graph::new();
+        let mut rng = StdRng::seed_from_u64(nin as u64);
+        let l1 = Layer::new(&g, nin, hidden[0], Activation::Relu, &mut rng);
+        let l2 = Layer::new(&g, hidden[0], hidden[1], Activation::Tanh, &mut rng);
+        let mut terms = Vec::new();
+        for _ in 0..copies {
+            let x = g.inputs(nin);
+            let h = l1.call(&x).unwrap();
+            terms.extend(l2.call(&h).unwrap());
+        }
+        g.set_loss(g.sum(terms.iter().map(|&o| o * o))).unwrap();
+        check(&format!("{copies} copies of {nin}-{hidden:?}"), &g);
+    }
+}

@@ -124,12 +124,35 @@ impl Ranks {
     }
 }
 
+/// Steps of a dot's products whose additions into the operand every lane shares run as one
+/// block, in [`Lanes::Both`](super::loops::Lanes::Both)'s `vertical` order: a vector of
+/// doubles, one per step.
+pub const VERTICAL_BLOCK: u32 = 8;
+
+/// The operand of a dot's products `m` that every lane (repetitions of the nest at `level`)
+/// shares while it moves with the step, if there is exactly one such operand taking a
+/// gradient, the others each lane's own, and the steps come in whole blocks of
+/// [`VERTICAL_BLOCK`]: a layer's inputs, which every neuron reads. Lane by lane, each step
+/// adds every lane into it one after another (a chain of dependent additions per step); in
+/// the vertical order the block's steps take them side by side.
+pub fn vertical_arg(m: &MapLoop, level: usize) -> Option<usize> {
+    if m.len < VERTICAL_BLOCK || m.len % VERTICAL_BLOCK != 0 {
+        return None;
+    }
+    let taking = || (0..m.args.len()).filter(|&i| m.grad_args[i]);
+    let shared = |i: usize| m.args[i].outer[level] == 0;
+    let mut shared_args = taking().filter(|&i| shared(i));
+    let s = shared_args.next()?;
+    let alone = shared_args.next().is_none() && m.args[s].stride != 0;
+    alone.then_some(s)
+}
+
 /// Whether the lane order of [`Lanes::Both`](super::loops::Lanes::Both) with groups of
-/// `size` repetitions adds every gradient's contributions in the interpreter's order
-/// (repetitions from the last, items from the last, each item's steps in order). Walks the
-/// lane order, checking that each slot's contributions come in increasing interpreter rank:
-/// linear in the additions.
-pub fn backward_lanes_keep_order(body: &[Item], count: u32, size: u32) -> bool {
+/// `size` repetitions (`vertical` or not) adds every gradient's contributions in the
+/// interpreter's order (repetitions from the last, items from the last, each item's steps
+/// in order). Walks the lane order, checking that each slot's contributions come in
+/// increasing interpreter rank: linear in the additions.
+pub fn backward_lanes_keep_order(body: &[Item], count: u32, size: u32, vertical: bool) -> bool {
     let per_item: Vec<Vec<Contribution>> = body.iter().map(contributions).collect();
     let Some(span) = per_item
         .iter()
@@ -158,19 +181,67 @@ pub fn backward_lanes_keep_order(body: &[Item], count: u32, size: u32) -> bool {
     for group in (0..count.div_ceil(size)).rev() {
         let lanes = group * size..((group + 1) * size).min(count);
         for (k, cs) in per_item.iter().enumerate().rev() {
-            // The lane order within an item: step, operand, repetition from the last.
-            for c in cs {
-                for j in lanes.clone().rev() {
-                    let slot = (c.slot.at_nested(c.t, j).0 - span.start) as usize;
-                    let r = rank(j, k, c) + 1;
-                    let last = last.at(slot);
-                    if *last >= r {
-                        return false;
-                    }
-                    *last = r;
+            let shared = match &body[k] {
+                Item::Dot(dot) if vertical => vertical_arg(&dot.products, 0),
+                _ => None,
+            };
+            for (c, j) in lane_order(cs, lanes.clone(), shared) {
+                let slot = (c.slot.at_nested(c.t, j).0 - span.start) as usize;
+                let r = rank(j, k, c) + 1;
+                let last = last.at(slot);
+                if *last >= r {
+                    return false;
                 }
+                *last = r;
             }
         }
     }
     true
+}
+
+/// The order in which the lanes `lanes` make an item's contributions `cs`: step by step,
+/// operand by operand, repetitions from the last. With a dot's `shared` operand (the
+/// vertical order): the products' steps in blocks of [`VERTICAL_BLOCK`], each block's other
+/// operands in that order, then the shared operand's contributions of the block lane by lane
+/// from the last, the block's steps within each lane.
+fn lane_order(
+    cs: &[Contribution],
+    lanes: std::ops::Range<u32>,
+    shared: Option<usize>,
+) -> Vec<(&Contribution, u32)> {
+    fn each_lane(
+        c: &Contribution,
+        lanes: std::ops::Range<u32>,
+    ) -> impl Iterator<Item = (&Contribution, u32)> {
+        lanes.rev().map(move |j| (c, j))
+    }
+    let Some(shared) = shared.map(|s| s as u64) else {
+        return cs
+            .iter()
+            .flat_map(|c| each_lane(c, lanes.clone()))
+            .collect();
+    };
+    // The products' steps start at 1 (step 0 is the sum's first operand).
+    let block = |c: &Contribution| c.step.checked_sub(1).map(|s| s / VERTICAL_BLOCK as u64);
+    let mut order = Vec::with_capacity(cs.len() * lanes.len());
+    let mut rest = cs;
+    while let Some(first) = rest.first() {
+        let b = block(first);
+        let end = rest
+            .iter()
+            .position(|c| block(c) != b)
+            .unwrap_or(rest.len());
+        let (now, later) = rest.split_at(end);
+        rest = later;
+        let is_shared = |c: &&Contribution| b.is_some() && c.arg == shared;
+        order.extend(
+            now.iter()
+                .filter(|c| !is_shared(c))
+                .flat_map(|c| each_lane(c, lanes.clone())),
+        );
+        for j in lanes.clone().rev() {
+            order.extend(now.iter().filter(is_shared).map(|c| (c, j)));
+        }
+    }
+    order
 }

@@ -188,8 +188,11 @@ pub enum Lanes {
     /// Forward and backward in lane groups (backward: groups from the last, body items from
     /// the last, within an item step and operand in the item's order, every repetition of the
     /// group from the last; the plan checked that this adds every gradient's contributions
-    /// in the interpreter's order).
-    Both { group: u32 },
+    /// in the interpreter's order). `vertical`: the dots of the body with an operand that
+    /// every lane shares ([`super::lanes::vertical_arg`]) add into it
+    /// [`super::lanes::VERTICAL_BLOCK`] steps at a time, one vector over the steps per lane,
+    /// instead of lane by lane at every step (the order the plan checked then).
+    Both { group: u32, vertical: bool },
 }
 
 impl Lanes {
@@ -197,14 +200,14 @@ impl Lanes {
     pub fn forward(self) -> Option<u32> {
         match self {
             Lanes::None => None,
-            Lanes::Forward { group } | Lanes::Both { group } => Some(group),
+            Lanes::Forward { group } | Lanes::Both { group, .. } => Some(group),
         }
     }
 
     /// Repetitions per lane group in backward, if backward runs in lanes.
     pub fn backward(self) -> Option<u32> {
         match self {
-            Lanes::Both { group } => Some(group),
+            Lanes::Both { group, .. } => Some(group),
             Lanes::None | Lanes::Forward { .. } => None,
         }
     }

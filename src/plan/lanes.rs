@@ -6,7 +6,7 @@
 //! repetition after the other, and the nests in their bodies in lanes where the analyses
 //! hold in every repetition of the nests around.
 
-use crate::passes::lanes::{backward_lanes_keep_order, repetitions_independent};
+use crate::passes::lanes::{backward_lanes_keep_order, repetitions_independent, vertical_arg};
 use crate::passes::loops::{iteration, Item, Lanes, Nest};
 
 /// At most this many repetitions run together in lanes (eight vectors of eight).
@@ -59,16 +59,32 @@ fn decide_within(item: &Item, outer: &[u32]) -> Item {
     // must hold in every one of those (a repetition's slots differ from the next one's).
     let instances = instances(&nest.body, outer);
     let group = lane_group(nest.count);
+    // The vertical order where some dot has a shared operand (it is faster), if it keeps
+    // every gradient's order; else the plain lane order.
+    let keeps_order = |vertical| {
+        instances
+            .iter()
+            .all(|body| backward_lanes_keep_order(body, nest.count, group, vertical))
+    };
+    let has_vertical = nest.body.iter().any(|b| match b {
+        Item::Dot(dot) => vertical_arg(&dot.products, 0).is_some(),
+        _ => false,
+    });
     let lanes = if !instances
         .iter()
         .all(|body| repetitions_independent(body, nest.count))
     {
         Lanes::None
-    } else if instances
-        .iter()
-        .all(|body| backward_lanes_keep_order(body, nest.count, group))
-    {
-        Lanes::Both { group }
+    } else if has_vertical && keeps_order(true) {
+        Lanes::Both {
+            group,
+            vertical: true,
+        }
+    } else if keeps_order(false) {
+        Lanes::Both {
+            group,
+            vertical: false,
+        }
     } else {
         Lanes::Forward { group }
     };

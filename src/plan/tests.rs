@@ -192,3 +192,44 @@ fn repeated_runs_cover_exactly_the_slots_and_roll_copies() {
         assert_eq!(expand(&repeated_runs(&which), len), which);
     }
 }
+
+#[test]
+fn copies_of_a_layer_read_by_every_neuron_take_the_vertical_order() {
+    use crate::passes::loops::Lanes;
+    let g = Graph::new();
+    let mut rng = StdRng::seed_from_u64(1);
+    let l1 = Layer::new(&g, 2, 16, Activation::Relu, &mut rng);
+    let l2 = Layer::new(&g, 16, 16, Activation::Relu, &mut rng);
+    let mut terms = Vec::new();
+    for _ in 0..5 {
+        let x = g.inputs(2);
+        terms.extend(l2.call(&l1.call(&x).unwrap()).unwrap());
+    }
+    g.set_loss(g.sum(&terms)).unwrap();
+    let tape = Tape::from_graph(&g).unwrap();
+    let s = schedule(&tape, true);
+    let (tape, s) = layout::apply(tape, s).unwrap();
+    let options = PlanOptions {
+        chunk_size: 250,
+        fast_math: false,
+    };
+    let plan = Plan::new(&tape, &s, options).unwrap();
+    let mut lanes = Vec::new();
+    for item in plan.functions.iter().flatten() {
+        collect_lanes(item, &mut lanes);
+    }
+    assert!(
+        lanes.contains(&Lanes::Both {
+            group: 16,
+            vertical: true
+        }),
+        "{lanes:?}"
+    );
+}
+
+fn collect_lanes(item: &Item, out: &mut Vec<crate::passes::loops::Lanes>) {
+    if let Item::Nest(n) = item {
+        out.push(n.lanes);
+        n.body.iter().for_each(|b| collect_lanes(b, out));
+    }
+}

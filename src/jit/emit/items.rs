@@ -12,7 +12,10 @@ use super::lanes::{LaneIo, Reps, Vector};
 use super::IrArith;
 use super::{Emit, Emitter, Frame, Pass};
 use crate::op::Arith;
-use crate::passes::loops::{Affine, DotLoop, Item, MapLoop, Nest, SumLoop};
+use inkwell::types::VectorType;
+
+use crate::passes::lanes::{vertical_arg, VERTICAL_BLOCK};
+use crate::passes::loops::{Affine, DotLoop, Item, Lanes, MapLoop, Nest, SumLoop};
 
 impl<'ctx> Emitter<'ctx, '_> {
     /// Forward of a loop item outside any nest.
@@ -49,7 +52,12 @@ impl<'ctx> Emitter<'ctx, '_> {
     /// plan allows; otherwise `for j in (0..count).rev() { body reversed }`.
     fn nest_backward(&self, frame: Frame<'ctx>, nest: &Nest, outer: &[IntValue<'ctx>]) -> Emit<()> {
         if let Some(group) = nest.lanes.backward() {
+            let vertical = matches!(nest.lanes, Lanes::Both { vertical: true, .. });
             return self.for_each_group(nest.count, group, true, outer, |this, reps| {
+                let reps = &Reps {
+                    vertical,
+                    ..reps.clone()
+                };
                 nest.body
                     .iter()
                     .rev()
@@ -269,6 +277,9 @@ impl<'ctx> Emitter<'ctx, '_> {
                 );
             }
         }
+        if let Some(shared) = vertical_arg(map, reps.lane_level()).filter(|_| reps.vertical) {
+            return self.vertical_dot_backward(frame, dot, reps, shared);
+        }
         let gs = self.sum_grads::<V>(frame, sum, reps)?;
         let g_products = self.fresh(&gs)?;
         self.emit_loop::<V>(map.len, true, &[], |this, t, _| {
@@ -285,6 +296,121 @@ impl<'ctx> Emitter<'ctx, '_> {
             Ok(Vec::new())
         })?;
         Ok(())
+    }
+
+    /// [`Emitter::dot_backward`] in lanes, in the vertical order the plan checked
+    /// ([`crate::passes::loops::Lanes`]): the steps in blocks of [`VERTICAL_BLOCK`] from the
+    /// last, each block's steps from the last adding into every operand but `shared` as
+    /// usual, then `shared`'s gradients of the whole block, one vector over the block's steps
+    /// added per lane, lanes from the last (each step's slot gets the additions it got lane
+    /// by lane, in the same order).
+    fn vertical_dot_backward(
+        &self,
+        frame: Frame<'ctx>,
+        dot: &DotLoop,
+        reps: &Reps<'ctx>,
+        shared: usize,
+    ) -> Emit<()> {
+        let (sum, map) = (&dot.sum, &dot.products);
+        let gs = self.sum_grads::<VectorValue>(frame, sum, reps)?;
+        let g_products = self.fresh(&gs)?;
+        let i64t = self.context.i64_type();
+        let block = i64t.const_int(VERTICAL_BLOCK as u64, false);
+        self.emit_loop::<FloatValue>(map.len / VERTICAL_BLOCK, true, &[], |this, b, _| {
+            let first = this.builder.build_int_mul(b, block, "block")?;
+            // Per vector, `shared`'s local gradients at steps first + 0, 1, ...
+            let mut rows: Vec<Vec<VectorValue>> = vec![Vec::new(); reps.vectors.len()];
+            for u in (0..VERTICAL_BLOCK).rev() {
+                let step = i64t.const_int(u as u64, false);
+                let t = this.builder.build_int_add(first, step, "t")?;
+                let locals = reps
+                    .vectors
+                    .iter()
+                    .zip(&g_products)
+                    .map(|(&lanes, &g)| {
+                        let x = this.load_args::<VectorValue>(frame.vals, map, t, reps, lanes)?;
+                        this.product_grads(map, lanes, &x, g)
+                    })
+                    .collect::<Emit<Vec<_>>>()?;
+                this.accumulate_args_but(frame, map, t, reps, &locals, Some(shared))?;
+                for (row, local) in rows.iter_mut().zip(&locals) {
+                    row.insert(0, local[shared]);
+                }
+            }
+            this.accumulate_block(frame, map.args[shared], first, reps, &rows)?;
+            Ok(Vec::new())
+        })?;
+        Ok(())
+    }
+
+    /// Adds `rows[vector][u]`, the gradients of the block of steps `first + u` for each
+    /// vector of lanes, into `a`'s slots at those steps (shared by the lanes): one vector
+    /// over the steps, vectors and lanes from the last.
+    fn accumulate_block(
+        &self,
+        frame: Frame<'ctx>,
+        a: Affine,
+        first: IntValue<'ctx>,
+        reps: &Reps<'ctx>,
+        rows: &[Vec<VectorValue<'ctx>>],
+    ) -> Emit<()> {
+        // The block's slots as if the steps were lanes: `a` moves by its stride per lane.
+        let level = reps.lane_level();
+        let mut across_steps = a;
+        across_steps.outer[level] = a.stride;
+        let mut at_first = reps.clone();
+        at_first.js[level] = self.context.i64_type().const_zero();
+        let steps = Vector {
+            offset: 0,
+            width: VERTICAL_BLOCK,
+        };
+        let mut acc = VectorValue::load(self, frame.grads, across_steps, first, &at_first, steps)?;
+        for (row, lanes) in rows.iter().zip(&reps.vectors).rev() {
+            for lane in (0..lanes.width).rev() {
+                let column = self.column(row, lane)?;
+                acc = self.builder.build_float_add(acc, column, "")?;
+            }
+        }
+        VectorValue::store(
+            self,
+            frame.grads,
+            across_steps,
+            first,
+            &at_first,
+            steps,
+            acc,
+        )
+    }
+
+    /// Lane `lane` of each vector of `row`, as one vector (a column of the matrix whose rows
+    /// are `row`): pairs picked by shuffles, then joined.
+    fn column(&self, row: &[VectorValue<'ctx>], lane: u32) -> Emit<VectorValue<'ctx>> {
+        let i32t = self.context.i32_type();
+        let mask = |indices: &mut dyn Iterator<Item = u32>| {
+            let values: Vec<_> = indices.map(|i| i32t.const_int(i as u64, false)).collect();
+            VectorType::const_vector(&values)
+        };
+        let width = row[0].get_type().get_size();
+        let mut parts: Vec<VectorValue<'ctx>> = row
+            .chunks(2)
+            .map(|pair| {
+                let pick = mask(&mut [lane, width + lane].into_iter());
+                self.builder
+                    .build_shuffle_vector(pair[0], pair[1], pick, "")
+            })
+            .collect::<Result<_, _>>()?;
+        while parts.len() > 1 {
+            parts = parts
+                .chunks(2)
+                .map(|pair| {
+                    let n = pair[0].get_type().get_size();
+                    let join = mask(&mut (0..2 * n));
+                    self.builder
+                        .build_shuffle_vector(pair[0], pair[1], join, "")
+                })
+                .collect::<Result<_, _>>()?;
+        }
+        Ok(parts[0])
     }
 
     /// `train`'s dot: this sample's backward, which updates the weights, and the next
@@ -434,8 +560,21 @@ impl<'ctx> Emitter<'ctx, '_> {
         reps: &Reps<'ctx>,
         locals: &[Vec<V>],
     ) -> Emit<()> {
+        self.accumulate_args_but(frame, map, t, reps, locals, None)
+    }
+
+    /// [`Emitter::accumulate_args`] for every operand but `except`.
+    fn accumulate_args_but<V: LaneIo<'ctx>>(
+        &self,
+        frame: Frame<'ctx>,
+        map: &MapLoop,
+        t: IntValue<'ctx>,
+        reps: &Reps<'ctx>,
+        locals: &[Vec<V>],
+        except: Option<usize>,
+    ) -> Emit<()> {
         for (i, (&a, &takes)) in map.args.iter().zip(&map.grad_args).enumerate() {
-            if !takes {
+            if !takes || except == Some(i) {
                 continue;
             }
             for (&lanes, local) in reps.vectors.iter().zip(locals).rev() {

@@ -27,9 +27,12 @@ pub(super) struct Vector {
 
 /// The repetitions an item runs for: the repetition of every enclosing nest, outermost
 /// first (for the innermost, the first of a lane group), and the vectors of lanes.
+#[derive(Clone)]
 pub(super) struct Reps<'ctx> {
     pub(super) js: Vec<IntValue<'ctx>>,
     pub(super) vectors: Vec<Vector>,
+    /// The lanes' backward runs in the vertical order ([`crate::passes::loops::Lanes`]).
+    pub(super) vertical: bool,
 }
 
 impl<'ctx> Reps<'ctx> {
@@ -41,6 +44,7 @@ impl<'ctx> Reps<'ctx> {
                 offset: 0,
                 width: 1,
             }],
+            vertical: false,
         }
     }
 
@@ -58,11 +62,15 @@ impl<'ctx> Reps<'ctx> {
             .copied()
             .chain(std::iter::once(first))
             .collect();
-        Reps { js, vectors }
+        Reps {
+            js,
+            vectors,
+            vertical: false,
+        }
     }
 
     /// The level of the nest whose repetitions run in lanes, in an `Affine`'s `outer`.
-    fn lane_level(&self) -> usize {
+    pub(super) fn lane_level(&self) -> usize {
         self.js.len().saturating_sub(1)
     }
 }
