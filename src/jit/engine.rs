@@ -240,6 +240,53 @@ impl Code {
     }
 }
 
+/// Whether to tell `perf` where the compiled functions are (`TAPEJIT_PERF_MAP` set in the
+/// environment): a profiler otherwise sees anonymous JIT code.
+fn perf_map_wanted() -> bool {
+    std::env::var_os("TAPEJIT_PERF_MAP").is_some()
+}
+
+/// The name and size of every function the objects define.
+fn function_symbols(objects: &[super::compiler::Object]) -> Vec<(String, u64)> {
+    let mut functions = Vec::new();
+    for object in objects {
+        let buffer = MemoryBuffer::create_from_memory_range_copy(&object.bytes, "tapejit");
+        let Ok(binary) = buffer.create_binary_file(None) else {
+            continue;
+        };
+        let Some(mut symbols) = binary.get_symbols() else {
+            continue;
+        };
+        while let Some(symbol) = symbols.next_symbol() {
+            let name = symbol.get_name().map(|n| n.to_string_lossy().into_owned());
+            if let Some(name) = name.filter(|n| !n.is_empty() && symbol.get_size() > 0) {
+                functions.push((name, symbol.get_size()));
+            }
+        }
+    }
+    functions
+}
+
+/// Appends `functions` at their linked addresses to `/tmp/perf-PID.map`, the file `perf
+/// report` reads to name JIT code (one `start size name` line each, in hex). Best effort: a
+/// profiling aid that cannot be written changes nothing else.
+fn write_perf_map(code: &Code, functions: &[(String, u64)]) {
+    use std::io::Write;
+    let path = format!("/tmp/perf-{}.map", std::process::id());
+    let Ok(mut file) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    else {
+        return;
+    };
+    for (name, size) in functions {
+        if let Ok(start) = code.address(name) {
+            let _ = writeln!(file, "{start:x} {size:x} {name}");
+        }
+    }
+}
+
 /// Returns the heap memory freed with the compiler and the linker to the system (glibc keeps
 /// it otherwise: gigabytes of small blocks for a million-node tape).
 fn release_free_memory() {
@@ -275,7 +322,11 @@ impl Native {
             let texts: Vec<&str> = objects.iter().filter_map(|o| o.ir.as_deref()).collect();
             texts.concat()
         });
+        let profiled = perf_map_wanted().then(|| function_symbols(&objects));
         let code = Code::load(objects.into_iter().map(|o| o.bytes))?;
+        if let Some(functions) = profiled {
+            write_perf_map(&code, &functions);
+        }
         let address = |name| code.address(name).map(|a| a as usize);
         let (forward, backward) = (address(FORWARD)?, address(BACKWARD)?);
         let (update, step) = (address(UPDATE)?, address(STEP)?);
