@@ -19,6 +19,11 @@ pub struct GradMemory {
     /// The backward function whose straight-line code stores its gradient first (the one
     /// with the highest index), or [`NONE`].
     first_store: Vec<u32>,
+    /// Its gradient gets exactly one addition, from a loop whose every slot of that operand
+    /// is such a slot: the loop stores `0 + g` (what the zeroed buffer would hold after the
+    /// addition) instead of adding, and nothing zeroes the slot first. Never a param (their
+    /// gradients accumulate across `backward` calls) or the loss.
+    stored_whole: Vec<bool>,
 }
 
 const NONE: u32 = u32::MAX;
@@ -54,6 +59,7 @@ impl GradMemory {
                 *m &= !f;
             }
         }
+        let stored_whole = stored_whole(tape, functions);
         let mut first_store = vec![NONE; tape.len()];
         for (k, function) in functions.iter().enumerate().rev() {
             let mut touch = |s: Slot| {
@@ -84,7 +90,15 @@ impl GradMemory {
         GradMemory {
             in_loops,
             first_store,
+            stored_whole,
         }
+    }
+
+    /// Whether the loop operand whose first slot (every counter at 0) is `slot` stores its
+    /// gradients rather than adding them (see [`GradMemory::stored_whole`]): the plan marks
+    /// an operand's slots all or none.
+    pub fn stores_whole(&self, slot: i64) -> bool {
+        usize::try_from(slot).is_ok_and(|s| self.stored_whole.get(s) == Some(&true))
     }
 
     /// The gradients backward's first function zeroes: those loops accumulate, params
@@ -95,7 +109,9 @@ impl GradMemory {
     }
 
     fn zeroed(&self, tape: &Tape, s: Slot, step: bool) -> bool {
-        self.in_loops[s.index()] && (step || s.index() >= tape.num_params())
+        self.in_loops[s.index()]
+            && !self.stored_whole[s.index()]
+            && (step || s.index() >= tape.num_params())
     }
 
     /// Where `s`'s gradient starts in backward function `function` (`step`'s if `step`).
@@ -104,7 +120,8 @@ impl GradMemory {
             self.first_store[s.index()] != NONE && self.first_store[s.index()] as usize > function;
         let is_param = s.index() < tape.num_params();
         let accumulated = is_param && !step && Some(s) != tape.loss();
-        if stored_before || self.zeroed(tape, s, step) || accumulated {
+        let in_memory = self.zeroed(tape, s, step) || self.stored_whole[s.index()];
+        if stored_before || in_memory || accumulated {
             GradStart::Memory
         } else if Some(s) == tape.loss() {
             GradStart::One
@@ -132,6 +149,37 @@ impl GradMemory {
             .collect();
         (loss_needs_one, zero)
     }
+}
+
+/// The slots [`GradMemory::stored_whole`] marks: every slot of a loop operand taking a
+/// gradient, where each is an operand of exactly one node that takes a gradient (so it gets
+/// exactly one addition), is not a param and is not the loss.
+fn stored_whole(tape: &Tape, functions: &[Vec<Item>]) -> Vec<bool> {
+    let mut uses = vec![0u8; tape.len()];
+    for s in tape.slots() {
+        if tape.op(s).is_leaf() || !tape.needs_grad(s) {
+            continue;
+        }
+        for &a in tape.args(s).iter().filter(|&&a| tape.needs_grad(a)) {
+            uses[a.index()] = uses[a.index()].saturating_add(1);
+        }
+    }
+    let once =
+        |s: Slot| uses[s.index()] == 1 && s.index() >= tape.num_params() && Some(s) != tape.loss();
+    let mut whole = vec![false; tape.len()];
+    for item in functions.iter().flatten() {
+        for (access, counts) in item.nested_accesses() {
+            if access.kind != (AccessKind::Reads { grad: true }) {
+                continue;
+            }
+            let mut all = true;
+            access.for_each_slot(&counts, |s| all &= once(s));
+            if all {
+                access.for_each_slot(&counts, |s| whole[s.index()] = true);
+            }
+        }
+    }
+    whole
 }
 
 /// The most runs one repetition of [`RepeatedRuns`] holds (a copy's accumulated gradients

@@ -233,3 +233,36 @@ fn collect_lanes(item: &Item, out: &mut Vec<crate::passes::loops::Lanes>) {
         n.body.iter().for_each(|b| collect_lanes(b, out));
     }
 }
+
+#[test]
+fn gradients_with_one_addition_from_a_loop_are_stored_not_zeroed() {
+    let g = Graph::new();
+    let mut rng = StdRng::seed_from_u64(2);
+    let l1 = Layer::new(&g, 2, 16, Activation::Relu, &mut rng);
+    let l2 = Layer::new(&g, 16, 16, Activation::Relu, &mut rng);
+    let mut terms = Vec::new();
+    for _ in 0..5 {
+        let x = g.inputs(2);
+        terms.extend(l2.call(&l1.call(&x).unwrap()).unwrap());
+    }
+    g.set_loss(g.sum(&terms)).unwrap();
+    let tape = Tape::from_graph(&g).unwrap();
+    let s = schedule(&tape, true);
+    let (tape, s) = layout::apply(tape, s).unwrap();
+    let options = PlanOptions {
+        chunk_size: 250,
+        fast_math: false,
+    };
+    let plan = Plan::new(&tape, &s, options).unwrap();
+    let zeroed = plan.grads.zeroed_first(&tape, false);
+    let whole: Vec<usize> = (0..tape.len())
+        .filter(|&s| plan.grads.stores_whole(s as i64))
+        .collect();
+    // Each neuron's dot sum feeds only its relu: one addition each, in every copy.
+    assert!(whole.len() >= 5 * 32, "{} slots stored whole", whole.len());
+    for &s in &whole {
+        assert!(!zeroed[s], "slot {s} is stored whole and zeroed");
+        assert!(s >= tape.num_params(), "param {s} stored whole");
+        assert_ne!(Some(crate::tape::Slot(s as u32)), tape.loss());
+    }
+}

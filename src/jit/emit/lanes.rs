@@ -155,6 +155,12 @@ impl<'ctx> LaneIo<'ctx> for FloatValue<'ctx> {
         d: Self,
     ) -> Emit<()> {
         let ptr = e.ptr_at(frame.grads, a, t, &reps.js)?;
+        if e.plan.grads.stores_whole(a.base) {
+            // Its one addition: what the zeroed buffer would hold after it.
+            let whole = e.fresh(&[d])?[0];
+            e.builder.build_store(ptr, whole)?;
+            return Ok(());
+        }
         let before = e
             .builder
             .build_load(e.f64_type, ptr, "")?
@@ -229,6 +235,11 @@ impl<'ctx> LaneIo<'ctx> for VectorValue<'ctx> {
         let across = a.outer[reps.lane_level()];
         if across == 1 && e.fuses_update(frame, a) {
             return e.fused_update(frame, a, t, (reps, lanes), d);
+        }
+        if across != 0 && e.plan.grads.stores_whole(a.base) {
+            // Each lane's one addition: what the zeroed buffer would hold after it.
+            let whole = e.fresh(&[d])?[0];
+            return Self::store(e, frame.grads, a, t, reps, lanes, whole);
         }
         if across != 0 {
             // Each lane its own slot.
