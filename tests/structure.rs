@@ -964,3 +964,41 @@ fn tiny_repetitions() {
         }
     }
 }
+
+/// The code is flat in the number of steps: the full families (16 masses; a 16-unit RNN)
+/// at T = 50 and T = 400 compile to about as many IR instructions. (The zeroing of the
+/// gradients the steps accumulate once grew with T: a step's runs of slots outnumbered what
+/// `repeated_runs` looked for, and each became a store.)
+#[test]
+fn rollouts_compile_to_code_flat_in_their_steps() {
+    let instructions = |build: &dyn Fn(&Graph)| {
+        let g = Graph::new();
+        build(&g);
+        Jit::compile(&g).unwrap().stats().ir_instructions
+    };
+    for (name, short, long) in [
+        (
+            "springs",
+            instructions(&|g| {
+                Springs::new(50).build(g);
+            }),
+            instructions(&|g| {
+                Springs::new(400).build(g);
+            }),
+        ),
+        (
+            "rnn",
+            instructions(&|g| {
+                Rnn::new(50).build(g);
+            }),
+            instructions(&|g| {
+                Rnn::new(400).build(g);
+            }),
+        ),
+    ] {
+        assert!(
+            long <= short + short / 5,
+            "{name}: {short} IR instructions at T = 50, {long} at T = 400"
+        );
+    }
+}

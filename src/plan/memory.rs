@@ -182,9 +182,13 @@ fn stored_whole(tape: &Tape, functions: &[Vec<Item>]) -> Vec<bool> {
     whole
 }
 
-/// The most runs one repetition of [`RepeatedRuns`] holds (a copy's accumulated gradients
-/// in a batch written as copies are a few dozen runs).
-const MAX_RUNS_PERIOD: usize = 64;
+/// The most runs one repetition of [`RepeatedRuns`] holds (a copy's gradients in a batch
+/// written as copies are a few dozen runs, a rollout step's a few hundred).
+const MAX_RUNS_PERIOD: usize = 4096;
+
+/// The repetition lengths [`repeated_runs`] tries at a run: the distances to the next runs
+/// of the same length and gap to their successor.
+const CANDIDATE_PERIODS: usize = 16;
 
 /// Slots to write (zero, say) as runs repeated at a constant stride: `runs`, then each run
 /// moved by `stride` slots, `count` times in all. A batch written as copies zeroes the same
@@ -195,6 +199,20 @@ pub struct RepeatedRuns {
     pub runs: Vec<std::ops::Range<u32>>,
     pub stride: u32,
     pub count: u32,
+}
+
+/// How many times the `period` runs from `i` repeat, each time moved by the same stride.
+fn repetitions(runs: &[std::ops::Range<u32>], i: usize, period: usize) -> usize {
+    let stride = runs[i + period].start - runs[i].start;
+    let moved = |r: &std::ops::Range<u32>, by: u32| r.start + by..r.end + by;
+    let mut count = 1;
+    while i + (count + 1) * period <= runs.len()
+        && (0..period)
+            .all(|q| runs[i + count * period + q] == moved(&runs[i + q], count as u32 * stride))
+    {
+        count += 1;
+    }
+    count
 }
 
 /// The slots where `which` is true, as [`RepeatedRuns`] in slot order, each repeating the
@@ -213,25 +231,50 @@ pub fn repeated_runs(which: &[bool]) -> Vec<RepeatedRuns> {
             s += 1;
         }
     }
+    // A repetition starts again where a run of the same length and gap to the next begins.
+    let key = |k: usize| {
+        (
+            runs[k].len(),
+            runs.get(k + 1).map(|n| n.start - runs[k].end),
+        )
+    };
+    let mut next_alike = vec![None; runs.len()];
+    let mut last_seen = std::collections::HashMap::new();
+    for k in (0..runs.len()).rev() {
+        next_alike[k] = last_seen.insert(key(k), k);
+    }
     let mut out = Vec::new();
     let mut i = 0;
     while i < runs.len() {
         // (runs per repetition, repetitions, stride) covering the most runs from `i`; the
         // shortest repetition among equals.
         let mut best = (1, 1, 0);
-        for period in 1..=MAX_RUNS_PERIOD.min((runs.len() - i) / 2) {
+        let alike = || std::iter::successors(next_alike[i], |&k| next_alike[k]);
+        let fits = |p: usize| p <= MAX_RUNS_PERIOD && i + 2 * p <= runs.len();
+        let nearest: Vec<usize> = alike()
+            .map(|k| k - i)
+            .take(CANDIDATE_PERIODS)
+            .take_while(|&p| fits(p))
+            .collect();
+        for period in nearest {
             let stride = runs[i + period].start - runs[i].start;
-            let moved = |r: &std::ops::Range<u32>, by: u32| r.start + by..r.end + by;
-            let mut count = 1;
-            while i + (count + 1) * period <= runs.len()
-                && (0..period).all(|q| {
-                    runs[i + count * period + q] == moved(&runs[i + q], count as u32 * stride)
-                })
-            {
-                count += 1;
-            }
+            let count = repetitions(&runs, i, period);
             if count >= 2 && count * period > best.0 * best.1 {
                 best = (period, count, stride);
+            }
+        }
+        // A repetition of repetitions (a rollout step of 16 alike masses): try once the
+        // period from here to where the pattern found so far starts again.
+        let covered = i + best.0 * best.1;
+        if let Some(p) = alike()
+            .map(|k| k - i)
+            .find(|&p| i + p >= covered && p > best.0)
+        {
+            if fits(p) {
+                let count = repetitions(&runs, i, p);
+                if count >= 2 && count * p > best.0 * best.1 {
+                    best = (p, count, runs[i + p].start - runs[i].start);
+                }
             }
         }
         let (period, count, stride) = best;

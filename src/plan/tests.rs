@@ -182,6 +182,21 @@ fn repeated_runs_cover_exactly_the_slots_and_roll_copies() {
     assert_eq!(expand(&blocks, which.len()), which);
     assert_eq!(blocks.len(), 3, "{blocks:?}");
     assert_eq!((blocks[1].runs.len(), blocks[1].count), (17, 100));
+    // A rollout step's hundreds of runs repeat too.
+    let mut which = vec![false; 50 * 1000];
+    for step in 0..50 {
+        for q in 0..300 {
+            which[step * 1000 + 3 * q + (q % 2)] = true;
+        }
+    }
+    let blocks = repeated_runs(&which);
+    assert_eq!(expand(&blocks, which.len()), which);
+    assert_eq!(
+        (blocks[0].runs.len(), blocks[0].count),
+        (300, 50),
+        "{}",
+        blocks.len()
+    );
     // Random sets are covered exactly too.
     let mut rng = StdRng::seed_from_u64(5);
     for _ in 0..50 {
