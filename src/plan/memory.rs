@@ -41,15 +41,27 @@ pub enum GradStart {
 
 impl GradMemory {
     pub fn new(tape: &Tape, functions: &[Vec<Item>], step: Option<&StepPlan>) -> GradMemory {
+        let once = added_once(tape);
         let mut in_loops = vec![false; tape.len()];
+        let mut stored_whole = vec![false; tape.len()];
         for item in functions.iter().flatten() {
             for (access, counts) in item.nested_accesses() {
                 let marks = match access.kind {
                     AccessKind::Writes { .. } => true,
                     AccessKind::Reads { grad } => grad,
                 };
-                if marks {
-                    access.for_each_slot(&counts, |s| in_loops[s.index()] = true);
+                if !marks {
+                    continue;
+                }
+                // A loop operand's gradients are stored whole if every slot's is added once.
+                let adds = access.kind == (AccessKind::Reads { grad: true });
+                let mut all_once = adds;
+                access.for_each_slot(&counts, |s| {
+                    in_loops[s.index()] = true;
+                    all_once &= once[s.index()];
+                });
+                if all_once {
+                    access.for_each_slot(&counts, |s| stored_whole[s.index()] = true);
                 }
             }
         }
@@ -59,7 +71,6 @@ impl GradMemory {
                 *m &= !f;
             }
         }
-        let stored_whole = stored_whole(tape, functions);
         let mut first_store = vec![NONE; tape.len()];
         for (k, function) in functions.iter().enumerate().rev() {
             let mut touch = |s: Slot| {
@@ -151,10 +162,10 @@ impl GradMemory {
     }
 }
 
-/// The slots [`GradMemory::stored_whole`] marks: every slot of a loop operand taking a
-/// gradient, where each is an operand of exactly one node that takes a gradient (so it gets
-/// exactly one addition), is not a param and is not the loss.
-fn stored_whole(tape: &Tape, functions: &[Vec<Item>]) -> Vec<bool> {
+/// Per slot: whether its gradient gets exactly one addition (it is an operand of exactly
+/// one node that takes a gradient), and it is neither a param nor the loss: what a loop
+/// operand's slots must all be for [`GradMemory::stored_whole`].
+fn added_once(tape: &Tape) -> Vec<bool> {
     let mut uses = vec![0u8; tape.len()];
     for s in tape.slots() {
         if tape.op(s).is_leaf() || !tape.needs_grad(s) {
@@ -164,22 +175,9 @@ fn stored_whole(tape: &Tape, functions: &[Vec<Item>]) -> Vec<bool> {
             uses[a.index()] = uses[a.index()].saturating_add(1);
         }
     }
-    let once =
-        |s: Slot| uses[s.index()] == 1 && s.index() >= tape.num_params() && Some(s) != tape.loss();
-    let mut whole = vec![false; tape.len()];
-    for item in functions.iter().flatten() {
-        for (access, counts) in item.nested_accesses() {
-            if access.kind != (AccessKind::Reads { grad: true }) {
-                continue;
-            }
-            let mut all = true;
-            access.for_each_slot(&counts, |s| all &= once(s));
-            if all {
-                access.for_each_slot(&counts, |s| whole[s.index()] = true);
-            }
-        }
-    }
-    whole
+    tape.slots()
+        .map(|s| uses[s.index()] == 1 && s.index() >= tape.num_params() && Some(s) != tape.loss())
+        .collect()
 }
 
 /// The most runs one repetition of [`RepeatedRuns`] holds (a copy's gradients in a batch

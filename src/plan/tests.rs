@@ -68,9 +68,8 @@ fn schedules_cover_every_node_once_in_order() {
     }
 }
 
-/// The nests of `g`'s plan, after the param layout the JIT applies, as (count, whether
-/// backward runs in lanes).
-fn nests_of(g: &Graph) -> Vec<(u32, bool)> {
+/// `g`'s tape after the param layout the JIT applies, and its verified plan.
+fn planned(g: &Graph) -> (Tape, Plan) {
     let tape = Tape::from_graph(g).unwrap();
     let s = schedule(&tape, true);
     let (tape, s) = layout::apply(tape, s).unwrap();
@@ -80,6 +79,26 @@ fn nests_of(g: &Graph) -> Vec<(u32, bool)> {
     };
     let plan = Plan::new(&tape, &s, options).unwrap();
     plan.verify(&tape).unwrap();
+    (tape, plan)
+}
+
+/// Five copies of a 2-16-16 MLP sharing params (the shape of micrograd's moons demo).
+fn copies_of_two_layers(g: &Graph, seed: u64) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let l1 = Layer::new(g, 2, 16, Activation::Relu, &mut rng);
+    let l2 = Layer::new(g, 16, 16, Activation::Relu, &mut rng);
+    let mut terms = Vec::new();
+    for _ in 0..5 {
+        let x = g.inputs(2);
+        terms.extend(l2.call(&l1.call(&x).unwrap()).unwrap());
+    }
+    g.set_loss(g.sum(&terms)).unwrap();
+}
+
+/// The nests of `g`'s plan, after the param layout the JIT applies, as (count, whether
+/// backward runs in lanes).
+fn nests_of(g: &Graph) -> Vec<(u32, bool)> {
+    let (_, plan) = planned(g);
     plan.functions
         .iter()
         .flatten()
@@ -212,23 +231,8 @@ fn repeated_runs_cover_exactly_the_slots_and_roll_copies() {
 fn copies_of_a_layer_read_by_every_neuron_take_the_vertical_order() {
     use crate::passes::loops::Lanes;
     let g = Graph::new();
-    let mut rng = StdRng::seed_from_u64(1);
-    let l1 = Layer::new(&g, 2, 16, Activation::Relu, &mut rng);
-    let l2 = Layer::new(&g, 16, 16, Activation::Relu, &mut rng);
-    let mut terms = Vec::new();
-    for _ in 0..5 {
-        let x = g.inputs(2);
-        terms.extend(l2.call(&l1.call(&x).unwrap()).unwrap());
-    }
-    g.set_loss(g.sum(&terms)).unwrap();
-    let tape = Tape::from_graph(&g).unwrap();
-    let s = schedule(&tape, true);
-    let (tape, s) = layout::apply(tape, s).unwrap();
-    let options = PlanOptions {
-        chunk_size: 250,
-        fast_math: false,
-    };
-    let plan = Plan::new(&tape, &s, options).unwrap();
+    copies_of_two_layers(&g, 1);
+    let (_, plan) = planned(&g);
     let mut lanes = Vec::new();
     for item in plan.functions.iter().flatten() {
         collect_lanes(item, &mut lanes);
@@ -252,23 +256,8 @@ fn collect_lanes(item: &Item, out: &mut Vec<crate::passes::loops::Lanes>) {
 #[test]
 fn gradients_with_one_addition_from_a_loop_are_stored_not_zeroed() {
     let g = Graph::new();
-    let mut rng = StdRng::seed_from_u64(2);
-    let l1 = Layer::new(&g, 2, 16, Activation::Relu, &mut rng);
-    let l2 = Layer::new(&g, 16, 16, Activation::Relu, &mut rng);
-    let mut terms = Vec::new();
-    for _ in 0..5 {
-        let x = g.inputs(2);
-        terms.extend(l2.call(&l1.call(&x).unwrap()).unwrap());
-    }
-    g.set_loss(g.sum(&terms)).unwrap();
-    let tape = Tape::from_graph(&g).unwrap();
-    let s = schedule(&tape, true);
-    let (tape, s) = layout::apply(tape, s).unwrap();
-    let options = PlanOptions {
-        chunk_size: 250,
-        fast_math: false,
-    };
-    let plan = Plan::new(&tape, &s, options).unwrap();
+    copies_of_two_layers(&g, 2);
+    let (tape, plan) = planned(&g);
     let zeroed = plan.grads.zeroed_first(&tape, false);
     let whole: Vec<usize> = (0..tape.len())
         .filter(|&s| plan.grads.stores_whole(s as i64))

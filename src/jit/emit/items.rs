@@ -283,15 +283,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         let gs = self.sum_grads::<V>(frame, sum, reps)?;
         let g_products = self.fresh(&gs)?;
         self.emit_loop::<V>(map.len, true, &[], |this, t, _| {
-            let locals = reps
-                .vectors
-                .iter()
-                .zip(&g_products)
-                .map(|(&lanes, &g)| {
-                    let x = this.load_args::<V>(frame.vals, map, t, reps, lanes)?;
-                    this.product_grads(map, lanes, &x, g)
-                })
-                .collect::<Emit<Vec<_>>>()?;
+            let locals = this.products_locals::<V>(frame, map, t, reps, &g_products)?;
             this.accumulate_args(frame, map, t, reps, &locals)?;
             Ok(Vec::new())
         })?;
@@ -323,15 +315,7 @@ impl<'ctx> Emitter<'ctx, '_> {
             for u in (0..VERTICAL_BLOCK).rev() {
                 let step = i64t.const_int(u as u64, false);
                 let t = this.builder.build_int_add(first, step, "t")?;
-                let locals = reps
-                    .vectors
-                    .iter()
-                    .zip(&g_products)
-                    .map(|(&lanes, &g)| {
-                        let x = this.load_args::<VectorValue>(frame.vals, map, t, reps, lanes)?;
-                        this.product_grads(map, lanes, &x, g)
-                    })
-                    .collect::<Emit<Vec<_>>>()?;
+                let locals = this.products_locals(frame, map, t, reps, &g_products)?;
                 this.accumulate_args_but(frame, map, t, reps, &locals, Some(shared))?;
                 for (row, local) in rows.iter_mut().zip(&locals) {
                     row.insert(0, local[shared]);
@@ -529,6 +513,26 @@ impl<'ctx> Emitter<'ctx, '_> {
                 let sum = ar.add(fresh, g);
                 ar.finish()?;
                 Ok(sum)
+            })
+            .collect()
+    }
+
+    /// The local gradients of a dot's products at step `t` (whose gradients per vector are
+    /// `g_products`), per vector, in operand order.
+    fn products_locals<V: LaneIo<'ctx>>(
+        &self,
+        frame: Frame<'ctx>,
+        map: &MapLoop,
+        t: IntValue<'ctx>,
+        reps: &Reps<'ctx>,
+        g_products: &[V],
+    ) -> Emit<Vec<Vec<V>>> {
+        reps.vectors
+            .iter()
+            .zip(g_products)
+            .map(|(&lanes, &g)| {
+                let x = self.load_args::<V>(frame.vals, map, t, reps, lanes)?;
+                self.product_grads(map, lanes, &x, g)
             })
             .collect()
     }
