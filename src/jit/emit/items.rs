@@ -20,17 +20,27 @@ use crate::passes::loops::{Affine, DotLoop, Item, Lanes, MapLoop, Nest, SumLoop}
 impl<'ctx> Emitter<'ctx, '_> {
     /// Forward of a loop item outside any nest.
     pub(super) fn item_forward(&self, frame: Frame<'ctx>, item: &Item) -> Emit<()> {
-        self.body_forward::<FloatValue>(frame, item, &Reps::scalar(Vec::new()))
+        self.loop_code(|| self.body_forward::<FloatValue>(frame, item, &Reps::top()))
     }
 
     /// Backward of a loop item outside any nest.
     pub(super) fn item_backward(&self, frame: Frame<'ctx>, item: &Item) -> Emit<()> {
-        self.body_backward::<FloatValue>(frame, item, &Reps::scalar(Vec::new()))
+        self.loop_code(|| self.body_backward::<FloatValue>(frame, item, &Reps::top()))
+    }
+
+    /// Emits loop code: the only code that consults [`Emitter::known`], and whose every
+    /// buffer write tells it. What it knew before (or learns inside) may be stale after
+    /// (or before) any other code, so it starts and ends empty.
+    fn loop_code(&self, emit: impl FnOnce() -> Emit<()>) -> Emit<()> {
+        self.known.forget();
+        let done = emit();
+        self.known.forget();
+        done
     }
 
     /// A nest's forward: lane groups, each body item for the whole group, where the plan
     /// allows; otherwise `for j in 0..count { body }`.
-    fn nest_forward(&self, frame: Frame<'ctx>, nest: &Nest, outer: &[IntValue<'ctx>]) -> Emit<()> {
+    fn nest_forward(&self, frame: Frame<'ctx>, nest: &Nest, outer: &Reps<'ctx>) -> Emit<()> {
         if let Some(group) = nest.lanes.forward() {
             return self.for_each_group(nest.count, group, false, outer, |this, reps| {
                 nest.body
@@ -39,7 +49,7 @@ impl<'ctx> Emitter<'ctx, '_> {
             });
         }
         self.emit_loop::<FloatValue>(nest.count, false, &[], |this, j, _| {
-            let reps = Reps::scalar(with_innermost(j, outer));
+            let reps = outer.scalar_in(j, nest.count);
             for item in &nest.body {
                 this.body_forward::<FloatValue>(frame, item, &reps)?;
             }
@@ -50,7 +60,7 @@ impl<'ctx> Emitter<'ctx, '_> {
 
     /// A nest's backward: lane groups from the last, body items from the last, where the
     /// plan allows; otherwise `for j in (0..count).rev() { body reversed }`.
-    fn nest_backward(&self, frame: Frame<'ctx>, nest: &Nest, outer: &[IntValue<'ctx>]) -> Emit<()> {
+    fn nest_backward(&self, frame: Frame<'ctx>, nest: &Nest, outer: &Reps<'ctx>) -> Emit<()> {
         if let Some(group) = nest.lanes.backward() {
             let vertical = matches!(nest.lanes, Lanes::Both { vertical: true, .. });
             return self.for_each_group(nest.count, group, true, outer, |this, reps| {
@@ -65,7 +75,7 @@ impl<'ctx> Emitter<'ctx, '_> {
             });
         }
         self.emit_loop::<FloatValue>(nest.count, true, &[], |this, j, _| {
-            let reps = Reps::scalar(with_innermost(j, outer));
+            let reps = outer.scalar_in(j, nest.count);
             for item in nest.body.iter().rev() {
                 this.body_backward::<FloatValue>(frame, item, &reps)?;
             }
@@ -81,22 +91,22 @@ impl<'ctx> Emitter<'ctx, '_> {
         count: u32,
         size: u32,
         descending: bool,
-        outer: &[IntValue<'ctx>],
+        outer: &Reps<'ctx>,
         mut body: impl FnMut(&Self, &Reps<'ctx>) -> Emit<()>,
     ) -> Emit<()> {
         let i64t = self.context.i64_type();
         let (full, rest) = (count / size, count % size);
-        let rest_group = Reps::group(i64t.const_int((full * size) as u64, false), outer, rest);
+        let rest_group = outer.group_in(i64t.const_int((full * size) as u64, false), count, rest);
         if rest > 0 && descending {
             body(self, &rest_group)?;
         }
         if full == 1 {
-            body(self, &Reps::group(i64t.const_zero(), outer, size))?;
+            body(self, &outer.group_in(i64t.const_zero(), count, size))?;
         } else if full > 1 {
             self.emit_loop::<FloatValue>(full, descending, &[], |this, g, _| {
                 let stride = i64t.const_int(size as u64, false);
                 let first = this.builder.build_int_mul(g, stride, "group")?;
-                body(this, &Reps::group(first, outer, size))?;
+                body(this, &outer.group_in(first, count, size))?;
                 Ok(Vec::new())
             })?;
         }
@@ -120,7 +130,7 @@ impl<'ctx> Emitter<'ctx, '_> {
                 Ok(())
             }
             Item::Dot(dot) => self.sum_forward::<V>(frame, &dot.sum, Some(&dot.products), reps),
-            Item::Nest(nest) => self.nest_forward(frame, nest, &reps.js),
+            Item::Nest(nest) => self.nest_forward(frame, nest, reps),
             Item::Straight(_) | Item::SumPart { .. } => Ok(()),
         }
     }
@@ -135,7 +145,7 @@ impl<'ctx> Emitter<'ctx, '_> {
             Item::Map(map) => self.map_backward::<V>(frame, map, reps),
             Item::Sum(sum) => self.sum_backward::<V>(frame, sum, reps),
             Item::Dot(dot) => self.dot_backward::<V>(frame, dot, reps),
-            Item::Nest(nest) => self.nest_backward(frame, nest, &reps.js),
+            Item::Nest(nest) => self.nest_backward(frame, nest, reps),
             Item::Straight(_) | Item::SumPart { .. } => Ok(()),
         }
     }
@@ -350,8 +360,8 @@ impl<'ctx> Emitter<'ctx, '_> {
         };
         let mut acc = VectorValue::load(self, frame.grads, across_steps, first, &at_first, steps)?;
         for (row, lanes) in rows.iter().zip(&reps.vectors).rev() {
-            for lane in (0..lanes.width).rev() {
-                let column = self.column(row, lane)?;
+            let columns = self.columns(row, lanes.width)?;
+            for column in columns.into_iter().rev() {
                 acc = self.builder.build_float_add(acc, column, "")?;
             }
         }
@@ -364,6 +374,51 @@ impl<'ctx> Emitter<'ctx, '_> {
             steps,
             acc,
         )
+    }
+
+    /// Lanes `0..width` of each vector of `row`, each as one vector: the columns of the
+    /// matrix whose rows are `row`. A square matrix of a power-of-two side is transposed in
+    /// place, one bit of the lane index at a time (each stage swaps that bit of the row and
+    /// column index, one two-source shuffle per row: log2(side) shuffles per row in all);
+    /// any other is read column by column.
+    fn columns(&self, row: &[VectorValue<'ctx>], width: u32) -> Emit<Vec<VectorValue<'ctx>>> {
+        let side = row.len();
+        let square = side == width as usize && side.is_power_of_two() && side > 1;
+        if !square || row[0].get_type().get_size() != width {
+            return (0..width).map(|lane| self.column(row, lane)).collect();
+        }
+        let i32t = self.context.i32_type();
+        let mut rows = row.to_vec();
+        let mut bit = 1;
+        while bit < side {
+            // Rows r (bit clear) and r | bit; element (r, c) moves to (r with c's bit, c with
+            // r's bit). Indices 0..side pick from row r, side.. from row r | bit.
+            let pick = |upper: bool| {
+                let indices: Vec<_> = (0..side)
+                    .map(|c| match (upper, c & bit != 0) {
+                        (false, false) => c,
+                        (false, true) => side + (c ^ bit),
+                        (true, false) => c | bit,
+                        (true, true) => side + c,
+                    })
+                    .map(|i| i32t.const_int(i as u64, false))
+                    .collect();
+                VectorType::const_vector(&indices)
+            };
+            let mut next = rows.clone();
+            for r in (0..side).filter(|r| r & bit == 0) {
+                let (lower, upper) = (rows[r], rows[r | bit]);
+                next[r] = self
+                    .builder
+                    .build_shuffle_vector(lower, upper, pick(false), "")?;
+                next[r | bit] = self
+                    .builder
+                    .build_shuffle_vector(lower, upper, pick(true), "")?;
+            }
+            rows = next;
+            bit <<= 1;
+        }
+        Ok(rows)
     }
 
     /// Lane `lane` of each vector of `row`, as one vector (a column of the matrix whose rows
@@ -468,19 +523,30 @@ impl<'ctx> Emitter<'ctx, '_> {
         group: u32,
     ) -> Emit<()> {
         let (sum, map) = (&dot.sum, &dot.products);
-        self.for_each_group(nest.count, group, false, &[], |this, reps| {
-            let gs = this.load_first::<VectorValue>(frame.grads, sum.slot, reps)?;
-            let g_products = this.fresh(&gs)?;
-            this.emit_loop::<VectorValue>(map.len, false, &[], |this, t, _| {
-                for (&lanes, &g) in reps.vectors.iter().zip(&g_products) {
-                    let x = this.load_args::<VectorValue>(frame.vals, map, t, reps, lanes)?;
-                    let local = this.product_grads(map, lanes, &x, g)?;
-                    let g_operand = this.fresh(&local[i..=i])?[0];
-                    VectorValue::store(this, frame.grads, map.args[i], t, reps, lanes, g_operand)?;
-                }
-                Ok(Vec::new())
-            })?;
-            Ok(())
+        let top = Reps::top();
+        self.loop_code(|| {
+            self.for_each_group(nest.count, group, false, &top, |this, reps| {
+                let gs = this.load_first::<VectorValue>(frame.grads, sum.slot, reps)?;
+                let g_products = this.fresh(&gs)?;
+                this.emit_loop::<VectorValue>(map.len, false, &[], |this, t, _| {
+                    for (&lanes, &g) in reps.vectors.iter().zip(&g_products) {
+                        let x = this.load_args::<VectorValue>(frame.vals, map, t, reps, lanes)?;
+                        let local = this.product_grads(map, lanes, &x, g)?;
+                        let g_operand = this.fresh(&local[i..=i])?[0];
+                        VectorValue::store(
+                            this,
+                            frame.grads,
+                            map.args[i],
+                            t,
+                            reps,
+                            lanes,
+                            g_operand,
+                        )?;
+                    }
+                    Ok(Vec::new())
+                })?;
+                Ok(())
+            })
         })
     }
 
@@ -658,9 +724,4 @@ impl<'ctx> Emitter<'ctx, '_> {
                 | FastMathFlags::AllowContract,
         )
     }
-}
-
-/// `j` as the innermost repetition, inside `outer`.
-fn with_innermost<'ctx>(j: IntValue<'ctx>, outer: &[IntValue<'ctx>]) -> Vec<IntValue<'ctx>> {
-    outer.iter().copied().chain(std::iter::once(j)).collect()
 }

@@ -8,11 +8,13 @@
 //! ([`Lanes`](crate::passes::loops::Lanes)). A repetition run alone is the width-1 case: the
 //! item emitters (`items.rs`) are written once, generic over [`LaneIo`], for both.
 
+use inkwell::basic_block::BasicBlock;
 use inkwell::types::{BasicTypeEnum, FloatType, VectorType};
 use inkwell::values::{
     BasicValue, BasicValueEnum, FloatValue, FunctionValue, IntValue, PointerValue, VectorValue,
 };
 
+use super::known::Place;
 use super::{Emit, Emitter, Frame};
 use crate::passes::loops::Affine;
 use crate::plan::lanes::VECTOR_WIDTH;
@@ -30,16 +32,19 @@ pub(super) struct Vector {
 #[derive(Clone)]
 pub(super) struct Reps<'ctx> {
     pub(super) js: Vec<IntValue<'ctx>>,
+    /// Per level of `js`: how many repetitions its nest has.
+    pub(super) counts: Vec<u32>,
     pub(super) vectors: Vec<Vector>,
     /// The lanes' backward runs in the vertical order ([`crate::passes::loops::Lanes`]).
     pub(super) vertical: bool,
 }
 
 impl<'ctx> Reps<'ctx> {
-    /// One repetition, `js`, as a scalar.
-    pub(super) fn scalar(js: Vec<IntValue<'ctx>>) -> Self {
+    /// Outside any nest: the one repetition, as a scalar.
+    pub(super) fn top() -> Self {
         Reps {
-            js,
+            js: Vec::new(),
+            counts: Vec::new(),
             vectors: vec![Vector {
                 offset: 0,
                 width: 1,
@@ -48,22 +53,23 @@ impl<'ctx> Reps<'ctx> {
         }
     }
 
-    /// `count` repetitions of the innermost nest from `first` (the nests around it at
-    /// `outer`), in vectors of up to [`VECTOR_WIDTH`] lanes.
-    pub(super) fn group(first: IntValue<'ctx>, outer: &[IntValue<'ctx>], count: u32) -> Self {
-        let vectors = (0..count.div_ceil(VECTOR_WIDTH))
+    /// Repetition `j` of a nest of `count` inside these repetitions, as a scalar.
+    pub(super) fn scalar_in(&self, j: IntValue<'ctx>, count: u32) -> Self {
+        self.group_in(j, count, 1)
+    }
+
+    /// `size` repetitions from `first` of a nest of `count` inside these repetitions, in
+    /// vectors of up to [`VECTOR_WIDTH`] lanes.
+    pub(super) fn group_in(&self, first: IntValue<'ctx>, count: u32, size: u32) -> Self {
+        let vectors = (0..size.div_ceil(VECTOR_WIDTH))
             .map(|v| Vector {
                 offset: v * VECTOR_WIDTH,
-                width: VECTOR_WIDTH.min(count - v * VECTOR_WIDTH),
+                width: VECTOR_WIDTH.min(size - v * VECTOR_WIDTH),
             })
             .collect();
-        let js = outer
-            .iter()
-            .copied()
-            .chain(std::iter::once(first))
-            .collect();
         Reps {
-            js,
+            js: self.js.iter().copied().chain([first]).collect(),
+            counts: self.counts.iter().copied().chain([count]).collect(),
             vectors,
             vertical: false,
         }
@@ -137,9 +143,10 @@ impl<'ctx> LaneIo<'ctx> for FloatValue<'ctx> {
         a: Affine,
         t: IntValue<'ctx>,
         reps: &Reps<'ctx>,
-        _: Vector,
+        lanes: Vector,
         v: Self,
     ) -> Emit<()> {
+        e.wrote(Place::new(buf, a, t, reps, lanes));
         let ptr = e.ptr_at(buf, a, t, &reps.js)?;
         e.builder.build_store(ptr, v)?;
         Ok(())
@@ -151,9 +158,10 @@ impl<'ctx> LaneIo<'ctx> for FloatValue<'ctx> {
         a: Affine,
         t: IntValue<'ctx>,
         reps: &Reps<'ctx>,
-        _: Vector,
+        lanes: Vector,
         d: Self,
     ) -> Emit<()> {
+        e.wrote(Place::new(frame.grads, a, t, reps, lanes));
         let ptr = e.ptr_at(frame.grads, a, t, &reps.js)?;
         if e.plan.grads.stores_whole(a.base) {
             // Its one addition: what the zeroed buffer would hold after it.
@@ -197,8 +205,15 @@ impl<'ctx> LaneIo<'ctx> for VectorValue<'ctx> {
                 e.splat(x, lanes.width)
             }
             _ => {
+                let place = Place::new(buf, a, t, reps, lanes);
+                let block = e.block();
+                if let Some(known) = e.known.get(block, &place) {
+                    return Ok(known);
+                }
                 let ptrs = e.lane_ptrs(buf, a, t, reps, lanes)?;
-                e.gather(ptrs, ty)
+                let v = e.gather(ptrs, ty)?;
+                e.known.read(block, place, v);
+                Ok(v)
             }
         }
     }
@@ -212,10 +227,13 @@ impl<'ctx> LaneIo<'ctx> for VectorValue<'ctx> {
         lanes: Vector,
         v: Self,
     ) -> Emit<()> {
+        let place = Place::new(buf, a, t, reps, lanes);
         if a.outer[reps.lane_level()] == 1 {
+            e.wrote(place);
             let ptr = e.ptr_at(buf, a, t, &e.lane_js(reps, lanes)?)?;
             return e.store_vector(ptr, v);
         }
+        e.known.wrote(e.block(), place, Some(v));
         let ptrs = e.lane_ptrs(buf, a, t, reps, lanes)?;
         e.scatter(v, ptrs)
     }
@@ -248,6 +266,7 @@ impl<'ctx> LaneIo<'ctx> for VectorValue<'ctx> {
             return Self::store(e, frame.grads, a, t, reps, lanes, after);
         }
         // One slot for every lane: its running sum stays in a register, lanes from the last.
+        e.wrote(Place::new(frame.grads, a, t, reps, lanes));
         let i32t = e.context.i32_type();
         let ptr = e.ptr_at(frame.grads, a, t, &reps.js)?;
         let mut sum = e
@@ -267,6 +286,18 @@ impl<'ctx> LaneIo<'ctx> for VectorValue<'ctx> {
 }
 
 impl<'ctx> Emitter<'ctx, '_> {
+    /// The block being emitted.
+    fn block(&self) -> BasicBlock<'ctx> {
+        self.builder
+            .get_insert_block()
+            .expect("positioned in a function")
+    }
+
+    /// Loop code writes `place` ([`Known`](super::known::Known)).
+    pub(super) fn wrote(&self, place: Place<'ctx>) {
+        self.known.wrote(self.block(), place, None);
+    }
+
     /// `&buf[a.base + a.stride * t + a.outer[0] * js[0] + a.outer[1] * js[1] + ...]`
     /// (`js` outermost first)
     pub(super) fn ptr_at(

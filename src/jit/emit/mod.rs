@@ -23,6 +23,7 @@
 //!   samples, where the plan merges a first layer
 
 mod items;
+mod known;
 mod lanes;
 mod step;
 mod straight;
@@ -84,6 +85,8 @@ pub struct Emitter<'ctx, 't> {
     defines: Range<usize>,
     /// Whether this module defines the entry points (module 0 does).
     entries: bool,
+    /// Lane vectors in registers, while a loop item is emitted ([`known`]).
+    known: known::Known<'ctx>,
 }
 
 /// What varies per function: its buffers, and what the pass it belongs to adds.
@@ -199,6 +202,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
             plan,
             defines,
             entries,
+            known: known::Known::default(),
         }
     }
 

@@ -3,6 +3,7 @@
 
 use inkwell::values::{FloatValue, IntValue, PointerValue, VectorValue};
 
+use super::known::Place;
 use super::lanes::{Reps, Vector};
 use super::{Buf, Emit, Emitter, Frame, Part, Pass, MATERIALIZE, STEP, TRAIN};
 use crate::op::Arith;
@@ -292,6 +293,8 @@ impl<'ctx> Emitter<'ctx, '_> {
         let Some(lr) = frame.lr() else {
             unreachable!("fuses_update holds in step's backward only, which has lr")
         };
+        self.wrote(Place::new(frame.grads, a, t, reps, lanes));
+        self.wrote(Place::new(frame.vals, a, t, reps, lanes));
         let js = self.lane_js(reps, lanes)?;
         let (g_ptr, p_ptr) = (
             self.ptr_at(frame.grads, a, t, &js)?,
