@@ -223,6 +223,9 @@ fn moons_demo_is_one_nest_over_its_100_copies() {
         outline(&stats.nests)
     );
     assert!(stats.coverage() > 0.95, "coverage {}", stats.coverage());
+    // The second layer's weights, which every copy shares, get their gradients after the
+    // copies ran (the first layer's dots are too short to be dot loops).
+    assert_eq!(nest.shared_grads, 1, "{}", outline(&stats.nests));
 }
 
 #[test]
@@ -275,6 +278,61 @@ fn minibatch_is_one_nest_over_the_batch() {
             format!("{b}x{}[6x84~]", b * MINIBATCH_COPY_NODES),
             "{name}"
         );
+        // The first layer's weights: added over the copies, in chunks whose last one is
+        // partial for B = 3 and 5.
+        assert_eq!(stats.nests[0].shared_grads, 1, "{name}");
+    }
+}
+
+/// `copies` copies of one layer of 8 neurons of 12 products each on inputs of their own,
+/// sharing the layer's params, the loss the mean squared error of the neurons' sum; where
+/// `reread(c)`, copy `c` also multiplies its output by the first weight.
+fn copies_of_a_wide_layer(g: &Graph, copies: usize, reread: impl Fn(usize) -> bool) {
+    let mut rng = StdRng::seed_from_u64(3);
+    let layer = Layer::new(g, 12, 8, Activation::Relu, &mut rng);
+    let w0 = layer.neurons[0].w[0];
+    let x = g.inputs(12 * copies);
+    let targets = g.inputs_without_grad(copies);
+    let outs: Vec<Value> = x
+        .chunks(12)
+        .enumerate()
+        .map(|(c, xc)| {
+            let h = layer.call(xc).expect("12 inputs");
+            let out = g.sum(&h);
+            if reread(c) {
+                out * w0
+            } else {
+                out
+            }
+        })
+        .collect();
+    set_mse(g, &outs, &targets);
+}
+
+#[test]
+fn shared_weights_are_added_after_the_copies_unless_a_copy_adds_into_them_again() {
+    // 11 copies: a full chunk and a partial one; 20: two full chunks and a partial one.
+    for copies in [11, 20] {
+        for (case, reread, shared) in [
+            ("alone", None, 1),
+            ("every copy rereads a weight", Some(usize::MAX), 0),
+            // The copies on either side of it nest apart, each nest adding after its copies.
+            ("the middle copy rereads a weight", Some(copies / 2), 1),
+        ] {
+            let g = Graph::new();
+            copies_of_a_wide_layer(&g, copies, |c| {
+                reread.is_some_and(|r| r == usize::MAX || r == c)
+            });
+            let name = format!("{copies} copies of a wide layer, {case}");
+            let stats = check(&name, &g);
+            let outer = largest(&stats);
+            assert_eq!(
+                outer.shared_grads,
+                shared,
+                "{name}: {}",
+                outline(&stats.nests)
+            );
+        }
     }
 }
 

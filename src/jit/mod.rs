@@ -132,6 +132,9 @@ pub struct NestStats {
     pub nodes: usize,
     /// Whether its repetitions run side by side in vector lanes (forward, at least).
     pub lanes: bool,
+    /// Gradients added over its repetitions after they ran, each slot's contributions in a
+    /// register, instead of in every repetition: the weights a batch's copies share.
+    pub shared_grads: usize,
     /// The nests in its body, in tape order.
     pub inner: Vec<NestStats>,
 }
@@ -145,6 +148,7 @@ impl NestStats {
                     count: n.count,
                     nodes: item.loop_nodes(),
                     lanes: n.lanes.forward().is_some(),
+                    shared_grads: n.shared_grads.len(),
                     inner: NestStats::of(&n.body),
                 }),
                 _ => None,

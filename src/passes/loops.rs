@@ -173,6 +173,52 @@ pub struct Nest {
     /// Which repetitions run side by side in vector lanes. Loop recovery leaves
     /// [`Lanes::None`]; the plan decides ([`crate::plan`]).
     pub lanes: Lanes,
+    /// Gradients added over the repetitions after the nest's backward, not in each
+    /// repetition. Loop recovery leaves none; the plan decides ([`crate::plan`]).
+    pub shared_grads: Vec<SharedGrad>,
+}
+
+/// Operand `operand` of the products of the dot `body[inner].body[dot]` of a nest (a nest of
+/// lanes in its body): the same slots in every repetition of the nest, such as the weights
+/// a batch's copies share, whose gradient gets its one addition per repetition from that dot
+/// alone. Instead of adding into memory in every repetition, the nest's backward adds each
+/// slot's contributions of every repetition, from the last, in a register after the
+/// repetitions ran: the same additions in the same order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SharedGrad {
+    pub inner: usize,
+    pub dot: usize,
+    pub operand: usize,
+}
+
+impl Nest {
+    /// The body as each repetition's backward runs it: without the additions
+    /// [`Nest::shared_grads`] makes after the repetitions.
+    pub fn repetition_body(&self) -> std::borrow::Cow<'_, [Item]> {
+        if self.shared_grads.is_empty() {
+            return std::borrow::Cow::Borrowed(&self.body);
+        }
+        let mut body = self.body.clone();
+        for shared in &self.shared_grads {
+            if let Some(Item::Nest(inner)) = body.get_mut(shared.inner) {
+                if let Some(Item::Dot(dot)) = inner.body.get_mut(shared.dot) {
+                    dot.products.grad_args[shared.operand] = false;
+                }
+            }
+        }
+        std::borrow::Cow::Owned(body)
+    }
+
+    /// The nest of lanes and the dot a shared gradient names, if they are there.
+    pub fn shared_dot(&self, shared: SharedGrad) -> Option<(&Nest, &DotLoop)> {
+        let Some(Item::Nest(inner)) = self.body.get(shared.inner) else {
+            return None;
+        };
+        match inner.body.get(shared.dot) {
+            Some(Item::Dot(dot)) if shared.operand < dot.products.args.len() => Some((inner, dot)),
+            _ => None,
+        }
+    }
 }
 
 /// How a [`Nest`]'s repetitions run: one after the other, or `group` at a time in vector
@@ -535,6 +581,7 @@ impl Item {
                 count: n.count,
                 body: n.body.iter().map(|b| b.map_affines(f)).collect(),
                 lanes: n.lanes,
+                shared_grads: n.shared_grads.clone(),
             }),
             Item::Straight(_) | Item::SumPart { .. } => self.clone(),
         }

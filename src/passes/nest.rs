@@ -412,6 +412,7 @@ fn nest_of(items: &[Item], period: usize) -> Option<Nest> {
         count: count as u32,
         body,
         lanes: Lanes::None,
+        shared_grads: Vec::new(),
     })
 }
 

@@ -7,6 +7,8 @@
 //!   grouped into LLVM modules of bounded size, compiled side by side.
 //! - [`lanes`]: which nests run their repetitions side by side in vector lanes, and how many
 //!   at a time.
+//! - [`shared`]: which gradients a nest adds over its repetitions after its backward (the
+//!   weights a batch's copies share), instead of in every repetition.
 //! - [`memory`]: which slots the buffers keep and which gradients live in memory when a
 //!   backward function starts.
 //! - [`step`]: what `step` does better than the four passes it stands for: params updated
@@ -19,6 +21,7 @@
 pub mod functions;
 pub mod lanes;
 pub mod memory;
+pub mod shared;
 pub mod step;
 mod verify;
 
@@ -72,7 +75,11 @@ impl Plan {
     /// [`crate::Error::InvalidPlan`].
     pub fn new(tape: &Tape, schedule: &Schedule, options: PlanOptions) -> crate::Result<Plan> {
         verify::verify_items(&schedule.items, tape)?;
-        let items: Vec<Item> = schedule.items.iter().map(lanes::decide).collect();
+        let items: Vec<Item> = schedule
+            .items
+            .iter()
+            .map(|item| shared::decide(tape, &lanes::decide(item)))
+            .collect();
         let step = step::plan(tape, &items);
         let functions = functions::cut(tape, &items, options.chunk_size);
         let grads = GradMemory::new(tape, &functions, step.as_ref());

@@ -93,6 +93,16 @@ fn check_shape(item: &Item, depth: usize) -> std::result::Result<(), String> {
                     return Err(format!("lane group {group} of {} repetitions", n.count));
                 }
             }
+            // A shared gradient names an operand of a dot of a nest of lanes in the body of a
+            // nest whose repetitions run one after the other.
+            for &shared in &n.shared_grads {
+                let lanes = n.shared_dot(shared).map(|(inner, _)| inner.lanes);
+                if n.lanes != Lanes::None || !lanes.is_some_and(|l| l.backward().is_some()) {
+                    return Err(format!(
+                        "a shared gradient at {shared:?} that is no such dot"
+                    ));
+                }
+            }
             n.body.iter().try_for_each(|b| check_shape(b, depth + 1))
         }
         Item::Map(m) if m.len == 0 || m.op.is_leaf() || !takes(m.op, m.args.len()) => Err(format!(

@@ -15,7 +15,8 @@ use crate::op::Arith;
 use inkwell::types::VectorType;
 
 use crate::passes::lanes::{vertical_arg, VERTICAL_BLOCK};
-use crate::passes::loops::{Affine, DotLoop, Item, Lanes, MapLoop, Nest, SumLoop};
+use crate::passes::loops::{Affine, DotLoop, Item, Lanes, MapLoop, Nest, SharedGrad, SumLoop};
+use crate::plan::shared::SHARED_CHUNK;
 
 impl<'ctx> Emitter<'ctx, '_> {
     /// Forward of a loop item outside any nest.
@@ -74,14 +75,105 @@ impl<'ctx> Emitter<'ctx, '_> {
                     .try_for_each(|item| this.body_backward::<VectorValue>(frame, item, reps))
             });
         }
+        let body = nest.repetition_body();
         self.emit_loop::<FloatValue>(nest.count, true, &[], |this, j, _| {
             let reps = outer.scalar_in(j, nest.count);
-            for item in nest.body.iter().rev() {
+            for item in body.iter().rev() {
                 this.body_backward::<FloatValue>(frame, item, &reps)?;
             }
             Ok(Vec::new())
         })?;
+        for &shared in &nest.shared_grads {
+            self.shared_grad_backward(frame, nest, shared, outer)?;
+        }
         Ok(())
+    }
+
+    /// A [`SharedGrad`] after its nest's repetitions, in chunks of [`SHARED_CHUNK`]
+    /// repetitions from the last (a partial chunk of the last ones first): per chunk and lane
+    /// group of the inner nest, the products' gradients of the chunk's repetitions held in
+    /// registers, then per step one running sum per vector of the operand's gradients,
+    /// loaded, the repetitions' contributions added from the last, stored.
+    fn shared_grad_backward(
+        &self,
+        frame: Frame<'ctx>,
+        nest: &Nest,
+        shared: SharedGrad,
+        outer: &Reps<'ctx>,
+    ) -> Emit<()> {
+        let i64t = self.context.i64_type();
+        let chunk = SHARED_CHUNK.min(nest.count);
+        let (full, rest) = (nest.count / chunk, nest.count % chunk);
+        if rest > 0 {
+            let first = i64t.const_int((full * chunk) as u64, false);
+            self.shared_grad_chunk(frame, nest, shared, outer, (first, rest))?;
+        }
+        self.emit_loop::<FloatValue>(full, true, &[], |this, c, _| {
+            let size = i64t.const_int(chunk as u64, false);
+            let first = this.builder.build_int_mul(c, size, "chunk")?;
+            this.shared_grad_chunk(frame, nest, shared, outer, (first, chunk))?;
+            Ok(Vec::new())
+        })?;
+        Ok(())
+    }
+
+    /// [`Emitter::shared_grad_backward`]'s chunk of `size` repetitions from `first`.
+    fn shared_grad_chunk(
+        &self,
+        frame: Frame<'ctx>,
+        nest: &Nest,
+        shared: SharedGrad,
+        outer: &Reps<'ctx>,
+        (first, size): (IntValue<'ctx>, u32),
+    ) -> Emit<()> {
+        let Some((inner, dot)) = nest.shared_dot(shared) else {
+            unreachable!("the plan names a dot of a nest of lanes")
+        };
+        let Some(group) = inner.lanes.backward() else {
+            unreachable!("the plan shares gradients of nests of lanes")
+        };
+        let (map, k) = (&dot.products, shared.operand);
+        let i64t = self.context.i64_type();
+        let at_first = outer.scalar_in(first, nest.count);
+        self.for_each_group(inner.count, group, true, &at_first, |this, lanes| {
+            // The lane group in repetition first + i of the nest.
+            let level = lanes.js.len() - 2;
+            let repetitions = (0..size)
+                .map(|i| {
+                    let mut reps = lanes.clone();
+                    let i = i64t.const_int(i as u64, false);
+                    reps.js[level] = this.builder.build_int_add(first, i, "j")?;
+                    Ok(reps)
+                })
+                .collect::<Emit<Vec<_>>>()?;
+            let g_products = repetitions
+                .iter()
+                .map(|reps| {
+                    let gs = this.load_first::<VectorValue>(frame.grads, dot.sum.slot, reps)?;
+                    this.fresh(&gs)
+                })
+                .collect::<Emit<Vec<_>>>()?;
+            let a = map.args[k];
+            this.emit_loop::<VectorValue>(map.len, true, &[], |this, t, _| {
+                let mut sums = lanes
+                    .vectors
+                    .iter()
+                    .map(|&v| VectorValue::load(this, frame.grads, a, t, lanes, v))
+                    .collect::<Emit<Vec<_>>>()?;
+                for (reps, gs) in repetitions.iter().zip(&g_products).rev() {
+                    for ((&v, sum), &g) in lanes.vectors.iter().zip(&mut sums).zip(gs) {
+                        let x = this.load_args::<VectorValue>(frame.vals, map, t, reps, v)?;
+                        let local = this.product_grads(map, v, &x, g)?;
+                        *sum = this.builder.build_float_add(*sum, local[k], "")?;
+                    }
+                }
+                for (&v, &sum) in lanes.vectors.iter().zip(&sums) {
+                    VectorValue::store(this, frame.grads, a, t, lanes, v, sum)?;
+                }
+                Ok(Vec::new())
+            })?;
+            Ok(())
+        })
     }
 
     /// Runs `body` on every group of `size` repetitions (a loop over the full groups, and
