@@ -337,10 +337,10 @@ impl Schedule {
     pub fn kept(&self, tape: &Tape) -> Vec<bool> {
         let mut kept = vec![true; tape.len()];
         for item in &self.items {
-            let _ = item.try_for_each_flat(&mut |flat| {
+            let _ = item.try_for_each_flat(&mut |flat, js| {
                 if let Item::Dot(d) = flat {
                     for t in 0..d.products.len {
-                        kept[d.products.out.at(t).index()] = false;
+                        kept[d.products.out.at_levels(t, js).index()] = false;
                     }
                 }
                 Ok::<(), ()>(())
@@ -413,29 +413,46 @@ impl Item {
     #[cfg(test)]
     pub fn flattened(&self) -> Vec<Item> {
         let mut out = Vec::new();
-        let _ = self.try_for_each_flat(&mut |item| {
-            out.push(item.clone());
+        let _ = self.try_for_each_flat(&mut |item, js| {
+            let mut flat = item.clone();
+            for &j in js {
+                flat = iteration(&flat, j as i64);
+            }
+            out.push(flat);
             Ok::<(), ()>(())
         });
         out
     }
 
-    /// Calls `f` on each item of [`Item::flattened`] in order, without collecting them (a
-    /// rollout's nest stands for hundreds of thousands), until it fails.
+    /// Calls `f` on each item of [`Item::flattened`] in order, until it fails, as the body
+    /// item it repeats and its repetition `js` of every nest around it (outermost first:
+    /// its slots are `Affine::at_levels(t, js)`). Nothing is built: a rollout's nest stands
+    /// for hundreds of thousands of items.
     pub fn try_for_each_flat<E>(
         &self,
-        f: &mut impl FnMut(&Item) -> Result<(), E>,
+        f: &mut impl FnMut(&Item, &[u32]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        self.try_for_each_flat_in(&mut Vec::new(), f)
+    }
+
+    fn try_for_each_flat_in<E>(
+        &self,
+        js: &mut Vec<u32>,
+        f: &mut impl FnMut(&Item, &[u32]) -> Result<(), E>,
     ) -> Result<(), E> {
         match self {
             Item::Nest(n) => {
-                for j in 0..n.count as i64 {
+                js.push(0);
+                for j in 0..n.count {
+                    *js.last_mut().expect("pushed") = j;
                     for b in &n.body {
-                        iteration(b, j).try_for_each_flat(f)?;
+                        b.try_for_each_flat_in(js, f)?;
                     }
                 }
+                js.pop();
                 Ok(())
             }
-            other => f(other),
+            other => f(other, js),
         }
     }
 

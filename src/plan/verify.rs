@@ -2,7 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::op::Op;
-use crate::passes::loops::{Item, Lanes, MAX_NEST_DEPTH};
+use crate::passes::loops::{Item, Lanes, MapLoop, SumLoop, MAX_NEST_DEPTH};
 use crate::plan::Plan;
 use crate::tape::{Slot, Tape};
 
@@ -58,12 +58,14 @@ pub(super) fn verify_items<'a>(
         tape,
         expected: (tape.num_params() + tape.num_inputs()) as u32,
         sum_args: 0,
+        args: Vec::new(),
     };
     for item in items {
         check_shape(item, 0).map_err(|what| bad(next.expected, what))?;
         check_bounds(item, tape).map_err(|(slot, what)| bad(slot, what))?;
-        item.try_for_each_flat(&mut |flat| {
-            next.cover(flat).map_err(|what| bad(next.expected, what))
+        item.try_for_each_flat(&mut |flat, js| {
+            next.cover(flat, js)
+                .map_err(|what| bad(next.expected, what))
         })?;
     }
     next.advance_to(tape.len() as u32)
@@ -143,6 +145,8 @@ struct Coverage<'t> {
     expected: u32,
     /// Operands of the `sum` at `expected` covered by its parts so far.
     sum_args: u32,
+    /// The operands of the node being covered (one buffer for all of them).
+    args: Vec<Slot>,
 }
 
 impl Coverage<'_> {
@@ -175,7 +179,29 @@ impl Coverage<'_> {
         Ok(())
     }
 
-    fn cover(&mut self, item: &Item) -> std::result::Result<(), String> {
+    fn map(&mut self, m: &MapLoop, js: &[u32]) -> std::result::Result<(), String> {
+        (0..m.len).try_for_each(|t| {
+            let mut args = std::mem::take(&mut self.args);
+            args.clear();
+            args.extend(m.args.iter().map(|a| a.at_levels(t, js)));
+            let covered = self.node(m.out.at_levels(t, js), m.op, &args);
+            self.args = args;
+            covered
+        })
+    }
+
+    fn sum(&mut self, s: &SumLoop, js: &[u32]) -> std::result::Result<(), String> {
+        let mut args = std::mem::take(&mut self.args);
+        args.clear();
+        args.push(s.first.at_levels(0, js));
+        args.extend((0..s.tail_len).map(|t| s.tail.at_levels(t, js)));
+        let covered = self.node(s.slot.at_levels(0, js), Op::Sum, &args);
+        self.args = args;
+        covered
+    }
+
+    /// Covers `item` in repetition `js` of the nests around it.
+    fn cover(&mut self, item: &Item, js: &[u32]) -> std::result::Result<(), String> {
         match item {
             Item::Straight(range) => {
                 self.advance_to(range.start)?;
@@ -208,19 +234,11 @@ impl Coverage<'_> {
                 }
                 Ok(())
             }
-            Item::Map(m) => (0..m.len).try_for_each(|t| {
-                let args: Vec<Slot> = m.args.iter().map(|a| a.at(t)).collect();
-                self.node(m.out.at(t), m.op, &args)
-            }),
-            Item::Sum(s) => {
-                let args: Vec<Slot> = std::iter::once(s.first.at(0))
-                    .chain((0..s.tail_len).map(|t| s.tail.at(t)))
-                    .collect();
-                self.node(s.slot.at(0), Op::Sum, &args)
-            }
+            Item::Map(m) => self.map(m, js),
+            Item::Sum(s) => self.sum(s, js),
             Item::Dot(d) => {
-                self.cover(&Item::Map(d.products.clone()))?;
-                self.cover(&Item::Sum(d.sum.clone()))
+                self.map(&d.products, js)?;
+                self.sum(&d.sum, js)
             }
             Item::Nest(_) => unreachable!("flattened"),
         }
