@@ -266,8 +266,10 @@ pub enum Item {
     /// straight-line run is a sequence of maps of one node each).
     Straight(Range<u32>),
     Map(MapLoop),
-    Sum(SumLoop),
-    Dot(DotLoop),
+    /// Boxed, as the dot: items are a tape's worth of single nodes before structure
+    /// recovery nests them, and an item is as large as its largest variant.
+    Sum(Box<SumLoop>),
+    Dot(Box<DotLoop>),
     Nest(Nest),
     /// Operands `args` of the straight-line `sum` at `slot`, added to what earlier parts
     /// summed (the first part starts from its first operand): the plan cuts a sum too wide
@@ -374,7 +376,7 @@ pub fn schedule(tape: &Tape, recover: bool) -> Schedule {
             let next = run.out.at(run.len - 1).0 + 1;
             (Item::Map(run), next)
         } else if let Some(sum) = sum_loop_at(tape, slot) {
-            (Item::Sum(sum), s + 1)
+            (Item::Sum(Box::new(sum)), s + 1)
         } else {
             s += 1;
             continue;
@@ -589,11 +591,11 @@ impl Item {
         };
         match self {
             Item::Map(m) => Item::Map(map(m, f)),
-            Item::Sum(s) => Item::Sum(sum(s, f)),
-            Item::Dot(d) => Item::Dot(DotLoop {
+            Item::Sum(s) => Item::Sum(Box::new(sum(s, f))),
+            Item::Dot(d) => Item::Dot(Box::new(DotLoop {
                 products: map(&d.products, f),
                 sum: sum(&d.sum, f),
-            }),
+            })),
             Item::Nest(n) => Item::Nest(Nest {
                 count: n.count,
                 body: n.body.iter().map(|b| b.map_affines(f)).collect(),
@@ -710,10 +712,10 @@ fn fuse_dots(tape: &Tape, items: Vec<Item>) -> Vec<Item> {
             if fusable {
                 let products = m.clone();
                 out.pop();
-                out.push(Item::Dot(DotLoop {
+                out.push(Item::Dot(Box::new(DotLoop {
                     products,
-                    sum: sum.clone(),
-                }));
+                    sum: (**sum).clone(),
+                })));
                 continue;
             }
         }
