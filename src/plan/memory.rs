@@ -7,7 +7,8 @@
 //! it. Otherwise it holds the interpreter's starting value: 1 for the loss, the accumulated
 //! gradient for a param (0 in `step`), 0 for anything else.
 
-use crate::passes::loops::{AccessKind, Item};
+use crate::passes::lanes::vertical_arg;
+use crate::passes::loops::{Access, AccessKind, Item, Lanes};
 use crate::plan::StepPlan;
 use crate::tape::{Slot, Tape};
 
@@ -24,6 +25,11 @@ pub struct GradMemory {
     /// addition) instead of adding, and nothing zeroes the slot first. Never a param (their
     /// gradients accumulate across `backward` calls) or the loss.
     stored_whole: Vec<bool>,
+    /// Its gradient's additions all come from one vertical block of a dot whose every lane
+    /// adds into it (the operand the lanes share, [`Lanes::Both`] `vertical`, all the nest's
+    /// repetitions in one group): the block starts its running sums from 0, and nothing
+    /// zeroes the slot first. Never a param or the loss.
+    summed_whole: Vec<bool>,
 }
 
 const NONE: u32 = u32::MAX;
@@ -41,7 +47,8 @@ pub enum GradStart {
 
 impl GradMemory {
     pub fn new(tape: &Tape, functions: &[Vec<Item>], step: Option<&StepPlan>) -> GradMemory {
-        let once = added_once(tape);
+        let additions = additions(tape);
+        let once: Vec<bool> = additions.iter().map(|&n| n == 1).collect();
         let mut in_loops = vec![false; tape.len()];
         let mut stored_whole = vec![false; tape.len()];
         for item in functions.iter().flatten() {
@@ -64,6 +71,10 @@ impl GradMemory {
                     access.for_each_slot(&counts, |s| stored_whole[s.index()] = true);
                 }
             }
+        }
+        let mut summed_whole = vec![false; tape.len()];
+        for item in functions.iter().flatten() {
+            mark_summed_whole(item, &[], &additions, &mut summed_whole);
         }
         if let Some(step) = step {
             // `step` updates fused params in the loops, and never reads their gradients.
@@ -102,7 +113,14 @@ impl GradMemory {
             in_loops,
             first_store,
             stored_whole,
+            summed_whole,
         }
+    }
+
+    /// Whether the vertical operand whose first slot is `slot` starts its block's sums from 0
+    /// (see [`GradMemory::summed_whole`]): the plan marks an operand's slots all or none.
+    pub fn sums_whole(&self, slot: i64) -> bool {
+        usize::try_from(slot).is_ok_and(|s| self.summed_whole.get(s) == Some(&true))
     }
 
     /// Whether the loop operand whose first slot (every counter at 0) is `slot` stores its
@@ -122,6 +140,7 @@ impl GradMemory {
     fn zeroed(&self, tape: &Tape, s: Slot, step: bool) -> bool {
         self.in_loops[s.index()]
             && !self.stored_whole[s.index()]
+            && !self.summed_whole[s.index()]
             && (step || s.index() >= tape.num_params())
     }
 
@@ -131,7 +150,9 @@ impl GradMemory {
             self.first_store[s.index()] != NONE && self.first_store[s.index()] as usize > function;
         let is_param = s.index() < tape.num_params();
         let accumulated = is_param && !step && Some(s) != tape.loss();
-        let in_memory = self.zeroed(tape, s, step) || self.stored_whole[s.index()];
+        let in_memory = self.zeroed(tape, s, step)
+            || self.stored_whole[s.index()]
+            || self.summed_whole[s.index()];
         if stored_before || in_memory || accumulated {
             GradStart::Memory
         } else if Some(s) == tape.loss() {
@@ -162,10 +183,11 @@ impl GradMemory {
     }
 }
 
-/// Per slot: whether its gradient gets exactly one addition (it is an operand of exactly
-/// one node that takes a gradient), and it is neither a param nor the loss: what a loop
-/// operand's slots must all be for [`GradMemory::stored_whole`].
-fn added_once(tape: &Tape) -> Vec<bool> {
+/// Per slot: how many additions its gradient gets (as an operand of a node that takes a
+/// gradient; at most 255 counted), 0 for params and the loss (whose gradients start from
+/// what is there): what a loop operand's slots must all get once for
+/// [`GradMemory::stored_whole`], and once per lane for [`GradMemory::summed_whole`].
+fn additions(tape: &Tape) -> Vec<u8> {
     let mut uses = vec![0u8; tape.len()];
     for s in tape.slots() {
         if tape.op(s).is_leaf() || !tape.needs_grad(s) {
@@ -175,9 +197,50 @@ fn added_once(tape: &Tape) -> Vec<bool> {
             uses[a.index()] = uses[a.index()].saturating_add(1);
         }
     }
-    tape.slots()
-        .map(|s| uses[s.index()] == 1 && s.index() >= tape.num_params() && Some(s) != tape.loss())
-        .collect()
+    uses[..tape.num_params()].fill(0);
+    if let Some(loss) = tape.loss() {
+        uses[loss.index()] = 0;
+    }
+    uses
+}
+
+/// Marks in `summed_whole` the slots of `item` (inside nests of `counts` repetitions) that
+/// [`GradMemory::summed_whole`] describes: each dot's vertical operand in a nest whose
+/// repetitions all run in one group, when every slot's additions are that many (so all of
+/// them come from that dot: it adds once per lane into each slot, distinct across steps
+/// and the nests around).
+fn mark_summed_whole(item: &Item, counts: &[u32], additions: &[u8], summed_whole: &mut [bool]) {
+    let Item::Nest(nest) = item else { return };
+    let inner: Vec<u32> = counts.iter().copied().chain([nest.count]).collect();
+    for b in &nest.body {
+        mark_summed_whole(b, &inner, additions, summed_whole);
+    }
+    let Lanes::Both {
+        group,
+        vertical: true,
+    } = nest.lanes
+    else {
+        return;
+    };
+    if group != nest.count || nest.count > u8::MAX as u32 {
+        return;
+    }
+    for b in &nest.body {
+        let Item::Dot(dot) = b else { continue };
+        let Some(k) = vertical_arg(&dot.products, counts.len()) else {
+            continue;
+        };
+        let access = Access {
+            at: dot.products.args[k],
+            len: dot.products.len,
+            kind: AccessKind::Reads { grad: true },
+        };
+        let mut all = dot.sum.needs_grad;
+        access.for_each_slot(counts, |s| all &= additions[s.index()] as u32 == nest.count);
+        if all {
+            access.for_each_slot(counts, |s| summed_whole[s.index()] = true);
+        }
+    }
 }
 
 /// The most runs one repetition of [`RepeatedRuns`] holds (a copy's gradients in a batch

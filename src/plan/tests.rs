@@ -270,3 +270,21 @@ fn gradients_with_one_addition_from_a_loop_are_stored_not_zeroed() {
         assert_ne!(Some(crate::tape::Slot(s as u32)), tape.loss());
     }
 }
+
+#[test]
+fn a_layers_inputs_summed_by_every_neuron_start_from_zero_not_zeroed() {
+    let g = Graph::new();
+    copies_of_two_layers(&g, 3);
+    let (tape, plan) = planned(&g);
+    let zeroed = plan.grads.zeroed_first(&tape, false);
+    let whole: Vec<usize> = (0..tape.len())
+        .filter(|&s| plan.grads.sums_whole(s as i64))
+        .collect();
+    // The first layer's 16 outputs in each copy: the second layer's 16 neurons add into
+    // each, in one vertical block, and nothing else does.
+    assert_eq!(whole.len(), 5 * 16, "{whole:?}");
+    for &s in &whole {
+        assert!(!zeroed[s], "slot {s} sums from 0 and is zeroed");
+        assert_eq!(tape.op(crate::tape::Slot(s as u32)), crate::op::Op::Relu);
+    }
+}

@@ -450,7 +450,12 @@ impl<'ctx> Emitter<'ctx, '_> {
             offset: 0,
             width: VERTICAL_BLOCK,
         };
-        let mut acc = VectorValue::load(self, frame.grads, across_steps, first, &at_first, steps)?;
+        // Where these lanes make the slots' every addition, the sums start from 0.
+        let mut acc = if self.plan.grads.sums_whole(a.base) {
+            self.f64_type.vec_type(VERTICAL_BLOCK).const_zero()
+        } else {
+            VectorValue::load(self, frame.grads, across_steps, first, &at_first, steps)?
+        };
         for (row, lanes) in rows.iter().zip(&reps.vectors).rev() {
             let columns = self.columns(row, lanes.width)?;
             for column in columns.into_iter().rev() {
