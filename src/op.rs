@@ -132,10 +132,7 @@ impl Op {
             Op::Mul => ar.mul(x[0], x[1]),
             Op::Div => ar.div(x[0], x[1]),
             Op::Neg => ar.neg(x[0]),
-            Op::Powf(c) => {
-                let c = ar.constant(c);
-                ar.call(MathFn::Pow, &[x[0], c])
-            }
+            Op::Powf(c) => power(ar, x[0], c),
             Op::Exp => ar.call(MathFn::Exp, &[x[0]]),
             Op::Log => ar.call(MathFn::Log, &[x[0]]),
             Op::Tanh => ar.call(MathFn::Tanh, &[x[0]]),
@@ -206,8 +203,7 @@ impl Op {
             Op::Powf(c) => {
                 // d(a^c)/da = c * a^(c-1), as micrograd writes it
                 let c_ = ar.constant(c);
-                let c_minus_1 = ar.constant(c - 1.0);
-                let a_pow = ar.call(MathFn::Pow, &[x[0], c_minus_1]);
+                let a_pow = power(ar, x[0], c - 1.0);
                 let d = ar.mul(c_, a_pow);
                 local.push(ar.mul(d, g));
             }
@@ -270,7 +266,8 @@ pub enum Domain {
 /// The math functions ops call. Both backends call these very functions: the interpreter
 /// directly, the JIT by address under private symbol names ([`MathFn::symbol`]), so the two
 /// agree bit for bit and LLVM cannot recognize and rewrite them (it would turn `pow(x, 2.0)`
-/// into `x * x`, which can differ in the last bit). A new function is one variant and one
+/// into `x * x`, which can differ in the last bit; where an op wants `x * x` it says so
+/// itself, for both backends: see `power`). A new function is one variant and one
 /// arm in each `match` below; `MathFn::iter()` lists them all.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, strum::EnumIter)]
 pub enum MathFn {
@@ -279,6 +276,8 @@ pub enum MathFn {
     Tanh,
     /// `pow(x, c)`.
     Pow,
+    /// The IEEE square root.
+    Sqrt,
 }
 
 impl MathFn {
@@ -289,13 +288,14 @@ impl MathFn {
             MathFn::Log => "tapejit_log",
             MathFn::Tanh => "tapejit_tanh",
             MathFn::Pow => "tapejit_pow",
+            MathFn::Sqrt => "tapejit_sqrt",
         }
     }
 
     /// How many `f64` arguments it takes.
     pub fn arity(self) -> usize {
         match self {
-            MathFn::Exp | MathFn::Log | MathFn::Tanh => 1,
+            MathFn::Exp | MathFn::Log | MathFn::Tanh | MathFn::Sqrt => 1,
             MathFn::Pow => 2,
         }
     }
@@ -307,6 +307,7 @@ impl MathFn {
             MathFn::Log => math::log as *const () as usize,
             MathFn::Tanh => math::tanh as *const () as usize,
             MathFn::Pow => math::pow as *const () as usize,
+            MathFn::Sqrt => math::sqrt as *const () as usize,
         }
     }
 
@@ -318,6 +319,7 @@ impl MathFn {
             MathFn::Log => math::log(arg(0)),
             MathFn::Tanh => math::tanh(arg(0)),
             MathFn::Pow => math::pow(arg(0), arg(1)),
+            MathFn::Sqrt => math::sqrt(arg(0)),
         }
     }
 }
@@ -335,6 +337,43 @@ mod math {
     }
     pub extern "C" fn pow(x: f64, c: f64) -> f64 {
         x.powf(c)
+    }
+    pub extern "C" fn sqrt(x: f64) -> f64 {
+        x.sqrt()
+    }
+}
+
+/// `a^c` for a constant `c`: the correctly rounded power, as IEEE arithmetic computes it
+/// exactly where it can (`c` = 0, 1, 2, -1, 1/2: a constant, `a`, `a * a`, `1 / a`, the
+/// square root), libm's `pow` for any other `c`. On the special values the results are
+/// `pow`'s (C99 Annex F): `a^0 = 1` for every `a`, `(-0)^(1/2) = +0`, `(-inf)^(1/2) = +inf`.
+/// `pow` itself is correctly rounded but in rare cases (glibc bounds its error by 0.52 ULP,
+/// not 0.5), where these are the exact ones; and they cost a multiply or a square root
+/// instead of a call of a few dozen nanoseconds (micrograd's MSE squares every error, a
+/// spring's length is a square root). Both backends compute it through this function.
+fn power<A: Arith>(ar: &mut A, a: A::V, c: f64) -> A::V {
+    if c == 0.0 {
+        ar.constant(1.0)
+    } else if c == 1.0 {
+        a
+    } else if c == 2.0 {
+        ar.mul(a, a)
+    } else if c == -1.0 {
+        let one = ar.constant(1.0);
+        ar.div(one, a)
+    } else if c == 0.5 {
+        // sqrt(-0) is -0 where pow gives +0: adding +0 turns -0 into +0 and leaves every
+        // other result (a NaN's payload too) as it is. sqrt(-inf) is NaN where pow gives
+        // +inf: only -inf lies below -f64::MAX.
+        let root = ar.call(MathFn::Sqrt, &[a]);
+        let zero = ar.constant(0.0);
+        let root = ar.add(root, zero);
+        let lowest = ar.constant(f64::MIN);
+        let inf = ar.constant(f64::INFINITY);
+        ar.select_gt(lowest, a, inf, root)
+    } else {
+        let c = ar.constant(c);
+        ar.call(MathFn::Pow, &[a, c])
     }
 }
 

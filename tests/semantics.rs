@@ -207,6 +207,53 @@ fn relu_keeps_the_sign_of_zero_as_micrograd_does() {
     });
 }
 
+/// `x ** c` for the exponents IEEE arithmetic computes exactly (0, 1, 2, -1, 1/2) is the
+/// correctly rounded power (`x * x`, `1 / x`, the square root), and on the special values
+/// (signed zeros, infinities, NaN, negatives under a square root) what libm's `pow` gives.
+#[test]
+fn exact_powers_are_correctly_rounded_and_keep_pows_special_values() {
+    let g = Graph::new();
+    let x = g.input();
+    // Infinities and NaN come from a log: inputs must be finite.
+    let log_x = x.log();
+    let exponents = [0.0, 1.0, 2.0, -1.0, 0.5, 3.0];
+    let mut outs = Vec::new();
+    for base in [x, log_x] {
+        for c in exponents {
+            let y = base.powf(c);
+            g.add_output(y).unwrap();
+            outs.push((base, c, y));
+        }
+    }
+    let exact = |v: f64, c: f64| -> f64 {
+        let special = v == 0.0 || !v.is_finite();
+        match c {
+            _ if special => v.powf(c),
+            2.0 => v * v,
+            -1.0 => 1.0 / v,
+            0.5 => v.sqrt(),
+            _ => v.powf(c),
+        }
+    };
+    let inputs = [-0.0, 0.0, 3.0, 2.0, 1e-310, -2.0, 1e200, 0.5];
+    on_each_backend(&g, |backend, p| {
+        for input in inputs {
+            p.set_inputs(&[input]).unwrap();
+            p.forward();
+            for &(base, c, y) in &outs {
+                let v = p.value(base).unwrap();
+                let (got, expected) = (p.value(y).unwrap(), exact(v, c));
+                let same =
+                    got.to_bits() == expected.to_bits() || (got.is_nan() && expected.is_nan());
+                assert!(
+                    same,
+                    "{backend}: {v:?} ** {c} = {got:?}, expected {expected:?}"
+                );
+            }
+        }
+    });
+}
+
 /// A value used twice receives the gradient of both uses.
 #[test]
 fn shared_subexpressions_sum_their_gradients() {
