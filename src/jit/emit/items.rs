@@ -101,20 +101,13 @@ impl<'ctx> Emitter<'ctx, '_> {
         shared: SharedGrad,
         outer: &Reps<'ctx>,
     ) -> Emit<()> {
-        let i64t = self.context.i64_type();
+        // The chunks are the nest's repetitions grouped as lanes would be, from the last.
         let chunk = SHARED_CHUNK.min(nest.count);
-        let (full, rest) = (nest.count / chunk, nest.count % chunk);
-        if rest > 0 {
-            let first = i64t.const_int((full * chunk) as u64, false);
-            self.shared_grad_chunk(frame, nest, shared, outer, (first, rest))?;
-        }
-        self.emit_loop::<FloatValue>(full, true, &[], |this, c, _| {
-            let size = i64t.const_int(chunk as u64, false);
-            let first = this.builder.build_int_mul(c, size, "chunk")?;
-            this.shared_grad_chunk(frame, nest, shared, outer, (first, chunk))?;
-            Ok(Vec::new())
-        })?;
-        Ok(())
+        self.for_each_group(nest.count, chunk, true, outer, |this, repetitions| {
+            let first = *repetitions.js.last().expect("a group has its nest's level");
+            let size = repetitions.vectors.iter().map(|v| v.width).sum();
+            this.shared_grad_chunk(frame, nest, shared, outer, (first, size))
+        })
     }
 
     /// [`Emitter::shared_grad_backward`]'s chunk of `size` repetitions from `first`.
