@@ -284,12 +284,17 @@ fn minibatch_is_one_nest_over_the_batch() {
     }
 }
 
-/// `copies` copies of one layer of 8 neurons of 12 products each on inputs of their own,
-/// sharing the layer's params, the loss the mean squared error of the neurons' sum; where
-/// `reread(c)`, copy `c` also multiplies its output by the first weight.
-fn copies_of_a_wide_layer(g: &Graph, copies: usize, reread: impl Fn(usize) -> bool) {
+/// `copies` copies of one layer of `neurons` neurons of 12 products each on inputs of their
+/// own, sharing the layer's params, the loss the mean squared error of the neurons' sum;
+/// where `reread(c)`, copy `c` also multiplies its output by the first weight.
+fn copies_of_a_wide_layer(
+    g: &Graph,
+    copies: usize,
+    neurons: usize,
+    reread: impl Fn(usize) -> bool,
+) {
     let mut rng = StdRng::seed_from_u64(3);
-    let layer = Layer::new(g, 12, 8, Activation::Relu, &mut rng);
+    let layer = Layer::new(g, 12, neurons, Activation::Relu, &mut rng);
     let w0 = layer.neurons[0].w[0];
     let x = g.inputs(12 * copies);
     let targets = g.inputs_without_grad(copies);
@@ -310,6 +315,18 @@ fn copies_of_a_wide_layer(g: &Graph, copies: usize, reread: impl Fn(usize) -> bo
 }
 
 #[test]
+fn shared_weights_of_a_layer_in_several_lane_groups() {
+    // 72 neurons run in 3 groups of 24 lanes: the shared gradients are added group by group.
+    let g = Graph::new();
+    copies_of_a_wide_layer(&g, 9, 72, |_| false);
+    let name = "9 copies of a layer of 72 neurons";
+    let stats = check_with(name, &g, false);
+    let outer = largest(&stats);
+    assert_eq!(outer.count, 9, "{name}: {}", outline(&stats.nests));
+    assert_eq!(outer.shared_grads, 1, "{name}: {}", outline(&stats.nests));
+}
+
+#[test]
 fn shared_weights_are_added_after_the_copies_unless_a_copy_adds_into_them_again() {
     // 11 copies: a full chunk and a partial one; 20: two full chunks and a partial one.
     for copies in [11, 20] {
@@ -320,7 +337,7 @@ fn shared_weights_are_added_after_the_copies_unless_a_copy_adds_into_them_again(
             ("the middle copy rereads a weight", Some(copies / 2), 1),
         ] {
             let g = Graph::new();
-            copies_of_a_wide_layer(&g, copies, |c| {
+            copies_of_a_wide_layer(&g, copies, 8, |c| {
                 reread.is_some_and(|r| r == usize::MAX || r == c)
             });
             let name = format!("{copies} copies of a wide layer, {case}");
