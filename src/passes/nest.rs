@@ -7,7 +7,9 @@
 //! a constant (its own nodes, its own inputs, the previous step's state). This pass finds
 //! those repetitions bottom-up:
 //!
-//! 1. Every straight-line node becomes an item of its own (a map of one node).
+//! 1. Every straight-line node becomes an item of its own (a map of one node): a [`Unit`]
+//!    that is only the node's slot until a nest takes it (its shape hashed and its slots
+//!    read from the tape), so a tape's worth of nodes costs no allocation.
 //! 2. A round scans the items once. At each item it tries, as periods, the distances to the
 //!    next few items of the same shape (everything but the slots' bases equal); the shortest
 //!    period repeated at least [`MIN_NEST`] times with every slot moving by the same amount per
@@ -41,10 +43,10 @@ const CANDIDATE_PERIODS: usize = 16;
 /// `items` (in tape order, covering every non-leaf slot) with their repetitions nested.
 pub fn recover(tape: &Tape, items: Vec<Item>) -> Vec<Item> {
     let mut items = singles(tape, items);
-    let mut shapes = Shapes::of(&items);
+    let mut shapes = Shapes::of(tape, &items);
     let mut max_period = 1;
     while max_period * MIN_NEST as usize <= items.len() {
-        let nests = round(&items, &shapes, max_period);
+        let nests = round(tape, &items, &shapes, max_period);
         if nests.is_empty() {
             // Double, but try the longest period that can still repeat before giving up
             // (three copies of an 11-item body: periods 8, then 11, not 16).
@@ -60,12 +62,79 @@ pub fn recover(tape: &Tape, items: Vec<Item>) -> Vec<Item> {
                 .map(|(start, n)| (*start, n.count as usize * n.body.len()))
                 .collect();
             items = with_nests(items, nests);
-            shapes.renest(&items, &nested);
+            shapes.renest(tape, &items, &nested);
             // New nests may repeat with a short period again (copies of a layer's nest).
             max_period = 1;
         }
     }
     merge_singles(unroll_small(items))
+}
+
+/// What the rounds scan: a tape node that no nest has taken yet (most of a tape, until
+/// rounds nest it: built as an item only then, one such item is 128 bytes and two
+/// allocations), or an item.
+enum Unit {
+    Node(Slot),
+    Item(Box<Item>),
+}
+
+impl Unit {
+    fn item(item: Item) -> Unit {
+        Unit::Item(Box::new(item))
+    }
+
+    /// The unit as an item (a node as a map of one node).
+    fn to_item(&self, tape: &Tape) -> std::borrow::Cow<'_, Item> {
+        match self {
+            Unit::Node(s) => std::borrow::Cow::Owned(single(tape, *s)),
+            Unit::Item(item) => std::borrow::Cow::Borrowed(item),
+        }
+    }
+
+    /// [`Item::for_each_affine`] of [`Unit::to_item`], without building it.
+    fn for_each_affine(&self, tape: &Tape, f: &mut impl FnMut(&Affine)) {
+        match self {
+            Unit::Node(s) => {
+                f(&Affine::fixed(*s));
+                tape.args(*s).iter().for_each(|&a| f(&Affine::fixed(a)));
+            }
+            Unit::Item(item) => item.for_each_affine(f),
+        }
+    }
+
+    /// Whether `body` is the unit but for its slots.
+    fn same_shape_as(&self, tape: &Tape, body: &Item) -> bool {
+        match (self, body) {
+            (Unit::Item(item), _) => same_shape(item, body),
+            (Unit::Node(s), Item::Map(m)) => {
+                m.op == tape.op(*s)
+                    && m.len == 1
+                    && m.needs_grad == tape.needs_grad(*s)
+                    && m.args.len() == tape.args(*s).len()
+                    && m.grad_args
+                        .iter()
+                        .zip(tape.args(*s))
+                        .all(|(&g, &a)| g == tape.needs_grad(a))
+            }
+            (Unit::Node(_), _) => false,
+        }
+    }
+
+    /// The first slot the unit writes (items write slots in increasing order).
+    fn first_write(&self) -> u32 {
+        match self {
+            Unit::Node(s) => s.0,
+            Unit::Item(item) => first_write(item),
+        }
+    }
+
+    /// Whether the unit reads a slot in `range`.
+    fn reads_within(&self, tape: &Tape, range: std::ops::Range<u32>) -> bool {
+        match self {
+            Unit::Node(s) => tape.args(*s).iter().any(|a| range.contains(&a.0)),
+            Unit::Item(item) => reads_within(item, range),
+        }
+    }
 }
 
 /// A top-level nest covering fewer nodes than this runs faster straight-line: its loop
@@ -76,8 +145,17 @@ pub const MIN_NEST_NODES: usize = 32;
 /// Nests smaller than [`MIN_NEST_NODES`] back as their items, repeated: at the top level
 /// they run straight-line; in a nest's body, the body's loop runs their nodes in sequence
 /// (and a body without nests may run in lanes).
-fn unroll_small(items: Vec<Item>) -> Vec<Item> {
-    unroll_small_at(items, 0)
+fn unroll_small(units: Vec<Unit>) -> Vec<Unit> {
+    let mut out = Vec::with_capacity(units.len());
+    for unit in units {
+        match unit {
+            Unit::Item(item) if matches!(*item, Item::Nest(_)) => {
+                out.extend(unroll_small_at(vec![*item], 0).into_iter().map(Unit::item));
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 /// [`unroll_small`] for the body of a nest inside `level` nests.
@@ -104,8 +182,8 @@ fn unroll_small_at(items: Vec<Item>, level: usize) -> Vec<Item> {
     out
 }
 
-/// Straight-line ranges as one single-node item per node.
-fn singles(tape: &Tape, items: Vec<Item>) -> Vec<Item> {
+/// Straight-line ranges as one unit per node (leaves skipped: no item computes them).
+fn singles(tape: &Tape, items: Vec<Item>) -> Vec<Unit> {
     // Sized once: growing a vector of a million items copies hundreds of megabytes.
     let len = items
         .iter()
@@ -121,9 +199,9 @@ fn singles(tape: &Tape, items: Vec<Item>) -> Vec<Item> {
                 range
                     .map(Slot)
                     .filter(|&s| !tape.op(s).is_leaf())
-                    .map(|s| single(tape, s)),
+                    .map(Unit::Node),
             ),
-            other => out.push(other),
+            other => out.push(Unit::item(other)),
         }
     }
     out
@@ -151,14 +229,19 @@ fn single_slot(item: &Item) -> Option<u32> {
     }
 }
 
-/// Runs of single-node items outside nests back as straight-line ranges.
-fn merge_singles(items: Vec<Item>) -> Vec<Item> {
-    let mut out: Vec<Item> = Vec::with_capacity(items.len());
-    for item in items {
-        match (single_slot(&item), out.last_mut()) {
-            (Some(s), Some(Item::Straight(range))) => range.end = s + 1,
-            (Some(s), _) => out.push(Item::Straight(s..s + 1)),
-            (None, _) => out.push(item),
+/// Nodes and single-node items outside nests back as straight-line ranges.
+fn merge_singles(units: Vec<Unit>) -> Vec<Item> {
+    let mut out: Vec<Item> = Vec::with_capacity(units.len());
+    for unit in units {
+        let (slot, item) = match unit {
+            Unit::Node(s) => (Some(s.0), None),
+            Unit::Item(item) => (single_slot(&item), Some(*item)),
+        };
+        match (slot, out.last_mut(), item) {
+            (Some(s), Some(Item::Straight(range)), _) => range.end = s + 1,
+            (Some(s), _, _) => out.push(Item::Straight(s..s + 1)),
+            (None, _, Some(item)) => out.push(item),
+            (None, _, None) => unreachable!("a node has a slot"),
         }
     }
     out
@@ -176,15 +259,15 @@ struct Shapes {
 }
 
 impl Shapes {
-    fn of(items: &[Item]) -> Shapes {
+    fn of(tape: &Tape, units: &[Unit]) -> Shapes {
         let mut shapes = Shapes {
-            keys: items.iter().map(shape_key).collect(),
-            spans: Vec::with_capacity(items.len()),
-            bases: Vec::with_capacity(items.len() * 3),
+            keys: units.iter().map(|u| unit_shape_key(tape, u)).collect(),
+            spans: Vec::with_capacity(units.len()),
+            bases: Vec::with_capacity(units.len() * 3),
             next: Vec::new(),
         };
-        for item in items {
-            let span = shapes.append_bases(item);
+        for unit in units {
+            let span = shapes.append_bases(tape, unit);
             shapes.spans.push(span);
         }
         shapes.next = next_of_same_shape(&shapes.keys);
@@ -192,15 +275,15 @@ impl Shapes {
     }
 
     /// The bases of `item`, appended; their span.
-    fn append_bases(&mut self, item: &Item) -> (usize, usize) {
+    fn append_bases(&mut self, tape: &Tape, unit: &Unit) -> (usize, usize) {
         let start = self.bases.len();
-        item.for_each_affine(&mut |a| self.bases.push(a.base));
+        unit.for_each_affine(tape, &mut |a| self.bases.push(a.base));
         (start, self.bases.len())
     }
 
     /// The shapes of `items`, which are the items these shapes described with the runs
     /// `nested` (first index and length) replaced by the nest each became.
-    fn renest(&mut self, items: &[Item], nested: &[(usize, usize)]) {
+    fn renest(&mut self, tape: &Tape, units: &[Unit], nested: &[(usize, usize)]) {
         let mut nested = nested.iter().peekable();
         let (mut read, mut write) = (0, 0);
         let mut nests = Vec::with_capacity(nested.len());
@@ -221,8 +304,8 @@ impl Shapes {
         self.keys.truncate(write);
         self.spans.truncate(write);
         for w in nests {
-            self.keys[w] = shape_key(&items[w]);
-            self.spans[w] = self.append_bases(&items[w]);
+            self.keys[w] = unit_shape_key(tape, &units[w]);
+            self.spans[w] = self.append_bases(tape, &units[w]);
         }
         self.next = next_of_same_shape(&self.keys);
     }
@@ -277,7 +360,7 @@ impl Shapes {
 
 /// One scan over `items`: the nests it makes, each with the index of its first item, for
 /// the shortest repetition (of at most `max_period` items) starting at each item.
-fn round(items: &[Item], shapes: &Shapes, max_period: usize) -> Vec<(usize, Nest)> {
+fn round(tape: &Tape, items: &[Unit], shapes: &Shapes, max_period: usize) -> Vec<(usize, Nest)> {
     let mut nests = Vec::new();
     let mut i = 0;
     while i < items.len() {
@@ -288,8 +371,8 @@ fn round(items: &[Item], shapes: &Shapes, max_period: usize) -> Vec<(usize, Nest
             // layers they form), so that the next round finds the outer repetition over
             // nests that are alike.
             .find(|&(count, _)| count >= MIN_NEST as usize)
-            .filter(|&(_, p)| !better_rotation_ahead(items, shapes, i, p))
-            .and_then(|(count, p)| nest_of(&items[i..i + count * p], p));
+            .filter(|&(_, p)| !better_rotation_ahead(tape, items, shapes, i, p))
+            .and_then(|(count, p)| nest_of(tape, &items[i..i + count * p], p));
         match nest {
             Some(nest) => {
                 let covered = nest.count as usize * nest.body.len();
@@ -310,10 +393,10 @@ const MAX_ROTATIONS: usize = 64;
 /// what the previous one wrote right away, which `[relu, dot]` repeated does where
 /// `[dot, relu]` does not. A rotated
 /// body chains its repetitions (no lanes); the scan moves on and finds the right start.
-fn better_rotation_ahead(items: &[Item], shapes: &Shapes, i: usize, p: usize) -> bool {
+fn better_rotation_ahead(tape: &Tape, items: &[Unit], shapes: &Shapes, i: usize, p: usize) -> bool {
     let chained = |start: usize| {
-        let (lo, hi) = (first_write(&items[start]), first_write(&items[start + p]));
-        reads_within(&items[start + p], lo..hi)
+        let (lo, hi) = (items[start].first_write(), items[start + p].first_write());
+        items[start + p].reads_within(tape, lo..hi)
     };
     let nest = MIN_NEST as usize;
     chained(i)
@@ -348,14 +431,14 @@ fn reads_within(item: &Item, range: std::ops::Range<u32>) -> bool {
 /// `items` with the items of each nest replaced by the nest, in place: on a tape of a
 /// million nodes the items are hundreds of megabytes, and a fresh vector per round costs
 /// more in page faults and copies than the round itself.
-fn with_nests(mut items: Vec<Item>, nests: Vec<(usize, Nest)>) -> Vec<Item> {
+fn with_nests(mut items: Vec<Unit>, nests: Vec<(usize, Nest)>) -> Vec<Unit> {
     let mut nests = nests.into_iter().peekable();
     let (mut read, mut write) = (0, 0);
     while read < items.len() {
         match nests.next_if(|(start, _)| *start == read) {
             Some((_, nest)) => {
                 read += nest.count as usize * nest.body.len();
-                items[write] = Item::Nest(nest);
+                items[write] = Unit::item(Item::Nest(nest));
             }
             None => {
                 items.swap(write, read);
@@ -383,12 +466,12 @@ fn next_of_same_shape(keys: &[Option<u64>]) -> Vec<Option<usize>> {
 
 /// The nest whose repetitions are `items`, `period` at a time, if they are exactly that
 /// (the hashes that led here may collide).
-fn nest_of(items: &[Item], period: usize) -> Option<Nest> {
+fn nest_of(tape: &Tape, items: &[Unit], period: usize) -> Option<Nest> {
     let count = items.len() / period;
     let body: Vec<Item> = items[..period]
         .iter()
         .zip(&items[period..2 * period])
-        .map(|(a, b)| with_outer(a, b))
+        .map(|(a, b)| with_outer(&a.to_item(tape), &b.to_item(tape)))
         .collect::<Option<_>>()?;
     // Each item is repetition j of its body item (`iteration(b, j) == item`), checked
     // without building the repetition.
@@ -398,9 +481,9 @@ fn nest_of(items: &[Item], period: usize) -> Option<Nest> {
             .zip(&items[j * period..(j + 1) * period])
             .all(|(b, item)| {
                 slots.clear();
-                item.for_each_affine(&mut |a| slots.push(*a));
+                item.for_each_affine(tape, &mut |a| slots.push(*a));
                 let mut k = 0;
-                let mut same = same_shape(b, item);
+                let mut same = item.same_shape_as(tape, b);
                 b.for_each_affine(&mut |a| {
                     same &= slots.get(k) == Some(&a.unnested(j as i64));
                     k += 1;
@@ -449,21 +532,62 @@ impl Hasher for FxHasher {
     }
 }
 
-fn hash_shape(item: &Item, h: &mut impl Hasher) {
-    fn op(op: Op, h: &mut impl Hasher) {
-        op.name().hash(h);
-        if let Op::Powf(c) | Op::Const(c) = op {
-            c.to_bits().hash(h);
+/// [`shape_key`] of a unit: of a node as a map of one node, without building that map.
+fn unit_shape_key(tape: &Tape, unit: &Unit) -> Option<u64> {
+    let s = match unit {
+        Unit::Node(s) => *s,
+        Unit::Item(item) => return shape_key(item),
+    };
+    let mut h = FxHasher(0);
+    MAP_TAG.hash(&mut h);
+    hash_op(tape.op(s), &mut h);
+    let args = tape.args(s);
+    let mut grads = [false; 8];
+    let grad_args: std::borrow::Cow<[bool]> = if args.len() <= grads.len() {
+        for (g, &a) in grads.iter_mut().zip(args) {
+            *g = tape.needs_grad(a);
         }
+        std::borrow::Cow::Borrowed(&grads[..args.len()])
+    } else {
+        std::borrow::Cow::Owned(args.iter().map(|&a| tape.needs_grad(a)).collect())
+    };
+    (1u32, tape.needs_grad(s), &*grad_args).hash(&mut h);
+    for _ in 0..=args.len() {
+        (0i64, [0i64; MAX_NEST_DEPTH]).hash(&mut h);
     }
+    Some(h.finish())
+}
+
+/// Which variant an item is, for [`hash_shape`].
+fn variant_tag(item: &Item) -> u8 {
+    match item {
+        Item::Straight(_) => 0,
+        Item::Map(_) => MAP_TAG,
+        Item::Sum(_) => 2,
+        Item::Dot(_) => 3,
+        Item::Nest(_) => 4,
+        Item::SumPart { .. } => 5,
+    }
+}
+
+const MAP_TAG: u8 = 1;
+
+fn hash_op(op: Op, h: &mut impl Hasher) {
+    op.name().hash(h);
+    if let Op::Powf(c) | Op::Const(c) = op {
+        c.to_bits().hash(h);
+    }
+}
+
+fn hash_shape(item: &Item, h: &mut impl Hasher) {
     fn map(m: &MapLoop, h: &mut impl Hasher) {
-        op(m.op, h);
+        hash_op(m.op, h);
         (m.len, m.needs_grad, &m.grad_args).hash(h);
     }
     fn sum(s: &SumLoop, h: &mut impl Hasher) {
         (s.tail_len, s.needs_grad, s.grad_first, s.grad_tail).hash(h);
     }
-    std::mem::discriminant(item).hash(h);
+    variant_tag(item).hash(h);
     match item {
         Item::Map(m) => map(m, h),
         Item::Sum(s) => sum(s, h),
@@ -524,4 +648,29 @@ fn with_outer(a: &Item, b: &Item) -> Option<Item> {
     }
     let mut steps = fa.iter().zip(&fb).map(|(x, y)| y.base - x.base);
     Some(a.map_affines(&mut |x, _| x.nested(steps.next().unwrap_or(0))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Graph;
+
+    #[test]
+    fn a_nodes_shape_key_is_its_single_items() {
+        let g = Graph::new();
+        let x = g.inputs(3);
+        let w = g.param(0.5);
+        let y = g.sum(&[x[0] * w, (x[1] - w).relu(), x[2].powf(0.5), w.exp()]);
+        let wide = g.sum(&(0..12).map(|k| x[k % 3] * (k as f64)).collect::<Vec<_>>());
+        g.set_loss(y * wide + x[0].tanh()).unwrap();
+        let tape = Tape::from_graph(&g).unwrap();
+        for s in tape.slots().filter(|&s| !tape.op(s).is_leaf()) {
+            assert_eq!(
+                unit_shape_key(&tape, &Unit::Node(s)),
+                shape_key(&single(&tape, s)),
+                "slot {}",
+                s.0
+            );
+        }
+    }
 }
