@@ -20,19 +20,27 @@ pub struct GradMemory {
     /// The backward function whose straight-line code stores its gradient first (the one
     /// with the highest index), or [`NONE`].
     first_store: Vec<u32>,
-    /// Its gradient gets exactly one addition, from a loop whose every slot of that operand
-    /// is such a slot: the loop stores `0 + g` (what the zeroed buffer would hold after the
-    /// addition) instead of adding, and nothing zeroes the slot first. Never a param (their
-    /// gradients accumulate across `backward` calls) or the loss.
-    stored_whole: Vec<bool>,
-    /// Its gradient's additions all come from one vertical block of a dot whose every lane
-    /// adds into it (the operand the lanes share, [`Lanes::Both`] `vertical`, all the nest's
-    /// repetitions in one group): the block starts its running sums from 0, and nothing
-    /// zeroes the slot first. Never a param or the loss.
-    summed_whole: Vec<bool>,
+    /// Whether one loop writes its gradient whole, starting from 0: then nothing zeroes the
+    /// slot first.
+    whole: Vec<Whole>,
 }
 
 const NONE: u32 = u32::MAX;
+
+/// How a loop computes a gradient whole (never a param's, whose gradients accumulate across
+/// `backward` calls, or the loss's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Whole {
+    No,
+    /// It gets exactly one addition, from a loop whose every slot of that operand is such a
+    /// slot: the loop stores `0 + g` (what the zeroed buffer would hold after the addition)
+    /// instead of adding.
+    Stored,
+    /// Its additions all come from one vertical block of a dot whose every lane adds into it
+    /// (the operand the lanes share, [`Lanes::Both`] `vertical`, all the nest's repetitions in
+    /// one group): the block starts its running sums from 0.
+    Summed,
+}
 
 /// Where a gradient starts when a backward function first needs it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,7 +58,7 @@ impl GradMemory {
         let additions = additions(tape);
         let once: Vec<bool> = additions.iter().map(|&n| n == 1).collect();
         let mut in_loops = vec![false; tape.len()];
-        let mut stored_whole = vec![false; tape.len()];
+        let mut whole = vec![Whole::No; tape.len()];
         for item in functions.iter().flatten() {
             for (access, counts) in item.nested_accesses() {
                 let marks = match access.kind {
@@ -68,13 +76,12 @@ impl GradMemory {
                     all_once &= once[s.index()];
                 });
                 if all_once {
-                    access.for_each_slot(&counts, |s| stored_whole[s.index()] = true);
+                    access.for_each_slot(&counts, |s| whole[s.index()] = Whole::Stored);
                 }
             }
         }
-        let mut summed_whole = vec![false; tape.len()];
         for item in functions.iter().flatten() {
-            mark_summed_whole(item, &[], &additions, &mut summed_whole);
+            mark_summed_whole(item, &[], &additions, &mut whole);
         }
         if let Some(step) = step {
             // `step` updates fused params in the loops, and never reads their gradients.
@@ -112,22 +119,28 @@ impl GradMemory {
         GradMemory {
             in_loops,
             first_store,
-            stored_whole,
-            summed_whole,
+            whole,
         }
     }
 
     /// Whether the vertical operand whose first slot is `slot` starts its block's sums from 0
-    /// (see [`GradMemory::summed_whole`]): the plan marks an operand's slots all or none.
+    /// (see [`Whole::Summed`]): the plan marks an operand's slots all or none.
     pub fn sums_whole(&self, slot: i64) -> bool {
-        usize::try_from(slot).is_ok_and(|s| self.summed_whole.get(s) == Some(&true))
+        self.whole_at(slot) == Whole::Summed
+    }
+
+    fn whole_at(&self, slot: i64) -> Whole {
+        usize::try_from(slot)
+            .ok()
+            .and_then(|s| self.whole.get(s).copied())
+            .unwrap_or(Whole::No)
     }
 
     /// Whether the loop operand whose first slot (every counter at 0) is `slot` stores its
-    /// gradients rather than adding them (see [`GradMemory::stored_whole`]): the plan marks
+    /// gradients rather than adding them (see [`Whole::Stored`]): the plan marks
     /// an operand's slots all or none.
     pub fn stores_whole(&self, slot: i64) -> bool {
-        usize::try_from(slot).is_ok_and(|s| self.stored_whole.get(s) == Some(&true))
+        self.whole_at(slot) == Whole::Stored
     }
 
     /// The gradients backward's first function zeroes: those loops accumulate, params
@@ -139,8 +152,7 @@ impl GradMemory {
 
     fn zeroed(&self, tape: &Tape, s: Slot, step: bool) -> bool {
         self.in_loops[s.index()]
-            && !self.stored_whole[s.index()]
-            && !self.summed_whole[s.index()]
+            && self.whole[s.index()] == Whole::No
             && (step || s.index() >= tape.num_params())
     }
 
@@ -150,9 +162,7 @@ impl GradMemory {
             self.first_store[s.index()] != NONE && self.first_store[s.index()] as usize > function;
         let is_param = s.index() < tape.num_params();
         let accumulated = is_param && !step && Some(s) != tape.loss();
-        let in_memory = self.zeroed(tape, s, step)
-            || self.stored_whole[s.index()]
-            || self.summed_whole[s.index()];
+        let in_memory = self.zeroed(tape, s, step) || self.whole[s.index()] != Whole::No;
         if stored_before || in_memory || accumulated {
             GradStart::Memory
         } else if Some(s) == tape.loss() {
@@ -186,7 +196,7 @@ impl GradMemory {
 /// Per slot: how many additions its gradient gets (as an operand of a node that takes a
 /// gradient; at most 255 counted), 0 for params and the loss (whose gradients start from
 /// what is there): what a loop operand's slots must all get once for
-/// [`GradMemory::stored_whole`], and once per lane for [`GradMemory::summed_whole`].
+/// [`Whole::Stored`], and once per lane for [`Whole::Summed`].
 fn additions(tape: &Tape) -> Vec<u8> {
     let mut uses = vec![0u8; tape.len()];
     for s in tape.slots() {
@@ -204,16 +214,16 @@ fn additions(tape: &Tape) -> Vec<u8> {
     uses
 }
 
-/// Marks in `summed_whole` the slots of `item` (inside nests of `counts` repetitions) that
-/// [`GradMemory::summed_whole`] describes: each dot's vertical operand in a nest whose
+/// Marks in `whole` the slots of `item` (inside nests of `counts` repetitions) that
+/// [`Whole::Summed`] describes: each dot's vertical operand in a nest whose
 /// repetitions all run in one group, when every slot's additions are that many (so all of
 /// them come from that dot: it adds once per lane into each slot, distinct across steps
 /// and the nests around).
-fn mark_summed_whole(item: &Item, counts: &[u32], additions: &[u8], summed_whole: &mut [bool]) {
+fn mark_summed_whole(item: &Item, counts: &[u32], additions: &[u8], whole: &mut [Whole]) {
     let Item::Nest(nest) = item else { return };
     let inner: Vec<u32> = counts.iter().copied().chain([nest.count]).collect();
     for b in &nest.body {
-        mark_summed_whole(b, &inner, additions, summed_whole);
+        mark_summed_whole(b, &inner, additions, whole);
     }
     let Lanes::Both {
         group,
@@ -238,7 +248,7 @@ fn mark_summed_whole(item: &Item, counts: &[u32], additions: &[u8], summed_whole
         let mut all = dot.sum.needs_grad;
         access.for_each_slot(counts, |s| all &= additions[s.index()] as u32 == nest.count);
         if all {
-            access.for_each_slot(counts, |s| summed_whole[s.index()] = true);
+            access.for_each_slot(counts, |s| whole[s.index()] = Whole::Summed);
         }
     }
 }

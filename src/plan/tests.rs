@@ -4,7 +4,7 @@
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
-use super::{lanes::lane_group, Plan, PlanOptions};
+use super::{lanes::lane_group, GradMemory, Plan, PlanOptions};
 use crate::nn::{Activation, Classifier, Layer};
 use crate::passes::layout;
 use crate::passes::loops::{schedule, Item};
@@ -253,15 +253,22 @@ fn collect_lanes(item: &Item, out: &mut Vec<crate::passes::loops::Lanes>) {
     }
 }
 
-#[test]
-fn gradients_with_one_addition_from_a_loop_are_stored_not_zeroed() {
+/// For [`copies_of_two_layers`] planned: its tape, the slots `which` marks in the plan's
+/// gradient memory, and which gradients backward's first function zeroes.
+fn marked_slots(seed: u64, which: fn(&GradMemory, i64) -> bool) -> (Tape, Vec<usize>, Vec<bool>) {
     let g = Graph::new();
-    copies_of_two_layers(&g, 2);
+    copies_of_two_layers(&g, seed);
     let (tape, plan) = planned(&g);
     let zeroed = plan.grads.zeroed_first(&tape, false);
-    let whole: Vec<usize> = (0..tape.len())
-        .filter(|&s| plan.grads.stores_whole(s as i64))
+    let marked = (0..tape.len())
+        .filter(|&s| which(&plan.grads, s as i64))
         .collect();
+    (tape, marked, zeroed)
+}
+
+#[test]
+fn gradients_with_one_addition_from_a_loop_are_stored_not_zeroed() {
+    let (tape, whole, zeroed) = marked_slots(2, GradMemory::stores_whole);
     // Each neuron's dot sum feeds only its relu: one addition each, in every copy.
     assert!(whole.len() >= 5 * 32, "{} slots stored whole", whole.len());
     for &s in &whole {
@@ -273,13 +280,7 @@ fn gradients_with_one_addition_from_a_loop_are_stored_not_zeroed() {
 
 #[test]
 fn a_layers_inputs_summed_by_every_neuron_start_from_zero_not_zeroed() {
-    let g = Graph::new();
-    copies_of_two_layers(&g, 3);
-    let (tape, plan) = planned(&g);
-    let zeroed = plan.grads.zeroed_first(&tape, false);
-    let whole: Vec<usize> = (0..tape.len())
-        .filter(|&s| plan.grads.sums_whole(s as i64))
-        .collect();
+    let (tape, whole, zeroed) = marked_slots(3, GradMemory::sums_whole);
     // The first layer's 16 outputs in each copy: the second layer's 16 neurons add into
     // each, in one vertical block, and nothing else does.
     assert_eq!(whole.len(), 5 * 16, "{whole:?}");

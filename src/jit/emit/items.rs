@@ -154,9 +154,8 @@ impl<'ctx> Emitter<'ctx, '_> {
                     .map(|&v| VectorValue::load(this, frame.grads, a, t, lanes, v))
                     .collect::<Emit<Vec<_>>>()?;
                 for (reps, gs) in repetitions.iter().zip(&g_products).rev() {
-                    for ((&v, sum), &g) in lanes.vectors.iter().zip(&mut sums).zip(gs) {
-                        let x = this.load_args::<VectorValue>(frame.vals, map, t, reps, v)?;
-                        let local = this.product_grads(map, v, &x, g)?;
+                    let locals = this.products_locals(frame, map, t, reps, gs)?;
+                    for (sum, local) in sums.iter_mut().zip(&locals) {
                         *sum = this.builder.build_float_add(*sum, local[k], "")?;
                     }
                 }
