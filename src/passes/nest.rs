@@ -261,7 +261,7 @@ struct Shapes {
 impl Shapes {
     fn of(tape: &Tape, units: &[Unit]) -> Shapes {
         let mut shapes = Shapes {
-            keys: units.iter().map(|u| unit_shape_key(tape, u)).collect(),
+            keys: node_keys_memoized(tape, units),
             spans: Vec::with_capacity(units.len()),
             bases: Vec::with_capacity(units.len() * 3),
             next: Vec::new(),
@@ -347,6 +347,25 @@ impl Shapes {
         count
     }
 
+    /// Whether the first item at `i` repeats at least [`MIN_NEST`] times with `period`:
+    /// the necessary condition [`Shapes::repetitions`] checks item by item, asked of the
+    /// first item alone, which rejects most candidates at a fraction of the cost.
+    fn first_item_repeats(&self, i: usize, period: usize) -> bool {
+        let last = i + (MIN_NEST as usize - 1) * period;
+        last < self.keys.len()
+            && (1..MIN_NEST as usize).all(|c| {
+                let this = i + c * period;
+                self.same_shape(i, this)
+                    && (c == 1
+                        || self
+                            .bases(this)
+                            .iter()
+                            .zip(self.bases(this - period))
+                            .zip(self.bases(i + period).iter().zip(self.bases(i)))
+                            .all(|((t, p), (s, f))| t - p == s - f))
+            })
+    }
+
     /// Periods to try at item `i`: the distances to the next few items of its shape, up to
     /// `max_period` and as long as two repetitions fit. (An iterator, not a vector: a round
     /// asks at every item.)
@@ -366,6 +385,7 @@ fn round(tape: &Tape, items: &[Unit], shapes: &Shapes, max_period: usize) -> Vec
     while i < items.len() {
         let nest = shapes
             .periods(i, max_period)
+            .filter(|&p| shapes.first_item_repeats(i, p))
             .map(|p| (shapes.repetitions(i, p, usize::MAX), p))
             // The shortest period that repeats: inner structure first (neurons before the
             // layers they form), so that the next round finds the outer repetition over
@@ -403,6 +423,7 @@ fn better_rotation_ahead(tape: &Tape, items: &[Unit], shapes: &Shapes, i: usize,
         && (1..p.min(MAX_ROTATIONS)).any(|r| {
             i + r + nest * p <= items.len()
                 && !chained(i + r)
+                && shapes.first_item_repeats(i + r, p)
                 && shapes.repetitions(i + r, p, nest) == nest
         })
 }
@@ -558,6 +579,37 @@ fn unit_shape_key(tape: &Tape, unit: &Unit) -> Option<u64> {
     Some(h.finish())
 }
 
+/// [`unit_shape_key`] of every unit, computed once per kind of node: a tape has a few
+/// dozen (op, constant, which operands take gradients), and hundreds of thousands of nodes.
+fn node_keys_memoized(tape: &Tape, units: &[Unit]) -> Vec<Option<u64>> {
+    type Kind = (std::mem::Discriminant<Op>, u64, u64, usize);
+    let kind = |s: Slot| -> Option<Kind> {
+        let op = tape.op(s);
+        let constant = match op {
+            Op::Powf(c) | Op::Const(c) => c.to_bits(),
+            _ => 0,
+        };
+        let args = tape.args(s);
+        (args.len() < 64).then(|| {
+            let grads = args.iter().fold(tape.needs_grad(s) as u64, |mask, &a| {
+                mask << 1 | tape.needs_grad(a) as u64
+            });
+            (std::mem::discriminant(&op), constant, grads, args.len())
+        })
+    };
+    let mut memo: HashMap<Kind, Option<u64>, BuildHasherDefault<FxHasher>> = HashMap::default();
+    units
+        .iter()
+        .map(|unit| match unit {
+            Unit::Node(s) => match kind(*s) {
+                Some(k) => *memo.entry(k).or_insert_with(|| unit_shape_key(tape, unit)),
+                None => unit_shape_key(tape, unit),
+            },
+            Unit::Item(_) => unit_shape_key(tape, unit),
+        })
+        .collect()
+}
+
 /// Which variant an item is, for [`hash_shape`].
 fn variant_tag(item: &Item) -> u8 {
     match item {
@@ -660,17 +712,27 @@ mod tests {
         let g = Graph::new();
         let x = g.inputs(3);
         let w = g.param(0.5);
-        let y = g.sum(&[x[0] * w, (x[1] - w).relu(), x[2].powf(0.5), w.exp()]);
+        let y = g.sum(&[
+            x[0] * w,
+            (x[1] - w).relu(),
+            x[2].powf(0.5),
+            x[1].powf(2.0),
+            w.exp(),
+        ]);
         let wide = g.sum(&(0..12).map(|k| x[k % 3] * (k as f64)).collect::<Vec<_>>());
         g.set_loss(y * wide + x[0].tanh()).unwrap();
         let tape = Tape::from_graph(&g).unwrap();
-        for s in tape.slots().filter(|&s| !tape.op(s).is_leaf()) {
-            assert_eq!(
-                unit_shape_key(&tape, &Unit::Node(s)),
-                shape_key(&single(&tape, s)),
-                "slot {}",
-                s.0
-            );
+        let nodes: Vec<Unit> = tape
+            .slots()
+            .filter(|&s| !tape.op(s).is_leaf())
+            .map(Unit::Node)
+            .collect();
+        let memoized = node_keys_memoized(&tape, &nodes);
+        for (unit, memo) in nodes.iter().zip(memoized) {
+            let Unit::Node(s) = unit else { unreachable!() };
+            let key = unit_shape_key(&tape, unit);
+            assert_eq!(key, shape_key(&single(&tape, *s)), "slot {}", s.0);
+            assert_eq!(key, memo, "memoized, slot {}", s.0);
         }
     }
 }
