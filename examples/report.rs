@@ -41,7 +41,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime};
 
-use handwritten::{Expert, HandWritten, Naive};
+use handwritten::{Expert, ExpertSkippingZeros, HandWritten, Naive};
 use table::{code_version, median, significant, thousands};
 use tapejit::{Graph, Program};
 use workload::{Engine, Mode, Samples, LR};
@@ -381,7 +381,7 @@ fn table(rows: &[Row]) -> String {
         .expect("an interpreter row");
     let expert = rows
         .iter()
-        .find(|r| r.name == Expert::NAME)
+        .find(|r| r.name == <Expert>::NAME)
         .expect("an expert row");
     let mut t = String::new();
     t.push_str(
@@ -516,6 +516,7 @@ fn run(o: Options) -> Result<(), String> {
     }
     contestants.push(hand_written::<Naive>(&init));
     contestants.push(hand_written::<Expert>(&init));
+    contestants.push(hand_written::<ExpertSkippingZeros>(&init));
     time_steps(&mut contestants, &samples, &init, &o);
     let rows: Vec<Row> = contestants
         .into_iter()

@@ -27,6 +27,7 @@ pub use tape::{Slot, Tape, TapeNodeView};
 pub mod jit;
 pub mod nn;
 pub use jit::{Jit, JitBuilder, JitStats, NestStats, OptLevel};
+pub use plan::ZeroSkipping;
 
 /// The README's examples are compiled and run as doctests.
 #[doc = include_str!("../README.md")]

@@ -6,7 +6,9 @@
 #[path = "../benches/common/handwritten.rs"]
 mod handwritten;
 
-use handwritten::{Expert, HandWritten, Naive, CLASSES, HIDDEN, INPUTS, PARAMS};
+use handwritten::{
+    Expert, ExpertSkippingZeros, HandWritten, Naive, CLASSES, HIDDEN, INPUTS, PARAMS,
+};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use tapejit::nn::Classifier;
 use tapejit::{Graph, Interpreter, Program};
@@ -101,13 +103,19 @@ fn expert_tracks_the_interpreter() {
     tracks_the_interpreter::<Expert>();
 }
 
+#[test]
+fn expert_skipping_zeros_tracks_the_interpreter() {
+    // The synthetic pixels are 0 four times in five.
+    tracks_the_interpreter::<ExpertSkippingZeros>();
+}
+
 /// The params must actually move, or tracking them would prove little.
 #[test]
 fn the_synthetic_run_changes_the_params() {
     let g = Graph::new();
     build_classifier(&g);
     let params = Interpreter::new(&g).unwrap().params().to_vec();
-    let mut hand = Expert::from_params(&params);
+    let mut hand: Expert = Expert::from_params(&params);
     let samples = synthetic_samples(1);
     let losses: Vec<f64> = samples
         .iter()

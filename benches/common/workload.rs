@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tapejit::nn::Classifier;
-use tapejit::{Graph, Interpreter, Jit, JitBuilder, JitStats, OptLevel, Program, Value};
+use tapejit::{
+    Graph, Interpreter, Jit, JitBuilder, JitStats, OptLevel, Program, Value, ZeroSkipping,
+};
 use tapejit_mnist::{self as mnist, Dataset};
 
 /// Pixels per MNIST image.
@@ -126,6 +128,13 @@ pub fn modes() -> Vec<Mode> {
     );
     let o2 = Jit::builder().opt_level(OptLevel::O2);
     modes.push(Mode::jit("O2 train()", o2.clone()).whole_pass());
+    modes.push(
+        Mode::jit(
+            "O2 train(), zero-skipping off",
+            o2.clone().zero_skipping(ZeroSkipping::Never),
+        )
+        .whole_pass(),
+    );
     modes.push(Mode::jit(
         "O2 straight-line",
         o2.clone().loop_recovery(false),

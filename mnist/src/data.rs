@@ -128,10 +128,23 @@ pub fn write_normalized(pixels: &[u8], out: &mut [f64]) -> Result<()> {
         });
     }
     for (x, &p) in out.iter_mut().zip(pixels) {
-        *x = p as f64 / 255.0;
+        *x = NORMALIZED[p as usize];
     }
     Ok(())
 }
+
+/// `p / 255` for every byte `p`, computed once: a trainer normalizes every pixel of every
+/// sample in every epoch, and a table lookup is several times cheaper than the division
+/// (the same correctly rounded quotient either way).
+const NORMALIZED: [f64; 256] = {
+    let mut table = [0.0; 256];
+    let mut p = 0;
+    while p < 256 {
+        table[p] = p as f64 / 255.0;
+        p += 1;
+    }
+    table
+};
 
 /// Writes `label` one-hot into `out`: 1 at index `label`, 0 elsewhere. `out` has one value
 /// per class, so `label` must be below `out.len()`.
@@ -146,4 +159,17 @@ pub fn write_one_hot(label: u8, out: &mut [f64]) -> Result<()> {
     out.fill(0.0);
     out[index] = 1.0;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_table_is_the_division() {
+        let pixels: Vec<u8> = (0..=255).collect();
+        let mut out = vec![0.0; 256];
+        super::write_normalized(&pixels, &mut out).unwrap();
+        for (&p, x) in pixels.iter().zip(out) {
+            assert_eq!(x.to_bits(), (p as f64 / 255.0).to_bits(), "pixel {p}");
+        }
+    }
 }

@@ -44,7 +44,7 @@ use strum::IntoEnumIterator;
 
 type PassFn = unsafe extern "C" fn(*mut f64, *mut f64);
 type UpdateFn = unsafe extern "C" fn(*mut f64, *mut f64, f64);
-type TrainFn = unsafe extern "C" fn(*mut f64, *mut f64, f64, *const f64, i64, *mut f64);
+type TrainFn = unsafe extern "C" fn(*mut f64, *mut f64, f64, *const f64, i64, *mut f64, *mut i64);
 
 /// Initializes the native target and sets LLVM's global codegen options, once per process.
 ///
@@ -95,6 +95,8 @@ pub struct Native {
     /// The numbers per sample `train` reads: the tape's `num_inputs`, which the code was
     /// compiled for.
     sample_width: usize,
+    /// `train`'s guard word (see [`crate::plan::ZeroSkip`]).
+    guard: ZeroSkipGuard,
     /// The optimized IR, when [`JitBuilder::keep_ir`] asked for it.
     ir: Option<String>,
     /// Pointers into `code`, which is declared (and so dropped) after them.
@@ -102,6 +104,31 @@ pub struct Native {
     /// Never read: held for its `Drop`, which frees the machine code.
     #[allow(dead_code)]
     code: Code,
+}
+
+/// `train`'s guard word: bit 0 is set only while every weight whose zero products `train`
+/// skips is finite (the bits above are `train`'s own, see `emit/sparse.rs`). `train` keeps it true (after each sample it is whether every sum its updated
+/// weights went into is finite); anything else that may change params makes it stale, and
+/// the next `train` computes it again from the weights.
+struct ZeroSkipGuard {
+    weights: Vec<std::ops::Range<u32>>,
+    word: i64,
+    fresh: bool,
+}
+
+impl ZeroSkipGuard {
+    /// The word, computed again from `vals` if it is stale.
+    fn word(&mut self, vals: &[f64]) -> &mut i64 {
+        if !self.fresh {
+            let slots = self
+                .weights
+                .iter()
+                .flat_map(|r| r.start as usize..r.end as usize);
+            self.word = slots.map(|s| vals[s]).all(f64::is_finite) as i64;
+            self.fresh = true;
+        }
+        &mut self.word
+    }
 }
 
 /// The entry points' machine code (see `emit/mod.rs` for their signatures).
@@ -354,6 +381,17 @@ impl Native {
             pending: Cell::new(false),
             defers: plan.step.as_ref().is_some_and(|s| !s.deferred.is_empty()),
             sample_width: tape.num_inputs(),
+            guard: ZeroSkipGuard {
+                weights: plan
+                    .step
+                    .iter()
+                    .flat_map(|s| &s.train)
+                    .flat_map(|t| &t.skip_zeros)
+                    .flat_map(|z| z.weights.iter().cloned())
+                    .collect(),
+                word: 0,
+                fresh: false,
+            },
             ir,
             entries,
             code,
@@ -375,6 +413,7 @@ impl Native {
     /// Both buffers, for writing (deferred gradients stored first).
     pub fn buffers_mut(&mut self) -> (&mut [f64], &mut [f64]) {
         self.materialize();
+        self.guard.fresh = false;
         (&mut self.vals, self.grads.get_mut())
     }
 
@@ -437,9 +476,10 @@ impl Native {
         }
         let mut losses = vec![0.0; n];
         self.pending.set(false);
+        let guard: *mut i64 = self.guard.word(&self.vals);
         let (vals, grads) = (self.vals.as_mut_ptr(), self.grads.get_mut().as_mut_ptr());
         // SAFETY: as in `forward`; `train` reads `n * sample_width` numbers of `inputs` (its
-        // length, checked above) and writes `n` losses.
+        // length, checked above), writes `n` losses, and reads and writes the guard word.
         unsafe {
             train(
                 vals,
@@ -448,6 +488,7 @@ impl Native {
                 inputs.as_ptr(),
                 n as i64,
                 losses.as_mut_ptr(),
+                guard,
             )
         }
         self.pending.set(self.defers);
@@ -458,6 +499,7 @@ impl Native {
     /// defers replace any still pending (it recomputes every gradient).
     pub fn step(&mut self, lr: f64) {
         self.pending.set(false);
+        self.guard.fresh = false;
         let (vals, grads) = (self.vals.as_mut_ptr(), self.grads.get_mut().as_mut_ptr());
         // SAFETY: as in `forward`.
         unsafe { (self.entries.step)(vals, grads, lr) }

@@ -16,7 +16,7 @@ use std::time::Instant;
 use crate::error::{Error, Result};
 use crate::graph::Graph;
 use crate::passes::{layout, loops as recovery};
-use crate::plan::{Plan, PlanOptions};
+use crate::plan::{Plan, PlanOptions, ZeroSkipping};
 use crate::program::Backend;
 use crate::tape::{Slot, Tape};
 use engine::Native;
@@ -192,6 +192,7 @@ pub struct JitBuilder {
     keep_ir: bool,
     /// 0: every core.
     compile_threads: usize,
+    zero_skipping: ZeroSkipping,
 }
 
 impl Default for JitBuilder {
@@ -205,6 +206,7 @@ impl Default for JitBuilder {
             fast_math: false,
             keep_ir: false,
             compile_threads: 0,
+            zero_skipping: ZeroSkipping::Auto,
         }
     }
 }
@@ -251,6 +253,17 @@ impl JitBuilder {
     /// fast-math flags.
     pub fn fast_math(mut self, on: bool) -> Self {
         self.fast_math = on;
+        self
+    }
+
+    /// When `Program::train` skips the inputs that are exactly 0 in its merged first layer
+    /// (default [`ZeroSkipping::Auto`]: in the samples with enough zeros to gain). A skipped
+    /// input's products and weight updates are signed zeros that change nothing, and the code
+    /// checks the cases where IEEE arithmetic says otherwise (weights or gradients that are not
+    /// finite, -0 weights, sums that are -0) and runs those without skipping: results are the
+    /// same bits on or off.
+    pub fn zero_skipping(mut self, when: ZeroSkipping) -> Self {
+        self.zero_skipping = when;
         self
     }
 
@@ -328,6 +341,7 @@ impl JitBuilder {
             PlanOptions {
                 chunk_size: self.chunk_size,
                 fast_math: self.fast_math,
+                zero_skipping: self.zero_skipping,
             },
         )?;
         plan.verify(&tape)?;
@@ -577,6 +591,7 @@ mod tests {
             PlanOptions {
                 chunk_size: 40,
                 fast_math: false,
+                zero_skipping: ZeroSkipping::Auto,
             },
         )
         .unwrap();

@@ -34,7 +34,7 @@ use crate::passes::loops::{Item, Schedule};
 use crate::tape::Tape;
 
 pub use memory::GradMemory;
-pub use step::{StepPlan, TrainPlan};
+pub use step::{StepPlan, TrainPlan, ZeroSkip, ZeroSkipping};
 
 /// How the emitter lowers a tape: the result of every planning decision.
 #[derive(Clone, Debug, PartialEq)]
@@ -67,6 +67,7 @@ pub struct PlanOptions {
     /// [`functions::LOOP_WEIGHT`]) go into one function.
     pub chunk_size: usize,
     pub fast_math: bool,
+    pub zero_skipping: ZeroSkipping,
 }
 
 impl Plan {
@@ -80,7 +81,7 @@ impl Plan {
             .iter()
             .map(|item| shared::decide(tape, &lanes::decide(item)))
             .collect();
-        let step = step::plan(tape, &items);
+        let step = step::plan(tape, &items, options.zero_skipping);
         let functions = functions::cut(tape, &items, options.chunk_size);
         let grads = GradMemory::new(tape, &functions, step.as_ref());
         Ok(Plan {

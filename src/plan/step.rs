@@ -58,12 +58,49 @@ pub struct TrainPlan {
     /// The input slots that dot does not read, as runs: what the next forward needs copied
     /// into the values buffer.
     pub other_inputs: Vec<Range<u32>>,
+    /// Whether the merged loop skips the steps where both samples' inputs are 0.
+    pub skip_zeros: Option<ZeroSkip>,
+}
+
+/// How `train`'s merged dot skips zero inputs. A step `t` whose input is exactly 0 in this
+/// sample and the next adds `w * 0` to the next sample's sum and subtracts `lr * (0 + g * 0)`
+/// from the weight. The first is a signed zero, the second `lr * +0` (the gradient buffer's
+/// zero turns a -0 into +0), and neither changes anything, unless
+/// - a weight is not finite (`inf * 0` is NaN): the code skips only while `train`'s guard
+///   word says every weight is finite, and after each sample sets it to whether every sum
+///   of the next sample is finite (each updated weight is multiplied into one);
+/// - a gradient `g` is not finite: the code checks them first;
+/// - `lr` is negative (or -0): `-0 - lr * +0` is +0. The code checks its sign;
+/// - a sum is -0 and a skipped term +0 (`-0 + +0` is +0): a sum is -0 only when its every
+///   term so far was -0, so the code checks the sums after the loop and recomputes them
+///   without skipping if any is -0.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ZeroSkip {
+    /// The dot's operand that holds the inputs.
+    pub input: usize,
+    /// The weights whose finiteness the guard word speaks for, as runs of slots.
+    pub weights: Vec<Range<u32>>,
+    /// Whether samples skip even where more than 3 steps in 4 remain (and nothing is
+    /// gained).
+    pub always: bool,
+}
+
+/// Whether `train` skips zero inputs ([`crate::JitBuilder::zero_skipping`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ZeroSkipping {
+    /// Where a sample has enough zeros to pay (the default).
+    #[default]
+    Auto,
+    /// In every sample.
+    Always,
+    /// Never.
+    Never,
 }
 
 /// `step`'s plan for `items` (top-level schedule items, lanes decided), or `None` where no
 /// lane loop computes a param's whole gradient: a second backward would only add compile
 /// time.
-pub fn plan(tape: &Tape, items: &[Item]) -> Option<StepPlan> {
+pub fn plan(tape: &Tape, items: &[Item], zero_skipping: ZeroSkipping) -> Option<StepPlan> {
     tape.loss()?;
     let fused = fused_updates(tape, items);
     if !fused.contains(&true) {
@@ -79,7 +116,7 @@ pub fn plan(tape: &Tape, items: &[Item]) -> Option<StepPlan> {
             }
         }
     }
-    let train = train_plan(tape, items, deferred.first());
+    let train = train_plan(tape, items, deferred.first(), zero_skipping);
     Some(StepPlan {
         fused,
         deferred,
@@ -155,7 +192,12 @@ fn deferred(tape: &Tape, items: &[Item], fused: &[bool]) -> Vec<Deferred> {
 }
 
 /// `train`'s merge, if the first deferred dot is the first thing the tape computes.
-fn train_plan(tape: &Tape, items: &[Item], first: Option<&Deferred>) -> Option<TrainPlan> {
+fn train_plan(
+    tape: &Tape,
+    items: &[Item],
+    first: Option<&Deferred>,
+    zero_skipping: ZeroSkipping,
+) -> Option<TrainPlan> {
     let first = first?;
     let (nest, dot, i) = (&first.nest, first.dot(), first.operand);
     let first_computed =
@@ -181,8 +223,35 @@ fn train_plan(tape: &Tape, items: &[Item], first: Option<&Deferred>) -> Option<T
         .into_iter()
         .filter(|r| !r.is_empty())
         .collect();
+    // The inputs are shared by the lanes (checked above), so a step is skipped for all of
+    // them or none.
+    let skip_zeros = (zero_skipping != ZeroSkipping::Never).then(|| {
+        let weights = dot.products.args[i];
+        let mut slots: Vec<u32> = (0..nest.count)
+            .flat_map(|j| (0..dot.products.len).map(move |t| weights.at_nested(t, j).0))
+            .collect();
+        slots.sort_unstable();
+        ZeroSkip {
+            input: 1 - i,
+            weights: runs(&slots),
+            always: zero_skipping == ZeroSkipping::Always,
+        }
+    });
     Some(TrainPlan {
         dot: dot.sum.slot,
         other_inputs,
+        skip_zeros,
     })
+}
+
+/// Sorted `slots` as runs of consecutive slots.
+fn runs(slots: &[u32]) -> Vec<Range<u32>> {
+    let mut out: Vec<Range<u32>> = Vec::new();
+    for &s in slots {
+        match out.last_mut() {
+            Some(run) if run.end == s => run.end += 1,
+            _ => out.push(s..s + 1),
+        }
+    }
+    out
 }

@@ -4,7 +4,7 @@
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
-use super::{lanes::lane_group, GradMemory, Plan, PlanOptions};
+use super::{lanes::lane_group, GradMemory, Plan, PlanOptions, ZeroSkipping};
 use crate::nn::{Activation, Classifier, Layer};
 use crate::passes::layout;
 use crate::passes::loops::{schedule, Item};
@@ -70,12 +70,18 @@ fn schedules_cover_every_node_once_in_order() {
 
 /// `g`'s tape after the param layout the JIT applies, and its verified plan.
 fn planned(g: &Graph) -> (Tape, Plan) {
+    planned_with(g, ZeroSkipping::Auto)
+}
+
+/// [`planned`], skipping zero inputs as `zero_skipping` says.
+fn planned_with(g: &Graph, zero_skipping: ZeroSkipping) -> (Tape, Plan) {
     let tape = Tape::from_graph(g).unwrap();
     let s = schedule(&tape, true);
     let (tape, s) = layout::apply(tape, s).unwrap();
     let options = PlanOptions {
         chunk_size: 250,
         fast_math: false,
+        zero_skipping,
     };
     let plan = Plan::new(&tape, &s, options).unwrap();
     plan.verify(&tape).unwrap();
@@ -288,4 +294,28 @@ fn a_layers_inputs_summed_by_every_neuron_start_from_zero_not_zeroed() {
         assert!(!zeroed[s], "slot {s} sums from 0 and is zeroed");
         assert_eq!(tape.op(crate::tape::Slot(s as u32)), crate::op::Op::Relu);
     }
+}
+
+#[test]
+fn train_skips_the_zero_inputs_of_its_merged_layer_guarding_exactly_its_weights() {
+    let g = Graph::new();
+    Classifier::new(&g, 20, &[12], 3, &mut StdRng::seed_from_u64(8)).unwrap();
+    for (when, always) in [(ZeroSkipping::Auto, false), (ZeroSkipping::Always, true)] {
+        let (tape, plan) = planned_with(&g, when);
+        let train = plan.step.as_ref().and_then(|s| s.train.as_ref()).unwrap();
+        let skip = train
+            .skip_zeros
+            .as_ref()
+            .expect("the merged layer skips zeros");
+        assert_eq!(skip.always, always);
+        let guarded: Vec<u32> = skip.weights.iter().cloned().flatten().collect();
+        // The first layer's 12 x 20 weights (moved input-major), not its biases.
+        assert_eq!(guarded.len(), 12 * 20);
+        let params = tape.num_params() as u32;
+        assert!(guarded.iter().all(|&s| s < params));
+        assert!(guarded.windows(2).all(|w| w[0] < w[1]));
+    }
+    let (_, plan) = planned_with(&g, ZeroSkipping::Never);
+    let train = plan.step.as_ref().and_then(|s| s.train.as_ref()).unwrap();
+    assert_eq!(train.skip_zeros, None);
 }

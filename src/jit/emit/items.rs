@@ -10,7 +10,7 @@ use inkwell::values::{FastMathFlags, FloatValue, IntValue, PointerValue, VectorV
 
 use super::lanes::{LaneIo, Reps, Vector};
 use super::IrArith;
-use super::{Emit, Emitter, Frame, Pass};
+use super::{Emit, Emitter, Frame, MergedDot, Pass, Samples};
 use crate::op::Arith;
 use inkwell::types::VectorType;
 
@@ -356,19 +356,9 @@ impl<'ctx> Emitter<'ctx, '_> {
         if !sum.needs_grad {
             return Ok(());
         }
-        if let Pass::TrainBackward {
-            next_inputs,
-            sample_inputs,
-            ..
-        } = frame.pass
-        {
+        if let Pass::TrainBackward { samples, .. } = frame.pass {
             if self.merges(dot) {
-                return self.merged_dot_backward::<V>(
-                    frame,
-                    dot,
-                    reps,
-                    (next_inputs, sample_inputs),
-                );
+                return self.merged_dot_backward::<V>(frame, dot, reps, samples);
             }
         }
         if let Some(shared) = vertical_arg(map, reps.lane_level()).filter(|_| reps.vertical) {
@@ -546,57 +536,119 @@ impl<'ctx> Emitter<'ctx, '_> {
     /// is updated first, as in the backward alone; then for `t` from the first (the order of
     /// additions into distinct weights is free, and the next sample's sums must run left to
     /// right) each weight is updated and its product with the next sample's input (read
-    /// straight from `train`'s inputs) added to that sample's sums.
+    /// straight from `train`'s inputs) added to that sample's sums. Where the plan says so,
+    /// in lanes, the steps whose inputs are 0 in both samples are skipped
+    /// ([`Emitter::sparse_merged_dot`]).
     fn merged_dot_backward<V: LaneIo<'ctx>>(
         &self,
         frame: Frame<'ctx>,
         dot: &DotLoop,
         reps: &Reps<'ctx>,
-        (next, this_sample): (PointerValue<'ctx>, PointerValue<'ctx>),
+        samples: Samples<'ctx>,
     ) -> Emit<()> {
-        let (sum, map) = (&dot.sum, &dot.products);
-        // The products' operands: params from `vals`, a sample's inputs from `train`'s
-        // argument (`train` does not copy the merged dot's inputs into `vals`).
-        let load_x = |this: &Self, inputs, t, lanes| {
-            map.args
-                .iter()
-                .zip(&map.grad_args)
-                .map(|(&a, &param)| {
-                    if param {
-                        return V::load(this, frame.vals, a, t, reps, lanes);
-                    }
-                    let input = Affine {
-                        base: a.base - this.tape.input_base() as i64,
-                        ..a
-                    };
-                    V::load(this, inputs, input, t, reps, lanes)
-                })
-                .collect::<Emit<Vec<_>>>()
+        let gs = self.sum_grads::<V>(frame, &dot.sum, reps)?;
+        let merged = MergedDot {
+            frame,
+            dot,
+            reps: reps.clone(),
+            samples,
+            g_products: self.fresh(&gs)?,
         };
-        let gs = self.sum_grads::<V>(frame, sum, reps)?;
-        let g_products = self.fresh(&gs)?;
-        let biases = self.load_first::<V>(frame.vals, sum.first, reps)?;
-        let sums = self.emit_loop(map.len, false, &biases, |this, t, accs| {
-            let mut locals = Vec::with_capacity(reps.vectors.len());
-            for (&lanes, &g) in reps.vectors.iter().zip(&g_products) {
-                let x = load_x(this, this_sample, t, lanes)?;
-                locals.push(this.product_grads(map, lanes, &x, g)?);
+        let biases = self.load_first::<V>(frame.vals, dot.sum.first, reps)?;
+        let skip = self.plan.step.iter().flat_map(|s| &s.train);
+        let sums = match skip.flat_map(|t| &t.skip_zeros).next() {
+            Some(skip) if V::IS_VECTOR => {
+                let as_vectors = |vs: &[V]| -> Vec<VectorValue<'ctx>> {
+                    vs.iter()
+                        .map(|v| v.as_basic_value_enum().into_vector_value())
+                        .collect()
+                };
+                let vector = MergedDot {
+                    g_products: as_vectors(&merged.g_products),
+                    frame,
+                    dot,
+                    reps: reps.clone(),
+                    samples,
+                };
+                let sums = self.sparse_merged_dot(&vector, &as_vectors(&biases), skip)?;
+                sums.into_iter().map(|v| V::from_basic(v.into())).collect()
             }
-            this.accumulate_args(frame, map, t, reps, &locals)?;
-            reps.vectors
-                .iter()
-                .zip(accs)
-                .map(|(&lanes, &acc)| {
-                    // The updated params, the next sample's inputs.
-                    let x = load_x(this, next, t, lanes)?;
-                    let mut ar = this.arith::<V>(lanes);
-                    let product = map.op.forward(&mut ar, &x);
-                    ar.finish()?;
-                    this.add_to_sum(acc, product)
-                })
-                .collect()
-        })?;
-        self.store_first(frame.vals, sum.slot, reps, &sums)
+            _ => self.emit_loop(dot.products.len, false, &biases, |this, t, accs| {
+                this.merged_step(&merged, t, accs)
+            })?,
+        };
+        self.store_first(frame.vals, dot.sum.slot, reps, &sums)
+    }
+
+    /// Step `t` of `train`'s merged dot: the weights' update from this sample, then the next
+    /// sample's products added to `sums`; the new sums.
+    pub(super) fn merged_step<V: LaneIo<'ctx>>(
+        &self,
+        m: &MergedDot<'_, 'ctx, V>,
+        t: IntValue<'ctx>,
+        sums: &[V],
+    ) -> Emit<Vec<V>> {
+        let map = &m.dot.products;
+        let mut locals = Vec::with_capacity(m.reps.vectors.len());
+        for (&lanes, &g) in m.reps.vectors.iter().zip(&m.g_products) {
+            let x = self.merged_operands(m, m.samples.this, t, lanes)?;
+            locals.push(self.product_grads(map, lanes, &x, g)?);
+        }
+        self.accumulate_args(m.frame, map, t, &m.reps, &locals)?;
+        self.merged_forward_step(m, t, sums)
+    }
+
+    /// The next sample's products at step `t` of `train`'s merged dot (with the weights as
+    /// they are) added to `sums`.
+    pub(super) fn merged_forward_step<V: LaneIo<'ctx>>(
+        &self,
+        m: &MergedDot<'_, 'ctx, V>,
+        t: IntValue<'ctx>,
+        sums: &[V],
+    ) -> Emit<Vec<V>> {
+        let map = &m.dot.products;
+        m.reps
+            .vectors
+            .iter()
+            .zip(sums)
+            .map(|(&lanes, &acc)| {
+                let x = self.merged_operands(m, m.samples.next, t, lanes)?;
+                let mut ar = self.arith::<V>(lanes);
+                let product = map.op.forward(&mut ar, &x);
+                ar.finish()?;
+                self.add_to_sum(acc, product)
+            })
+            .collect()
+    }
+
+    /// The operands of `train`'s merged dot at step `t`: params from `vals`, a sample's
+    /// inputs from `train`'s argument `inputs` (`train` does not copy them into `vals`).
+    fn merged_operands<V: LaneIo<'ctx>>(
+        &self,
+        m: &MergedDot<'_, 'ctx, V>,
+        inputs: PointerValue<'ctx>,
+        t: IntValue<'ctx>,
+        lanes: Vector,
+    ) -> Emit<Vec<V>> {
+        let map = &m.dot.products;
+        map.args
+            .iter()
+            .zip(&map.grad_args)
+            .map(|(&a, &param)| {
+                if param {
+                    return V::load(self, m.frame.vals, a, t, &m.reps, lanes);
+                }
+                V::load(self, inputs, self.input_affine(a), t, &m.reps, lanes)
+            })
+            .collect()
+    }
+
+    /// Input slots `a` as indices into one sample of `train`'s argument.
+    pub(super) fn input_affine(&self, a: Affine) -> Affine {
+        Affine {
+            base: a.base - self.tape.input_base() as i64,
+            ..a
+        }
     }
 
     /// Stores the gradients of operand `i` of a dot's products that `step` deferred:

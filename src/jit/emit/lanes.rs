@@ -84,6 +84,9 @@ impl<'ctx> Reps<'ctx> {
 /// A value of one repetition (`f64`) or of a vector of lanes (`<w x double>`), and how it
 /// moves between registers and the buffers.
 pub(super) trait LaneIo<'ctx>: super::Lanes<'ctx> {
+    /// Whether a value is a vector of lanes (else one repetition's scalar).
+    const IS_VECTOR: bool;
+
     /// The type of a value of `lanes`.
     fn ty(e: &Emitter<'ctx, '_>, lanes: Vector) -> Self::Ty;
 
@@ -122,6 +125,8 @@ pub(super) trait LaneIo<'ctx>: super::Lanes<'ctx> {
 }
 
 impl<'ctx> LaneIo<'ctx> for FloatValue<'ctx> {
+    const IS_VECTOR: bool = false;
+
     fn ty(e: &Emitter<'ctx, '_>, _: Vector) -> FloatType<'ctx> {
         e.f64_type
     }
@@ -180,6 +185,8 @@ impl<'ctx> LaneIo<'ctx> for FloatValue<'ctx> {
 }
 
 impl<'ctx> LaneIo<'ctx> for VectorValue<'ctx> {
+    const IS_VECTOR: bool = true;
+
     fn ty(e: &Emitter<'ctx, '_>, lanes: Vector) -> VectorType<'ctx> {
         e.f64_type.vec_type(lanes.width)
     }
@@ -287,7 +294,7 @@ impl<'ctx> LaneIo<'ctx> for VectorValue<'ctx> {
 
 impl<'ctx> Emitter<'ctx, '_> {
     /// The block being emitted.
-    fn block(&self) -> BasicBlock<'ctx> {
+    pub(super) fn block(&self) -> BasicBlock<'ctx> {
         self.builder
             .get_insert_block()
             .expect("positioned in a function")
@@ -374,7 +381,11 @@ impl<'ctx> Emitter<'ctx, '_> {
 
     /// `x` in every lane of a vector of type `ty`: LLVM's idiom, one insert into lane 0 and a
     /// shuffle (an insert per lane is as many instructions for every pass to look at).
-    fn broadcast(&self, x: BasicValueEnum<'ctx>, ty: VectorType<'ctx>) -> Emit<VectorValue<'ctx>> {
+    pub(super) fn broadcast(
+        &self,
+        x: BasicValueEnum<'ctx>,
+        ty: VectorType<'ctx>,
+    ) -> Emit<VectorValue<'ctx>> {
         let i32t = self.context.i32_type();
         let first = self
             .builder
@@ -442,7 +453,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         Ok(())
     }
 
-    fn masked_intrinsic(
+    pub(super) fn masked_intrinsic(
         &self,
         name: &str,
         types: &[BasicTypeEnum<'ctx>],

@@ -19,12 +19,14 @@
 //! - `update(ptr vals, ptr grads, double lr)`
 //! - `step(ptr vals, ptr grads, double lr)`: zero_grad, forward, backward, update
 //! - `materialize(ptr vals, ptr grads)`: stores the gradients `step` deferred
-//! - `train(ptr vals, ptr grads, double lr, ptr inputs, i64 n, ptr losses)`: `step` on `n`
-//!   samples, where the plan merges a first layer
+//! - `train(ptr vals, ptr grads, double lr, ptr inputs, i64 n, ptr losses, ptr guard)`:
+//!   `step` on `n` samples, where the plan merges a first layer (`guard`: the `i64` word of
+//!   its zero-skipping, see [`crate::plan::ZeroSkip`])
 
 mod items;
 mod known;
 mod lanes;
+mod sparse;
 mod step;
 mod straight;
 
@@ -112,11 +114,30 @@ enum Pass<'ctx> {
     /// reading both samples' inputs from `train`'s argument.
     TrainBackward {
         lr: FloatValue<'ctx>,
-        next_inputs: PointerValue<'ctx>,
-        sample_inputs: PointerValue<'ctx>,
+        samples: Samples<'ctx>,
     },
     /// `materialize` and the updates.
     Other,
+}
+
+/// What `train`'s merged dot reads besides the buffers: this sample's inputs and the
+/// next's (in `train`'s argument), and the guard word of its zero-skipping
+/// ([`crate::plan::ZeroSkip`]).
+#[derive(Clone, Copy)]
+pub(super) struct Samples<'ctx> {
+    this: PointerValue<'ctx>,
+    next: PointerValue<'ctx>,
+    guard: PointerValue<'ctx>,
+}
+
+/// `train`'s merged dot, as its steps see it: the frame, the dot, the lanes, the samples and
+/// the products' gradients per vector.
+pub(super) struct MergedDot<'a, 'ctx, V> {
+    frame: Frame<'ctx>,
+    dot: &'a crate::passes::loops::DotLoop,
+    reps: lanes::Reps<'ctx>,
+    samples: Samples<'ctx>,
+    g_products: Vec<V>,
 }
 
 impl<'ctx> Frame<'ctx> {

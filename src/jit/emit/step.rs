@@ -5,7 +5,7 @@ use inkwell::values::{FloatValue, IntValue, PointerValue, VectorValue};
 
 use super::known::Place;
 use super::lanes::{Reps, Vector};
-use super::{Buf, Emit, Emitter, Frame, Part, Pass, MATERIALIZE, STEP, TRAIN};
+use super::{Buf, Emit, Emitter, Frame, Part, Pass, Samples, MATERIALIZE, STEP, TRAIN};
 use crate::op::Arith;
 use crate::passes::loops::Affine;
 use crate::plan::{StepPlan, TrainPlan};
@@ -62,7 +62,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         train_forward[0] = train_forward0;
         let merged = self.begin_function(
             "train_bwd0",
-            &[self.f64_type.into(), ptr.into(), ptr.into()],
+            &[self.f64_type.into(), ptr.into(), ptr.into(), ptr.into()],
             false,
         );
         {
@@ -73,8 +73,11 @@ impl<'ctx> Emitter<'ctx, '_> {
                 grads,
                 pass: Pass::TrainBackward {
                     lr: param(2).into_float_value(),
-                    next_inputs: param(3).into_pointer_value(),
-                    sample_inputs: param(4).into_pointer_value(),
+                    samples: Samples {
+                        next: param(3).into_pointer_value(),
+                        this: param(4).into_pointer_value(),
+                        guard: param(5).into_pointer_value(),
+                    },
                 },
             };
             self.backward_body(frame, &self.plan.functions[0])?;
@@ -82,7 +85,13 @@ impl<'ctx> Emitter<'ctx, '_> {
 
         let f = self.begin_function(
             TRAIN,
-            &[self.f64_type.into(), ptr.into(), i64t.into(), ptr.into()],
+            &[
+                self.f64_type.into(),
+                ptr.into(),
+                i64t.into(),
+                ptr.into(),
+                ptr.into(),
+            ],
             true,
         );
         let (vals, grads) = self.buffers(f);
@@ -90,6 +99,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         let inputs = f.get_nth_param(3).unwrap().into_pointer_value();
         let n = f.get_nth_param(4).unwrap().into_int_value();
         let losses = f.get_nth_param(5).unwrap().into_pointer_value();
+        let guard = f.get_nth_param(6).unwrap().into_pointer_value();
         let loss = self.tape.loss().expect("the plan merges only with a loss");
         let (p, width) = (self.tape.num_params() as u64, self.tape.num_inputs() as u64);
         let bytes = i64t.const_int(8 * width, false);
@@ -135,6 +145,7 @@ impl<'ctx> Emitter<'ctx, '_> {
                     lr.into(),
                     next_inputs.into(),
                     sample_inputs.into(),
+                    guard.into(),
                 ];
                 self.builder.build_call(merged, &args, "")?;
             } else {

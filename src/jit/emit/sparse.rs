@@ -1,0 +1,442 @@
+//! `train`'s merged dot, skipping the steps whose inputs are exactly 0 in both samples: the
+//! plan's [`ZeroSkip`] says why that is exact and which cases the code checks, here.
+//!
+//! ```text
+//! if guard, all gradients finite, lr not negative and not waiting:
+//!     steps = the t whose input is not 0 in this sample or the next
+//!     if steps are few enough (or always):
+//!         for t in steps: the merged step    (update, next sample's products)
+//!         if a sum is -0: the sums again, every step, from the updated weights
+//!         goto done
+//! for every t: the merged step         (waiting: one sample less; too many steps: wait 8)
+//! done: guard = every sum is finite, and how long to wait
+//! ```
+//!
+//! The guard word's bit 0 is the guard; the bits above it count the samples still to run
+//! dense before looking at the inputs again.
+//!
+//! The last line keeps the guard true: every weight a loop updates, it then multiplies by
+//! the next sample's input (finite, maybe 0), so a weight that is not finite makes its sum
+//! NaN or infinite; the weights the loop skips did not change. A sum that overflows clears
+//! the guard too, which only costs speed; the dense loop sets it again once every sum is
+//! finite.
+
+use inkwell::types::{BasicTypeEnum, VectorType};
+use inkwell::values::{FunctionValue, IntValue, PointerValue, VectorValue};
+use inkwell::{FloatPredicate, IntPredicate};
+
+use super::{Emit, Emitter, MergedDot};
+use crate::plan::ZeroSkip;
+
+/// How many samples run dense without looking after one too dense to skip (so dense data
+/// builds the list of steps once in `DENSE_WAIT + 1` samples).
+const DENSE_WAIT: u64 = 8;
+
+/// How many inputs the list of steps is built from at a time.
+const CHUNK: u32 = 8;
+
+impl<'ctx> Emitter<'ctx, '_> {
+    /// The sums of `train`'s merged dot `m` (from `biases`), skipping zero inputs as `skip`
+    /// says (see the module's outline).
+    pub(super) fn sparse_merged_dot(
+        &self,
+        m: &MergedDot<'_, 'ctx, VectorValue<'ctx>>,
+        biases: &[VectorValue<'ctx>],
+        skip: &ZeroSkip,
+    ) -> Emit<Vec<VectorValue<'ctx>>> {
+        let i64t = self.context.i64_type();
+        let zero = i64t.const_zero();
+        let guard = m.samples.guard;
+        let word = self.builder.build_load(i64t, guard, "guard")?;
+        let word = word.into_int_value();
+        let one = i64t.const_int(1, false);
+        let set = self.builder.build_and(word, one, "")?;
+        let set = self
+            .builder
+            .build_int_compare(IntPredicate::NE, set, zero, "")?;
+        let wait = self.builder.build_right_shift(word, one, false, "wait")?;
+        let finite = self.all_finite(&m.g_products)?;
+        let lr = m.frame.lr().expect("train's backward has a learning rate");
+        let lr_bits = self.builder.build_bit_cast(lr, i64t, "")?.into_int_value();
+        let lr_not_negative =
+            self.builder
+                .build_int_compare(IntPredicate::SGE, lr_bits, zero, "")?;
+        let armed = self.builder.build_and(set, finite, "")?;
+        let armed = self.builder.build_and(armed, lr_not_negative, "armed")?;
+        let waiting = self
+            .builder
+            .build_int_compare(IntPredicate::NE, wait, zero, "")?;
+        let waited = self.builder.build_int_sub(wait, one, "")?;
+        let try_list = self.builder.build_not(waiting, "")?;
+        let try_list = self.builder.build_and(armed, try_list, "try_list")?;
+        // Armed but waiting: one sample less to wait.
+        let next_wait = self
+            .builder
+            .build_select(armed, waited, zero, "")?
+            .into_int_value();
+        let f = self.current_function();
+        let block = |name| self.context.append_basic_block(f, name);
+        let (list, sparse, redo, dense, done) = (
+            block("list"),
+            block("sparse"),
+            block("redo"),
+            block("dense"),
+            block("done"),
+        );
+        let entry = self.block();
+        self.builder
+            .build_conditional_branch(try_list, list, dense)?;
+
+        self.builder.position_at_end(list);
+        let len = m.dot.products.len;
+        let (steps, n) = self.nonzero_steps(m, skip)?;
+        if skip.always {
+            self.builder.build_unconditional_branch(sparse)?;
+        } else {
+            // Skipping pays while at most 3 steps in 4 remain; a sample denser than that
+            // makes the next `DENSE_WAIT` run dense without looking.
+            let most = i64t.const_int(len as u64 * 3 / 4, false);
+            let few = self
+                .builder
+                .build_int_compare(IntPredicate::ULE, n, most, "few")?;
+            self.builder.build_conditional_branch(few, sparse, dense)?;
+        }
+        let list_end = self.block();
+
+        self.builder.position_at_end(sparse);
+        let skipped = self.counted_loop(n, biases, |this, k, sums| {
+            let at = step_ptr(this, steps, k)?;
+            let t = this.builder.build_load(this.context.i32_type(), at, "t")?;
+            let t = this
+                .builder
+                .build_int_z_extend(t.into_int_value(), i64t, "t")?;
+            this.merged_step(m, t, sums)
+        })?;
+        let negative_zero = self.any_negative_zero(&skipped)?;
+        let sparse_end = self.block();
+        self.builder
+            .build_conditional_branch(negative_zero, redo, done)?;
+
+        self.builder.position_at_end(redo);
+        let redone = self.emit_loop(len, false, biases, |this, t, sums| {
+            this.merged_forward_step(m, t, sums)
+        })?;
+        let redo_end = self.block();
+        self.builder.build_unconditional_branch(done)?;
+
+        self.builder.position_at_end(dense);
+        let wait_phi = self.builder.build_phi(i64t, "wait")?;
+        wait_phi.add_incoming(&[(&next_wait, entry)]);
+        if !skip.always {
+            wait_phi.add_incoming(&[(&i64t.const_int(DENSE_WAIT, false), list_end)]);
+        }
+        let every = self.emit_loop(len, false, biases, |this, t, sums| {
+            this.merged_step(m, t, sums)
+        })?;
+        let dense_end = self.block();
+        self.builder.build_unconditional_branch(done)?;
+
+        self.builder.position_at_end(done);
+        let sums = (0..biases.len())
+            .map(|v| {
+                let phi = self.builder.build_phi(biases[v].get_type(), "sum")?;
+                phi.add_incoming(&[
+                    (&skipped[v], sparse_end),
+                    (&redone[v], redo_end),
+                    (&every[v], dense_end),
+                ]);
+                Ok(phi.as_basic_value().into_vector_value())
+            })
+            .collect::<Emit<Vec<_>>>()?;
+        let wait = self.builder.build_phi(i64t, "wait")?;
+        wait.add_incoming(&[
+            (&zero, sparse_end),
+            (&zero, redo_end),
+            (&wait_phi.as_basic_value().into_int_value(), dense_end),
+        ]);
+        let finite = self.all_finite(&sums)?;
+        let finite = self.builder.build_int_z_extend(finite, i64t, "")?;
+        let wait = wait.as_basic_value().into_int_value();
+        let wait = self.builder.build_left_shift(wait, one, "")?;
+        let word = self.builder.build_or(finite, wait, "guard")?;
+        self.builder.build_store(guard, word)?;
+        Ok(sums)
+    }
+
+    /// The steps `t` (ascending, as `i32`s in a stack array) whose input is not 0 in this
+    /// sample or the next (NaN counts as not 0), and how many there are. Inputs at unit
+    /// stride are tested [`CHUNK`] at a time, their steps stored with one compress-store.
+    fn nonzero_steps(
+        &self,
+        m: &MergedDot<'_, 'ctx, VectorValue<'ctx>>,
+        skip: &ZeroSkip,
+    ) -> Emit<(PointerValue<'ctx>, IntValue<'ctx>)> {
+        let (i32t, i64t) = (self.context.i32_type(), self.context.i64_type());
+        let len = m.dot.products.len;
+        let input = self.input_affine(m.dot.products.args[skip.input]);
+        let steps = self.entry_alloca(i32t.array_type(len).into(), "steps")?;
+        let count = self.entry_alloca(i64t.into(), "count")?;
+        self.builder.build_store(count, i64t.const_zero())?;
+        let samples = [m.samples.this, m.samples.next];
+        let vectorized = if input.stride == 1 { len / CHUNK } else { 0 };
+        let f64s = self.f64_type.vec_type(CHUNK);
+        let chunk_mask = |this: &Self, first: IntValue<'ctx>| -> Emit<VectorValue<'ctx>> {
+            let mut mask: Option<VectorValue<'ctx>> = None;
+            for sample in samples {
+                let at = this.input_ptr(sample, input.base, input.stride, first)?;
+                let x = this.load_vector(at, f64s)?;
+                let nonzero = this.builder.build_float_compare(
+                    FloatPredicate::UNE,
+                    x,
+                    f64s.const_zero(),
+                    "",
+                )?;
+                mask = Some(match mask {
+                    Some(m) => this.builder.build_or(m, nonzero, "")?,
+                    None => nonzero,
+                });
+            }
+            Ok(mask.expect("two samples"))
+        };
+        if vectorized > 0 {
+            let chunk = i64t.const_int(CHUNK as u64, false);
+            let offsets: Vec<_> = (0..CHUNK)
+                .map(|k| i32t.const_int(k as u64, false))
+                .collect();
+            let offsets = VectorType::const_vector(&offsets);
+            let compress =
+                self.masked_intrinsic("llvm.masked.compressstore", &[i32t.vec_type(CHUNK).into()])?;
+            let popcount = self.masked_intrinsic("llvm.ctpop", &[self.context.i8_type().into()])?;
+            self.emit_loop::<inkwell::values::FloatValue>(vectorized, false, &[], |this, c, _| {
+                let first = this.builder.build_int_mul(c, chunk, "first")?;
+                let mask = chunk_mask(this, first)?;
+                let first32 = this.builder.build_int_truncate(first, i32t, "")?;
+                let base = this.broadcast_int(first32, CHUNK)?;
+                let ts = this.builder.build_int_add(base, offsets, "ts")?;
+                let n = this.builder.build_load(i64t, count, "n")?.into_int_value();
+                let at = step_ptr(this, steps, n)?;
+                this.builder
+                    .build_call(compress, &[ts.into(), at.into(), mask.into()], "")?;
+                let bits = this
+                    .builder
+                    .build_bit_cast(mask, this.context.i8_type(), "")?;
+                let ones = this.builder.build_call(popcount, &[bits.into()], "ones")?;
+                let ones = ones
+                    .try_as_basic_value()
+                    .basic()
+                    .map_or(this.context.i8_type().const_zero(), |v| v.into_int_value());
+                let ones = this.builder.build_int_z_extend(ones, i64t, "")?;
+                let n = this.builder.build_int_add(n, ones, "n")?;
+                this.builder.build_store(count, n)?;
+                Ok(Vec::new())
+            })?;
+        }
+        let rest = len - vectorized * CHUNK;
+        if rest > 0 {
+            let first = i64t.const_int((vectorized * CHUNK) as u64, false);
+            self.emit_loop::<inkwell::values::FloatValue>(rest, false, &[], |this, u, _| {
+                let t = this.builder.build_int_add(first, u, "t")?;
+                let mut nonzero: Option<IntValue<'ctx>> = None;
+                for sample in samples {
+                    let at = this.input_ptr(sample, input.base, input.stride, t)?;
+                    let x = this.builder.build_load(this.f64_type, at, "x")?;
+                    let test = this.builder.build_float_compare(
+                        FloatPredicate::UNE,
+                        x.into_float_value(),
+                        this.f64_type.const_zero(),
+                        "",
+                    )?;
+                    nonzero = Some(match nonzero {
+                        Some(m) => this.builder.build_or(m, test, "")?,
+                        None => test,
+                    });
+                }
+                let n = this.builder.build_load(i64t, count, "n")?.into_int_value();
+                let at = step_ptr(this, steps, n)?;
+                let t32 = this.builder.build_int_truncate(t, i32t, "")?;
+                this.builder.build_store(at, t32)?;
+                let one = nonzero.expect("two samples");
+                let one = this.builder.build_int_z_extend(one, i64t, "")?;
+                let n = this.builder.build_int_add(n, one, "n")?;
+                this.builder.build_store(count, n)?;
+                Ok(Vec::new())
+            })?;
+        }
+        let n = self.builder.build_load(i64t, count, "n")?.into_int_value();
+        Ok((steps, n))
+    }
+
+    /// `&inputs[base + stride * t]`.
+    fn input_ptr(
+        &self,
+        inputs: PointerValue<'ctx>,
+        base: i64,
+        stride: i64,
+        t: IntValue<'ctx>,
+    ) -> Emit<PointerValue<'ctx>> {
+        let i64t = self.context.i64_type();
+        let scaled = self
+            .builder
+            .build_int_mul(t, i64t.const_int(stride as u64, true), "")?;
+        let at = self
+            .builder
+            .build_int_add(scaled, i64t.const_int(base as u64, true), "")?;
+        self.element_ptr(inputs, at)
+    }
+
+    /// A loop over `k` in `0..n` (`n` known at run time only, maybe 0) carrying `carried`:
+    /// `body(k, current)` returns the next values; the values after the last iteration.
+    fn counted_loop(
+        &self,
+        n: IntValue<'ctx>,
+        carried: &[VectorValue<'ctx>],
+        mut body: impl FnMut(
+            &Self,
+            IntValue<'ctx>,
+            &[VectorValue<'ctx>],
+        ) -> Emit<Vec<VectorValue<'ctx>>>,
+    ) -> Emit<Vec<VectorValue<'ctx>>> {
+        let i64t = self.context.i64_type();
+        let f = self.current_function();
+        let entry = self.block();
+        let (header, exit) = (
+            self.context.append_basic_block(f, "steps"),
+            self.context.append_basic_block(f, "steps_done"),
+        );
+        let empty =
+            self.builder
+                .build_int_compare(IntPredicate::EQ, n, i64t.const_zero(), "empty")?;
+        self.builder.build_conditional_branch(empty, exit, header)?;
+
+        self.builder.position_at_end(header);
+        let k = self.builder.build_phi(i64t, "k")?;
+        let phis = carried
+            .iter()
+            .map(|c| self.builder.build_phi(c.get_type(), "carried"))
+            .collect::<Emit<Vec<_>>>()?;
+        let current: Vec<VectorValue<'ctx>> = phis
+            .iter()
+            .map(|p| p.as_basic_value().into_vector_value())
+            .collect();
+        let k_value = k.as_basic_value().into_int_value();
+        let next = body(self, k_value, &current)?;
+        let k_next = self
+            .builder
+            .build_int_add(k_value, i64t.const_int(1, false), "k_next")?;
+        let more = self
+            .builder
+            .build_int_compare(IntPredicate::ULT, k_next, n, "more")?;
+        let latch = self.block();
+        self.builder.build_conditional_branch(more, header, exit)?;
+        k.add_incoming(&[(&i64t.const_zero(), entry), (&k_next, latch)]);
+        for ((phi, init), next) in phis.iter().zip(carried).zip(&next) {
+            phi.add_incoming(&[(init, entry), (next, latch)]);
+        }
+
+        self.builder.position_at_end(exit);
+        carried
+            .iter()
+            .zip(&next)
+            .map(|(init, next)| {
+                let phi = self.builder.build_phi(init.get_type(), "after")?;
+                phi.add_incoming(&[(init, entry), (next, latch)]);
+                Ok(phi.as_basic_value().into_vector_value())
+            })
+            .collect()
+    }
+
+    /// Whether every lane of every vector of `xs` is finite (`x - x` is 0 exactly then).
+    fn all_finite(&self, xs: &[VectorValue<'ctx>]) -> Emit<IntValue<'ctx>> {
+        let mut not_finite = Vec::with_capacity(xs.len());
+        for &g in xs {
+            let d = self.builder.build_float_sub(g, g, "")?;
+            let zero = g.get_type().const_zero();
+            let bad = self
+                .builder
+                .build_float_compare(FloatPredicate::UNE, d, zero, "")?;
+            not_finite.push(self.any_lane(bad)?);
+        }
+        let any = self.or_all(&not_finite)?;
+        self.builder.build_not(any, "finite")
+    }
+
+    /// Whether a lane of a vector of `sums` is -0.
+    fn any_negative_zero(&self, sums: &[VectorValue<'ctx>]) -> Emit<IntValue<'ctx>> {
+        let i64t = self.context.i64_type();
+        let mut found = Vec::with_capacity(sums.len());
+        for &s in sums {
+            let width = s.get_type().get_size();
+            let bits = self
+                .builder
+                .build_bit_cast(s, i64t.vec_type(width), "")?
+                .into_vector_value();
+            let negative_zero = self.broadcast_int(i64t.const_int(1 << 63, false), width)?;
+            let is = self
+                .builder
+                .build_int_compare(IntPredicate::EQ, bits, negative_zero, "")?;
+            found.push(self.any_lane(is)?);
+        }
+        self.or_all(&found)
+    }
+
+    /// Whether any lane of the `i1` vector `v` is set.
+    fn any_lane(&self, v: VectorValue<'ctx>) -> Emit<IntValue<'ctx>> {
+        let or = self.masked_intrinsic("llvm.vector.reduce.or", &[v.get_type().into()])?;
+        let any = self.builder.build_call(or, &[v.into()], "any")?;
+        Ok(any
+            .try_as_basic_value()
+            .basic()
+            .map_or(self.context.bool_type().const_zero(), |v| {
+                v.into_int_value()
+            }))
+    }
+
+    /// The `or` of `bits` (false if there are none).
+    fn or_all(&self, bits: &[IntValue<'ctx>]) -> Emit<IntValue<'ctx>> {
+        let mut acc = self.context.bool_type().const_zero();
+        for &b in bits {
+            acc = self.builder.build_or(acc, b, "")?;
+        }
+        Ok(acc)
+    }
+
+    /// `x` in every lane of an integer vector of `width`.
+    fn broadcast_int(&self, x: IntValue<'ctx>, width: u32) -> Emit<VectorValue<'ctx>> {
+        self.broadcast(x.into(), x.get_type().vec_type(width))
+    }
+
+    /// The function being emitted.
+    fn current_function(&self) -> FunctionValue<'ctx> {
+        self.block()
+            .get_parent()
+            .expect("the block is in a function")
+    }
+
+    /// A stack slot of `ty` in the function's entry block (so LLVM sees a fixed frame).
+    fn entry_alloca(&self, ty: BasicTypeEnum<'ctx>, name: &str) -> Emit<PointerValue<'ctx>> {
+        let here = self.block();
+        let entry = self
+            .current_function()
+            .get_first_basic_block()
+            .expect("the function has an entry block");
+        match entry.get_first_instruction() {
+            Some(first) => self.builder.position_before(&first),
+            None => self.builder.position_at_end(entry),
+        }
+        let slot = self.builder.build_alloca(ty, name)?;
+        self.builder.position_at_end(here);
+        Ok(slot)
+    }
+}
+
+/// `&steps[k]` for the `i32` array `steps`.
+fn step_ptr<'ctx>(
+    e: &Emitter<'ctx, '_>,
+    steps: PointerValue<'ctx>,
+    k: IntValue<'ctx>,
+) -> Emit<PointerValue<'ctx>> {
+    let i32t = e.context.i32_type();
+    // SAFETY: (of the GEP, not of Rust code) every caller indexes below the array's length:
+    // `k` is below the number of steps found, at most the dot's length.
+    unsafe { e.builder.build_in_bounds_gep(i32t, steps, &[k], "at") }
+}
