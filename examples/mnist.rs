@@ -19,7 +19,12 @@ use tapejit::{Graph, Interpreter, Jit, OptLevel, Program};
 use tapejit_mnist::{self as mnist, Dataset};
 
 const USAGE: &str = "usage: mnist [--data DIR] [--epochs N] [--lr F] [--hidden 50[,H2...]] \
-[--opt O0|O1|O2|O3|interp] [--limit N] [--seed S] [--save FILE] [--load FILE] [--fast-math]";
+[--opt O0|O1|O2|O3|interp] [--limit N] [--seed S] [--save FILE] [--load FILE] [--fast-math] \
+[--batch B] [--threads N]
+
+--batch B    minibatch SGD, B samples per update (the mean gradient; default 1: per-sample
+             SGD through Program::train, which skips zero pixels exactly)
+--threads N  threads for minibatches (default 0: one per core; the same bits for every N)";
 
 struct Options {
     data: String,
@@ -32,6 +37,8 @@ struct Options {
     save: Option<String>,
     load: Option<String>,
     fast_math: bool,
+    batch: usize,
+    threads: usize,
 }
 
 fn parse_options() -> Result<Options, String> {
@@ -46,6 +53,8 @@ fn parse_options() -> Result<Options, String> {
         save: None,
         load: None,
         fast_math: false,
+        batch: 1,
+        threads: 0,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -77,8 +86,13 @@ fn parse_options() -> Result<Options, String> {
             "--seed" => o.seed = value.parse().map_err(|e| bad(&e))?,
             "--save" => o.save = Some(value),
             "--load" => o.load = Some(value),
+            "--batch" => o.batch = value.parse().map_err(|e| bad(&e))?,
+            "--threads" => o.threads = value.parse().map_err(|e| bad(&e))?,
             _ => return Err(format!("unknown option {flag}")),
         }
+    }
+    if o.batch == 0 {
+        return Err("--batch 0: a minibatch holds at least one sample".into());
     }
     if !o.lr.is_finite() || o.lr <= 0.0 {
         return Err(format!("--lr {}: must be a positive number", o.lr));
@@ -265,18 +279,24 @@ fn run(o: Options) -> Result<(), String> {
         let mut loss_sum = 0.0;
         // `train` on batches of samples (one `step` each, in order): the JIT runs a batch in
         // one call; batches keep the progress line moving.
-        let mut batch = Vec::with_capacity(BATCH * inputs.len());
-        for (b, chunk) in order[..n].chunks(BATCH).enumerate() {
+        // With minibatches, a whole number of them per call.
+        let per_call = (BATCH / o.batch).max(1) * o.batch;
+        let mut batch = Vec::with_capacity(per_call * inputs.len());
+        for (b, chunk) in order[..n].chunks(per_call).enumerate() {
             batch.clear();
             for &i in chunk {
                 classifier_inputs(&train, i, &mut inputs).map_err(|e| e.to_string())?;
                 batch.extend_from_slice(&inputs);
             }
-            let losses = program.train(&batch, o.lr).map_err(|e| e.to_string())?;
-            for loss in losses {
+            let losses = if o.batch == 1 {
+                program.train(&batch, o.lr)
+            } else {
+                program.train_minibatches(&batch, o.batch, o.lr, o.threads)
+            };
+            for loss in losses.map_err(|e| e.to_string())? {
                 loss_sum += loss;
             }
-            progress.show(epoch, b * BATCH + chunk.len(), start, loss_sum);
+            progress.show(epoch, b * per_call + chunk.len(), start, loss_sum);
         }
         let train_secs = start.elapsed().as_secs_f64();
         mean_loss = loss_sum / n as f64;

@@ -27,6 +27,8 @@ mod families;
 mod families_bench;
 #[path = "../benches/common/handwritten.rs"]
 mod handwritten;
+#[path = "report/minibatch.rs"]
+mod minibatch;
 #[path = "report/svg.rs"]
 mod svg;
 #[path = "common/table.rs"]
@@ -564,6 +566,11 @@ fn run(o: Options) -> Result<(), String> {
          us/sample over the hand-written expert's, measured in the same run. Plot: report.svg \
          beside this file.\n\n{}",
         agreement(&rows, n)
+    );
+    let _ = write!(
+        report,
+        "\n## Minibatch SGD on every core\n\n`Program::train_minibatches` at O2.\n\n{}",
+        minibatch::table(&g, &samples, o.step_repeats)?
     );
     let mut families_agree = true;
     if o.families {

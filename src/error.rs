@@ -52,6 +52,9 @@ pub enum Error {
         "the learning rate is not finite ({value}): the update would make params NaN or infinite"
     )]
     NonFiniteLearningRate { value: f64 },
+    /// `Program::train_minibatches` with minibatches of 0 samples.
+    #[error("a minibatch must hold at least one sample")]
+    EmptyMinibatch,
     /// A value the tape does not keep: created after compilation, or not needed by any output
     /// or the loss (dead code is dropped).
     #[error("value #{node} is not on the tape (created after compiling, or no output or the loss depends on it)")]

@@ -7,7 +7,7 @@
 use crate::error::Result;
 use crate::graph::Graph;
 use crate::op::F64;
-use crate::program::{initial_buffers, Backend};
+use crate::program::{initial_buffers, Backend, Replica};
 use crate::tape::Tape;
 
 /// Runs a tape by walking it. Slow, simple, and the definition of the right answer.
@@ -52,41 +52,22 @@ impl Backend for Interpreter {
     }
 
     fn run_forward(&mut self) {
-        for s in self.tape.slots() {
-            let op = self.tape.op(s);
-            if op.is_leaf() {
-                continue;
-            }
-            self.operands.clear();
-            self.operands
-                .extend(self.tape.args(s).iter().map(|a| self.values[a.index()]));
-            self.values[s.index()] = op.forward(&mut F64, &self.operands);
-        }
+        forward(&self.tape, &mut self.values, &mut self.operands);
     }
 
     fn run_backward(&mut self) {
-        let Some(loss) = self.tape.loss() else {
-            return;
-        };
-        self.grads[self.tape.num_params()..].fill(0.0);
-        self.grads[loss.index()] = 1.0;
-        for s in self.tape.slots().rev() {
-            let op = self.tape.op(s);
-            if op.is_leaf() || !self.tape.needs_grad(s) {
-                continue;
-            }
-            let args = self.tape.args(s);
-            self.operands.clear();
-            self.operands
-                .extend(args.iter().map(|a| self.values[a.index()]));
-            let (out, g) = (self.values[s.index()], self.grads[s.index()]);
-            op.local_grads(&mut F64, &self.operands, out, g, &mut self.local);
-            for (a, d) in args.iter().zip(&self.local) {
-                if self.tape.needs_grad(*a) {
-                    self.grads[a.index()] += d;
-                }
-            }
-        }
+        let (operands, local) = (&mut self.operands, &mut self.local);
+        backward(&self.tape, &self.values, &mut self.grads, operands, local);
+    }
+
+    fn replica(&self) -> Box<dyn Replica + '_> {
+        Box::new(InterpreterReplica {
+            tape: &self.tape,
+            values: self.values.clone(),
+            grads: self.grads.clone(),
+            operands: Vec::new(),
+            local: Vec::new(),
+        })
     }
 
     fn run_update(&mut self, lr: f64) {
@@ -94,5 +75,74 @@ impl Backend for Interpreter {
         for (p, g) in self.values[..n].iter_mut().zip(&self.grads[..n]) {
             *p -= lr * g;
         }
+    }
+}
+
+/// Forward over `values`, in slot order.
+fn forward(tape: &Tape, values: &mut [f64], operands: &mut Vec<f64>) {
+    for s in tape.slots() {
+        let op = tape.op(s);
+        if op.is_leaf() {
+            continue;
+        }
+        operands.clear();
+        operands.extend(tape.args(s).iter().map(|a| values[a.index()]));
+        values[s.index()] = op.forward(&mut F64, operands);
+    }
+}
+
+/// Backward into `grads`, in reverse slot order (params' gradients accumulate).
+fn backward(
+    tape: &Tape,
+    values: &[f64],
+    grads: &mut [f64],
+    operands: &mut Vec<f64>,
+    local: &mut Vec<f64>,
+) {
+    let Some(loss) = tape.loss() else {
+        return;
+    };
+    grads[tape.num_params()..].fill(0.0);
+    grads[loss.index()] = 1.0;
+    for s in tape.slots().rev() {
+        let op = tape.op(s);
+        if op.is_leaf() || !tape.needs_grad(s) {
+            continue;
+        }
+        let args = tape.args(s);
+        operands.clear();
+        operands.extend(args.iter().map(|a| values[a.index()]));
+        let (out, g) = (values[s.index()], grads[s.index()]);
+        op.local_grads(&mut F64, operands, out, g, local);
+        for (a, d) in args.iter().zip(local.iter()) {
+            if tape.needs_grad(*a) {
+                grads[a.index()] += d;
+            }
+        }
+    }
+}
+
+/// The interpreter's walk over buffers of its own ([`Backend::replica`]).
+struct InterpreterReplica<'t> {
+    tape: &'t Tape,
+    values: Vec<f64>,
+    grads: Vec<f64>,
+    operands: Vec<f64>,
+    local: Vec<f64>,
+}
+
+impl Replica for InterpreterReplica<'_> {
+    fn buffers_mut(&mut self) -> (&mut [f64], &mut [f64]) {
+        (&mut self.values, &mut self.grads)
+    }
+    fn swap_grads(&mut self, other: &mut Vec<f64>) {
+        std::mem::swap(&mut self.grads, other);
+    }
+    fn forward(&mut self) {
+        forward(self.tape, &mut self.values, &mut self.operands);
+    }
+    fn backward(&mut self) {
+        let (operands, local) = (&mut self.operands, &mut self.local);
+        backward(self.tape, &self.values, &mut self.grads, operands, local);
     }
 }

@@ -12,6 +12,7 @@ pub mod checkpoint;
 pub mod error;
 pub mod graph;
 pub mod interp;
+pub mod minibatch;
 pub mod op;
 pub(crate) mod passes;
 pub(crate) mod plan;

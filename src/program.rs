@@ -76,7 +76,7 @@ use crate::error::{Error, Result};
 use crate::graph::Value;
 use crate::tape::{Slot, Tape};
 
-pub(crate) use backend::Backend;
+pub(crate) use backend::{Backend, Replica};
 
 mod backend {
     use crate::tape::{Slot, Tape};
@@ -126,6 +126,19 @@ mod backend {
         fn run_train(&mut self, inputs: &[f64], lr: f64) -> Vec<f64> {
             super::step_per_sample(self, inputs, lr)
         }
+        /// A copy of the buffers that runs forward and backward as this backend does, on
+        /// another thread if need be ([`crate::minibatch`]).
+        fn replica(&self) -> Box<dyn Replica + '_>;
+    }
+
+    /// Buffers of their own, and this program's forward and backward over them.
+    pub trait Replica: Send {
+        fn buffers_mut(&mut self) -> (&mut [f64], &mut [f64]);
+        /// Exchanges the gradient buffer with `other` (of the same length).
+        fn swap_grads(&mut self, other: &mut Vec<f64>);
+        fn forward(&mut self);
+        /// Only called when the tape has a loss.
+        fn backward(&mut self);
     }
 
     /// `Program`'s supertrait: implemented for every `Backend` and nothing else.
@@ -198,6 +211,25 @@ pub trait Program: backend::Sealed {
     /// changes nothing. The JIT runs a first layer's weight update and the next sample's
     /// forward through it in one pass over its weights (`plan/step.rs`).
     fn train(&mut self, inputs: &[f64], lr: f64) -> Result<Vec<f64>>;
+
+    /// Minibatch SGD: `inputs` (a whole number of samples, as `train` takes them) in
+    /// minibatches of `batch` samples (the last may be smaller), each moving every param by
+    /// `(lr / m) * g`, `g` the sum of its `m` samples' gradients (`lr` times their mean), on
+    /// `threads` threads (0: one per core).
+    /// Returns each sample's loss (before its minibatch's update). The order of additions is
+    /// fixed and the interpreter follows it too, so every backend and every thread count
+    /// gives the same bits: chunks of [`crate::minibatch::CHUNK`] samples, each summing its
+    /// samples' gradients as `backward` accumulates them, are added in chunk order
+    /// (`crate::minibatch` has the details). Afterwards values and gradients are the last
+    /// sample's, except that params' gradients are the last minibatch's mean gradient.
+    /// Checked as `train` is; `batch` 0 is [`Error::EmptyMinibatch`].
+    fn train_minibatches(
+        &mut self,
+        inputs: &[f64],
+        batch: usize,
+        lr: f64,
+        threads: usize,
+    ) -> Result<Vec<f64>>;
 
     /// The params, in the order they were created.
     fn params(&self) -> Vec<f64>;
@@ -285,17 +317,31 @@ impl<B: Backend> Program for B {
 
     fn train(&mut self, inputs: &[f64], lr: f64) -> Result<Vec<f64>> {
         self.tape().loss().ok_or(Error::NoLoss)?;
-        let width = self.tape().num_inputs();
-        if width == 0 || inputs.is_empty() || inputs.len() % width != 0 {
-            return Err(Error::WrongLength {
-                what: "training inputs (a whole number of samples)",
-                expected: width.max(1) * (inputs.len() / width.max(1)).max(1),
-                got: inputs.len(),
-            });
-        }
+        check_samples(self.tape(), inputs)?;
         check_finite("input", inputs)?;
         check_learning_rate(lr)?;
         Ok(self.run_train(inputs, lr))
+    }
+
+    fn train_minibatches(
+        &mut self,
+        inputs: &[f64],
+        batch: usize,
+        lr: f64,
+        threads: usize,
+    ) -> Result<Vec<f64>> {
+        self.tape().loss().ok_or(Error::NoLoss)?;
+        check_samples(self.tape(), inputs)?;
+        if batch == 0 {
+            return Err(Error::EmptyMinibatch);
+        }
+        check_finite("input", inputs)?;
+        check_learning_rate(lr)?;
+        let threads = match threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+        Ok(crate::minibatch::train(self, inputs, batch, lr, threads))
     }
 
     fn params(&self) -> Vec<f64> {
@@ -394,6 +440,19 @@ fn in_creation_order(tape: &Tape, buf: &[f64]) -> Vec<f64> {
 }
 
 /// The checks of `set_inputs`: one finite number per input.
+/// That `inputs` is a whole number, at least one, of samples of `tape`'s width.
+fn check_samples(tape: &Tape, inputs: &[f64]) -> Result<()> {
+    let width = tape.num_inputs();
+    if width == 0 || inputs.is_empty() || inputs.len() % width != 0 {
+        return Err(Error::WrongLength {
+            what: "training inputs (a whole number of samples)",
+            expected: width.max(1) * (inputs.len() / width.max(1)).max(1),
+            got: inputs.len(),
+        });
+    }
+    Ok(())
+}
+
 fn check_inputs(tape: &Tape, inputs: &[f64]) -> Result<()> {
     let n = tape.num_inputs();
     if inputs.len() != n {

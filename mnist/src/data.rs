@@ -136,7 +136,7 @@ pub fn write_normalized(pixels: &[u8], out: &mut [f64]) -> Result<()> {
 /// `p / 255` for every byte `p`, computed once: a trainer normalizes every pixel of every
 /// sample in every epoch, and a table lookup is several times cheaper than the division
 /// (the same correctly rounded quotient either way).
-const NORMALIZED: [f64; 256] = {
+static NORMALIZED: [f64; 256] = {
     let mut table = [0.0; 256];
     let mut p = 0;
     while p < 256 {

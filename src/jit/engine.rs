@@ -506,8 +506,58 @@ impl Native {
         self.pending.set(self.defers);
     }
 
+    /// A copy of the buffers with `forward` and `backward` over them, for another thread
+    /// (deferred gradients stored first).
+    pub fn replica(&self) -> NativeReplica<'_> {
+        NativeReplica {
+            forward: self.entries.forward,
+            backward: self.entries.backward,
+            grads: self.grads().to_vec(),
+            vals: self.vals.clone(),
+            code: std::marker::PhantomData,
+        }
+    }
+
     /// The module's IR after optimization, if it was kept.
     pub fn ir(&self) -> Option<&str> {
         self.ir.as_deref()
+    }
+}
+
+/// `Native`'s `forward` and `backward` over buffers of their own; it borrows the `Native`,
+/// whose code it runs.
+pub struct NativeReplica<'a> {
+    forward: PassFn,
+    backward: PassFn,
+    vals: Vec<f64>,
+    grads: Vec<f64>,
+    code: std::marker::PhantomData<&'a ()>,
+}
+
+impl crate::program::Replica for NativeReplica<'_> {
+    fn buffers_mut(&mut self) -> (&mut [f64], &mut [f64]) {
+        (&mut self.vals, &mut self.grads)
+    }
+
+    fn swap_grads(&mut self, other: &mut Vec<f64>) {
+        // The code relies on the length (see `forward`).
+        assert_eq!(
+            other.len(),
+            self.grads.len(),
+            "a gradient buffer of the tape's length"
+        );
+        std::mem::swap(&mut self.grads, other);
+    }
+
+    fn forward(&mut self) {
+        // SAFETY: as in `Native::forward`: these buffers have the tape's length (copies of
+        // the `Native`'s, never resized), and the code lives while the borrowed `Native`
+        // does. The code keeps no state of its own, so replicas may run it side by side.
+        unsafe { (self.forward)(self.vals.as_mut_ptr(), self.grads.as_mut_ptr()) }
+    }
+
+    fn backward(&mut self) {
+        // SAFETY: as in `forward`.
+        unsafe { (self.backward)(self.vals.as_mut_ptr(), self.grads.as_mut_ptr()) }
     }
 }

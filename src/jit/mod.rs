@@ -477,6 +477,10 @@ impl Backend for Jit {
     fn begin_step(&mut self) {
         self.native.discard_deferred();
     }
+    fn replica(&self) -> Box<dyn crate::program::Replica + '_> {
+        Box::new(self.native.replica())
+    }
+
     fn run_train(&mut self, inputs: &[f64], lr: f64) -> Vec<f64> {
         match self.native.train(inputs, lr) {
             Some(losses) => losses,

@@ -1,0 +1,168 @@
+//! `Program::train_minibatches`: the documented order of additions, the same bits on every
+//! backend and every thread count, and typed errors for bad arguments.
+
+mod common;
+
+use common::interpreter_and_every_jit_level;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tapejit::minibatch::CHUNK;
+use tapejit::nn::Classifier;
+use tapejit::{Error, Graph, Interpreter, Program};
+
+const NIN: usize = 12;
+const CLASSES: usize = 3;
+const WIDTH: usize = NIN + CLASSES;
+
+fn classifier(g: &Graph) {
+    Classifier::new(g, NIN, &[10], CLASSES, &mut StdRng::seed_from_u64(21)).unwrap();
+}
+
+fn samples(n: usize, seed: u64) -> Vec<f64> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut out = Vec::with_capacity(n * WIDTH);
+    for _ in 0..n {
+        out.extend((0..NIN).map(|_| {
+            if rng.gen_bool(0.5) {
+                0.0
+            } else {
+                rng.gen_range(-1.0..1.0)
+            }
+        }));
+        let label = rng.gen_range(0..CLASSES);
+        out.extend((0..CLASSES).map(|k| (k == label) as u8 as f64));
+    }
+    out
+}
+
+/// The documented algorithm through the public API, one sample at a time: per minibatch,
+/// chunks of `CHUNK` samples each summing gradients from 0 as `backward` accumulates them,
+/// the chunks added in order, then `p -= (lr / m) * g`. Returns the losses and the last
+/// minibatch's mean gradient.
+fn by_hand(p: &mut dyn Program, inputs: &[f64], batch: usize, lr: f64) -> (Vec<f64>, Vec<f64>) {
+    let samples: Vec<&[f64]> = inputs.chunks(WIDTH).collect();
+    let mut losses = Vec::new();
+    let mut mean = Vec::new();
+    for minibatch in samples.chunks(batch) {
+        let mut total: Option<Vec<f64>> = None;
+        for chunk in minibatch.chunks(CHUNK) {
+            p.zero_grad();
+            for x in chunk {
+                p.set_inputs(x).unwrap();
+                losses.push(p.forward());
+                p.backward().unwrap();
+            }
+            let g = p.param_grads();
+            total = Some(match total {
+                None => g,
+                Some(t) => t.iter().zip(&g).map(|(a, b)| a + b).collect(),
+            });
+        }
+        let (m, total) = (minibatch.len() as f64, total.unwrap());
+        mean = total.iter().map(|g| g / m).collect();
+        let params: Vec<f64> = p
+            .params()
+            .iter()
+            .zip(&total)
+            .map(|(w, g)| w - (lr / m) * g)
+            .collect();
+        p.set_params(&params).unwrap();
+    }
+    (losses, mean)
+}
+
+fn bits(xs: &[f64]) -> Vec<u64> {
+    xs.iter().map(|x| x.to_bits()).collect()
+}
+
+#[test]
+fn every_backend_and_thread_count_follows_the_documented_order() {
+    let g = Graph::new();
+    classifier(&g);
+    let inputs = samples(75, 22);
+    for batch in [1, 5, CHUNK, 2 * CHUNK, 40, 100] {
+        let mut reference = Interpreter::new(&g).unwrap();
+        let (want_losses, want_mean) = by_hand(&mut reference, &inputs, batch, 0.1);
+        for threads in [1, 2, 3] {
+            for mut b in interpreter_and_every_jit_level(&g) {
+                let at = format!("{}, batch {batch}, {threads} threads", b.name);
+                let p = b.program.as_mut();
+                let losses = p.train_minibatches(&inputs, batch, 0.1, threads).unwrap();
+                assert_eq!(bits(&losses), bits(&want_losses), "{at}: losses");
+                assert_eq!(bits(&p.params()), bits(&reference.params()), "{at}: params");
+                assert_eq!(
+                    bits(&p.param_grads()),
+                    bits(&want_mean),
+                    "{at}: mean gradient"
+                );
+                // The last sample's values, as after its forward.
+                let kept = common::kept_slots(&reference, p);
+                let mut last = Interpreter::new(&g).unwrap();
+                let before: Vec<f64> = {
+                    // Params before the last minibatch's update, recomputed by hand.
+                    let mut q = Interpreter::new(&g).unwrap();
+                    let whole = inputs.len() / WIDTH;
+                    let done = (whole - 1) / batch * batch;
+                    by_hand(&mut q, &inputs[..done * WIDTH], batch, 0.1);
+                    q.params()
+                };
+                last.set_params(&before).unwrap();
+                last.set_inputs(&inputs[inputs.len() - WIDTH..]).unwrap();
+                last.forward();
+                let params = reference.params().len();
+                let values: Vec<usize> = kept.iter().copied().filter(|&s| s >= params).collect();
+                for s in values {
+                    assert_eq!(
+                        p.values()[s].to_bits(),
+                        last.values()[s].to_bits(),
+                        "{at}: value {s}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_arguments_are_typed_errors_and_change_nothing() {
+    let g = Graph::new();
+    classifier(&g);
+    let inputs = samples(4, 23);
+    for mut b in interpreter_and_every_jit_level(&g) {
+        let p = b.program.as_mut();
+        let before = p.params();
+        assert!(matches!(
+            p.train_minibatches(&inputs, 0, 0.1, 1),
+            Err(Error::EmptyMinibatch)
+        ));
+        assert!(matches!(
+            p.train_minibatches(&inputs[..WIDTH + 1], 2, 0.1, 1),
+            Err(Error::WrongLength { .. })
+        ));
+        assert!(matches!(
+            p.train_minibatches(&[], 2, 0.1, 1),
+            Err(Error::WrongLength { .. })
+        ));
+        let mut bad = inputs.clone();
+        bad[WIDTH + 3] = f64::NAN;
+        assert!(matches!(
+            p.train_minibatches(&bad, 2, 0.1, 2),
+            Err(Error::NonFinite { .. })
+        ));
+        assert!(matches!(
+            p.train_minibatches(&inputs, 2, f64::INFINITY, 2),
+            Err(Error::NonFiniteLearningRate { .. })
+        ));
+        assert_eq!(bits(&p.params()), bits(&before), "{}", b.name);
+        // Threads 0: one per core.
+        p.train_minibatches(&inputs, 3, 0.1, 0).unwrap();
+    }
+    let g = Graph::new();
+    let x = g.input();
+    g.add_output(x * 2.0).unwrap();
+    let mut p = Interpreter::new(&g).unwrap();
+    assert!(matches!(
+        p.train_minibatches(&[1.0], 1, 0.1, 1),
+        Err(Error::NoLoss)
+    ));
+}
