@@ -198,6 +198,8 @@ impl Progress {
 
 /// Samples per `Program::train` call.
 const BATCH: usize = 500;
+/// About how many samples one `train_minibatches` call takes.
+const MINIBATCH_CALL: usize = 6000;
 
 fn run(o: Options) -> Result<(), String> {
     let (train, test) = mnist::load_mnist(&o.data).map_err(|e| {
@@ -279,8 +281,12 @@ fn run(o: Options) -> Result<(), String> {
         let mut loss_sum = 0.0;
         // `train` on batches of samples (one `step` each, in order): the JIT runs a batch in
         // one call; batches keep the progress line moving.
-        // With minibatches, a whole number of them per call.
-        let per_call = (BATCH / o.batch).max(1) * o.batch;
+        // With minibatches, a whole number of them per call, and more samples: each call
+        // sets up its threads and their buffers.
+        let per_call = match o.batch {
+            1 => BATCH,
+            b => (MINIBATCH_CALL / b).max(1) * b,
+        };
         let mut batch = Vec::with_capacity(per_call * inputs.len());
         for (b, chunk) in order[..n].chunks(per_call).enumerate() {
             batch.clear();
