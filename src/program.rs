@@ -475,7 +475,10 @@ fn check_finite(what: &'static str, xs: &[f64]) -> Result<()> {
     let rest = chunks.remainder();
     for chunk in chunks {
         for (lane, x) in lanes.iter_mut().zip(chunk) {
-            *lane += x - x;
+            // 0 for a finite `x`, NaN for an infinity or NaN.
+            #[allow(clippy::eq_op)]
+            let zero_if_finite = x - x;
+            *lane += zero_if_finite;
         }
     }
     if lanes.iter().all(|&l| l == 0.0) && rest.iter().all(finite) {
