@@ -68,7 +68,7 @@ fn assert_train_exact_on(g: &Graph, what: &str, params: &[f64], runs: &[(Vec<f64
     reference.set_params(params).unwrap();
     let mut want_losses = Vec::new();
     for (inputs, lr) in runs {
-        for x in inputs.chunks(WIDTH) {
+        for x in inputs.chunks(g.num_inputs()) {
             want_losses.push(reference.step(x, *lr).unwrap());
         }
     }
@@ -365,4 +365,36 @@ fn a_step_between_trains_is_seen() {
         p.train(&sparse, 0.05).unwrap();
     }
     assert_same("step between", "params", &reference.params(), &jit.params());
+}
+
+#[test]
+fn inputs_at_a_stride_and_a_ragged_last_chunk() {
+    // The first layer reads every other input, 13 of them: the list of steps is built one
+    // input at a time (not 8), and 13 is not a multiple of 8 either way.
+    let (nin, classes) = (13, 3);
+    let g = Graph::new();
+    let x = g.inputs_without_grad(2 * nin);
+    let y = g.inputs_without_grad(classes);
+    let picked: Vec<_> = x.iter().step_by(2).copied().collect();
+    let mlp = tapejit::nn::MLP::new(&g, nin, &[9, classes], &mut StdRng::seed_from_u64(12));
+    let logits = mlp.call(&picked).unwrap();
+    g.set_loss(tapejit::nn::softmax_cross_entropy(&logits, &y).unwrap())
+        .unwrap();
+    let width = 2 * nin + classes;
+    let mut rng = StdRng::seed_from_u64(13);
+    let mut inputs = Vec::new();
+    for _ in 0..12 {
+        for _ in 0..2 * nin {
+            inputs.push(if rng.gen_bool(0.7) {
+                0.0
+            } else {
+                rng.gen_range(0.0..1.0)
+            });
+        }
+        let label = rng.gen_range(0..classes);
+        inputs.extend((0..classes).map(|k| (k == label) as u8 as f64));
+    }
+    assert_eq!(inputs.len(), 12 * width);
+    let params = Interpreter::new(&g).unwrap().params().to_vec();
+    assert_train_exact_on(&g, "stride 2, 13 inputs", &params, &[(inputs, 0.05)]);
 }
