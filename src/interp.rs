@@ -135,9 +135,6 @@ impl Replica for InterpreterReplica<'_> {
     fn buffers_mut(&mut self) -> (&mut [f64], &mut [f64]) {
         (&mut self.values, &mut self.grads)
     }
-    fn swap_grads(&mut self, other: &mut Vec<f64>) {
-        std::mem::swap(&mut self.grads, other);
-    }
     fn forward(&mut self) {
         forward(self.tape, &mut self.values, &mut self.operands);
     }

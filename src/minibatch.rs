@@ -8,21 +8,27 @@
 //! and each param moves by `p -= (lr / m) * g`. None of this depends on the thread count.
 //!
 //! Each thread has its own copy of the buffers (a [`Replica`]) and runs, per minibatch:
-//! 1. its share of the chunks (consecutive ones), each chunk's gradient buffer swapped into
-//!    `chunk_sums`;
-//! 2. its range of params: `g`, the chunk sums added in order, into `total`;
-//! 3. its own copy of every param: `p -= (lr / m) * g`.
+//! 1. its share of the chunks (consecutive ones), each chunk's sum copied to `chunk_sums`;
+//! 2. `g`, the chunk sums added in order, and its own copy of every param: `p -= (lr / m) *
+//!    g`. Every thread adds up the whole `g` (cheap arithmetic): then the chunk sums cross
+//!    cores once and nothing else does.
 //!
-//! Threads wait for each other between the steps at a barrier that spins: a step lasts tens
-//! to hundreds of microseconds, about what waking a sleeping thread takes on a virtual machine.
+//! Threads wait for each other after step 1 at a barrier that spins before it sleeps: a
+//! minibatch lasts a few hundred microseconds, and waking a sleeping thread on a virtual
+//! machine takes about as long. (Chunk sums of two minibatches alternate, so a thread may
+//! fill the next minibatch's while another still adds up this one's.)
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::RwLock;
+use std::sync::{Condvar, Mutex, RwLock};
 
 use crate::program::{Backend, Replica};
 
 /// Samples per chunk: the unit of work a thread takes, and of the order of additions.
 pub const CHUNK: usize = 16;
+
+/// What a thread hands back: its samples' losses (by sample index), and the last
+/// minibatch's gradient sum.
+type Worked = (Vec<(usize, f64)>, Vec<f64>);
 
 /// Minibatch SGD on checked `inputs` (a whole number, at least one, of samples), `batch >= 1`
 /// samples at a time, a finite `lr`, a tape with a loss, on `threads >= 1` threads. Returns
@@ -46,26 +52,21 @@ pub(crate) fn train<B: Backend + ?Sized>(
     let chunks_per_batch = batch.min(samples.len()).div_ceil(CHUNK);
     let workers = threads.clamp(1, chunks_per_batch);
     let mut replicas: Vec<Box<dyn Replica + '_>> = (0..workers).map(|_| b.replica()).collect();
-    // Whole gradient buffers: a chunk's ends up here by a swap, not a copy.
-    let slots = b.grad_buffer().len();
-    let chunk_sums: Vec<RwLock<Vec<f64>>> = (0..chunks_per_batch)
-        .map(|_| RwLock::new(vec![0.0; slots]))
-        .collect();
-    // Thread w adds up params `w * span..` (the last range may be shorter or missing), into
-    // the totals of the minibatch's parity: the next minibatch's may be written while a
-    // thread still reads these.
-    let span = params.div_ceil(workers).max(1);
-    let totals: [Vec<RwLock<Vec<f64>>>; 2] = std::array::from_fn(|_| {
-        (0..params.div_ceil(span))
-            .map(|k| RwLock::new(vec![0.0; span.min(params - k * span)]))
+    // The params' part of each chunk's gradients, copied (a swap would hand the thread a
+    // buffer that is cold in its cache). One set per parity of the minibatch: a thread may
+    // still add up minibatch n's while another has gone on to fill minibatch n + 1's.
+    let chunk_sums: [Vec<RwLock<Vec<f64>>>; 2] = std::array::from_fn(|_| {
+        (0..chunks_per_batch)
+            .map(|_| RwLock::new(vec![0.0; params]))
             .collect()
     });
     let barrier = SpinBarrier::new(workers);
     let work = |w: usize, replica: &mut Box<dyn Replica + '_>| {
         let mut losses = Vec::new();
+        let mut total = vec![0.0; params];
         let mut first = 0;
         for (n, minibatch) in minibatches.iter().enumerate() {
-            let total = &totals[n % 2];
+            let sums = &chunk_sums[n % 2];
             let chunks = minibatch.len().div_ceil(CHUNK);
             let per = chunks.div_ceil(workers);
             for c in (w * per..(w + 1) * per).take_while(|&c| c < chunks) {
@@ -77,32 +78,26 @@ pub(crate) fn train<B: Backend + ?Sized>(
                     losses.push((first + i, replica.buffers_mut().0[loss.index()]));
                     replica.backward();
                 }
-                replica.swap_grads(&mut write(&chunk_sums[c]));
+                write(&sums[c]).copy_from_slice(&replica.buffers_mut().1[..params]);
             }
             barrier.wait();
-            if let Some(range) = total.get(w) {
-                let mut g = write(range);
-                let at = w * span;
-                g.copy_from_slice(&read(&chunk_sums[0])[at..at + span.min(params - at)]);
-                for sum in &chunk_sums[1..chunks] {
-                    for (g, x) in g.iter_mut().zip(&read(sum)[at..]) {
-                        *g += x;
-                    }
+            // Every thread adds up the whole gradient for its own copy of the params: the
+            // chunk sums cross cores once, and nothing else needs to.
+            total.copy_from_slice(&read(&sums[0]));
+            for sum in &sums[1..chunks] {
+                for (g, x) in total.iter_mut().zip(read(sum).iter()) {
+                    *g += x;
                 }
             }
-            barrier.wait();
             let scale = lr / minibatch.len() as f64;
-            let vals = &mut replica.buffers_mut().0[..params];
-            for (vals, g) in vals.chunks_mut(span).zip(total) {
-                for (p, g) in vals.iter_mut().zip(read(g).iter()) {
-                    *p -= scale * g;
-                }
+            for (p, g) in replica.buffers_mut().0[..params].iter_mut().zip(&total) {
+                *p -= scale * g;
             }
             first += minibatch.len();
         }
-        losses
+        (losses, total)
     };
-    let done: Vec<Vec<(usize, f64)>> = std::thread::scope(|s| {
+    let done: Vec<Worked> = std::thread::scope(|s| {
         let work = &work;
         let (first, others) = replicas.split_first_mut().expect("at least one worker");
         let others: Vec<_> = others
@@ -117,23 +112,15 @@ pub(crate) fn train<B: Backend + ?Sized>(
         done
     });
     let mut losses = vec![0.0; samples.len()];
-    for &(i, l) in done.iter().flatten() {
+    for &(i, l) in done.iter().flat_map(|(l, _)| l) {
         losses[i] = l;
     }
-    // The last sample ran on the worker of the last minibatch's last chunk, whose
-    // gradients went to that chunk's sum.
+    // The last sample ran on the worker of the last minibatch's last chunk.
     let last = minibatches.last().map_or(1, |m| m.len());
     let chunks = last.div_ceil(CHUNK);
-    let vals = replicas[(chunks - 1) / chunks.div_ceil(workers)]
-        .buffers_mut()
-        .0
-        .to_vec();
-    let mut grads = read(&chunk_sums[chunks - 1]).clone();
-    let total = totals[(minibatches.len() - 1) % 2].iter();
-    for (g, t) in grads[..params]
-        .iter_mut()
-        .zip(total.flat_map(|t| read(t).to_vec()))
-    {
+    let (vals, grads) = replicas[(chunks - 1) / chunks.div_ceil(workers)].buffers_mut();
+    let (vals, mut grads) = (vals.to_vec(), grads.to_vec());
+    for (g, t) in grads[..params].iter_mut().zip(&done[0].1) {
         *g = t / last as f64;
     }
     drop(replicas);
@@ -153,13 +140,19 @@ fn write(lock: &RwLock<Vec<f64>>) -> std::sync::RwLockWriteGuard<'_, Vec<f64>> {
     lock.write().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A barrier for `n` threads that spins (yielding now and then, in case the threads
-/// outnumber the cores) instead of sleeping.
+/// A barrier for `n` threads that spins for a while (a step's threads arrive within
+/// microseconds of each other when each has a core) and then sleeps (when they do not, as
+/// on a busy machine, spinning would keep the late thread from running).
 struct SpinBarrier {
     n: usize,
     arrived: AtomicUsize,
     generation: AtomicUsize,
+    sleepers: Mutex<()>,
+    wake: Condvar,
 }
+
+/// How many times a waiting thread looks before it sleeps (some tens of microseconds).
+const SPINS: u32 = 1 << 15;
 
 impl SpinBarrier {
     fn new(n: usize) -> SpinBarrier {
@@ -167,6 +160,8 @@ impl SpinBarrier {
             n,
             arrived: AtomicUsize::new(0),
             generation: AtomicUsize::new(0),
+            sleepers: Mutex::new(()),
+            wake: Condvar::new(),
         }
     }
 
@@ -174,17 +169,22 @@ impl SpinBarrier {
         let generation = self.generation.load(Ordering::Acquire);
         if self.arrived.fetch_add(1, Ordering::AcqRel) + 1 == self.n {
             self.arrived.store(0, Ordering::Relaxed);
+            // Under the lock, so that a thread about to sleep either sees the new
+            // generation or is asleep when the notification comes.
+            let _guard = self.sleepers.lock().unwrap_or_else(|e| e.into_inner());
             self.generation.fetch_add(1, Ordering::Release);
+            self.wake.notify_all();
             return;
         }
-        let mut spins = 0u32;
-        while self.generation.load(Ordering::Acquire) == generation {
-            spins = spins.wrapping_add(1);
-            if spins % 1024 == 0 {
-                std::thread::yield_now();
-            } else {
-                std::hint::spin_loop();
+        for _ in 0..SPINS {
+            if self.generation.load(Ordering::Acquire) != generation {
+                return;
             }
+            std::hint::spin_loop();
+        }
+        let mut guard = self.sleepers.lock().unwrap_or_else(|e| e.into_inner());
+        while self.generation.load(Ordering::Acquire) == generation {
+            guard = self.wake.wait(guard).unwrap_or_else(|e| e.into_inner());
         }
     }
 }

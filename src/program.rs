@@ -134,8 +134,6 @@ mod backend {
     /// Buffers of their own, and this program's forward and backward over them.
     pub trait Replica: Send {
         fn buffers_mut(&mut self) -> (&mut [f64], &mut [f64]);
-        /// Exchanges the gradient buffer with `other` (of the same length).
-        fn swap_grads(&mut self, other: &mut Vec<f64>);
         fn forward(&mut self);
         /// Only called when the tape has a loss.
         fn backward(&mut self);

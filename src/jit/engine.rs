@@ -539,16 +539,6 @@ impl crate::program::Replica for NativeReplica<'_> {
         (&mut self.vals, &mut self.grads)
     }
 
-    fn swap_grads(&mut self, other: &mut Vec<f64>) {
-        // The code relies on the length (see `forward`).
-        assert_eq!(
-            other.len(),
-            self.grads.len(),
-            "a gradient buffer of the tape's length"
-        );
-        std::mem::swap(&mut self.grads, other);
-    }
-
     fn forward(&mut self) {
         // SAFETY: as in `Native::forward`: these buffers have the tape's length (copies of
         // the `Native`'s, never resized), and the code lives while the borrowed `Native`
