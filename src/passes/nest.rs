@@ -327,19 +327,7 @@ impl Shapes {
     fn repetitions(&self, i: usize, period: usize, limit: usize) -> usize {
         let mut count = 1;
         while count < limit && i + (count + 1) * period <= self.keys.len() {
-            let start = i + count * period;
-            let fits = (0..period).all(|k| {
-                let (first, prev, this) = (i + k, start - period + k, start + k);
-                self.same_shape(first, this)
-                    && (count == 1
-                        || self
-                            .bases(this)
-                            .iter()
-                            .zip(self.bases(prev))
-                            .zip(self.bases(first + period).iter().zip(self.bases(first)))
-                            .all(|((t, p), (s, f))| t - p == s - f))
-            });
-            if !fits {
+            if !(0..period).all(|k| self.repeats(i + k, period, count)) {
                 break;
             }
             count += 1;
@@ -352,18 +340,22 @@ impl Shapes {
     /// first item alone, which rejects most candidates at a fraction of the cost.
     fn first_item_repeats(&self, i: usize, period: usize) -> bool {
         let last = i + (MIN_NEST as usize - 1) * period;
-        last < self.keys.len()
-            && (1..MIN_NEST as usize).all(|c| {
-                let this = i + c * period;
-                self.same_shape(i, this)
-                    && (c == 1
-                        || self
-                            .bases(this)
-                            .iter()
-                            .zip(self.bases(this - period))
-                            .zip(self.bases(i + period).iter().zip(self.bases(i)))
-                            .all(|((t, p), (s, f))| t - p == s - f))
-            })
+        last < self.keys.len() && (1..MIN_NEST as usize).all(|c| self.repeats(i, period, c))
+    }
+
+    /// Whether item `first + count * period` is repetition `count` of item `first`: the same
+    /// shape, and (from the third on) every slot moved from the previous repetition by what
+    /// the second moved from the first.
+    fn repeats(&self, first: usize, period: usize, count: usize) -> bool {
+        let (this, prev) = (first + count * period, first + (count - 1) * period);
+        self.same_shape(first, this)
+            && (count == 1
+                || self
+                    .bases(this)
+                    .iter()
+                    .zip(self.bases(prev))
+                    .zip(self.bases(first + period).iter().zip(self.bases(first)))
+                    .all(|((t, p), (s, f))| t - p == s - f))
     }
 
     /// Periods to try at item `i`: the distances to the next few items of its shape, up to

@@ -547,6 +547,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         samples: Samples<'ctx>,
     ) -> Emit<()> {
         let gs = self.sum_grads::<V>(frame, &dot.sum, reps)?;
+        let biases = self.load_first::<V>(frame.vals, dot.sum.first, reps)?;
         let merged = MergedDot {
             frame,
             dot,
@@ -554,23 +555,18 @@ impl<'ctx> Emitter<'ctx, '_> {
             samples,
             g_products: self.fresh(&gs)?,
         };
-        let biases = self.load_first::<V>(frame.vals, dot.sum.first, reps)?;
         let skip = self.plan.step.iter().flat_map(|s| &s.train);
         let sums = match skip.flat_map(|t| &t.skip_zeros).next() {
+            // The merged dot runs in lanes (its gradients are deferred, which takes lanes).
             Some(skip) if V::IS_VECTOR => {
-                let as_vectors = |vs: &[V]| -> Vec<VectorValue<'ctx>> {
+                let vectors = |vs: &[V]| -> Vec<VectorValue<'ctx>> {
                     vs.iter()
                         .map(|v| v.as_basic_value_enum().into_vector_value())
                         .collect()
                 };
-                let vector = MergedDot {
-                    g_products: as_vectors(&merged.g_products),
-                    frame,
-                    dot,
-                    reps: reps.clone(),
-                    samples,
-                };
-                let sums = self.sparse_merged_dot(&vector, &as_vectors(&biases), skip)?;
+                let g_products = vectors(&merged.g_products);
+                let m = merged.with_products(g_products);
+                let sums = self.sparse_merged_dot(&m, &vectors(&biases), skip)?;
                 sums.into_iter().map(|v| V::from_basic(v.into())).collect()
             }
             _ => self.emit_loop(dot.products.len, false, &biases, |this, t, accs| {

@@ -140,6 +140,19 @@ pub(super) struct MergedDot<'a, 'ctx, V> {
     g_products: Vec<V>,
 }
 
+impl<'a, 'ctx, V> MergedDot<'a, 'ctx, V> {
+    /// The same dot with the products' gradients as `g_products` (vectors for scalars).
+    fn with_products<W>(self, g_products: Vec<W>) -> MergedDot<'a, 'ctx, W> {
+        MergedDot {
+            frame: self.frame,
+            dot: self.dot,
+            reps: self.reps,
+            samples: self.samples,
+            g_products,
+        }
+    }
+}
+
 impl<'ctx> Frame<'ctx> {
     /// `step`'s learning rate, in its backward.
     fn lr(&self) -> Option<FloatValue<'ctx>> {
@@ -610,17 +623,38 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         len: u32,
         descending: bool,
         carried: &[V],
-        mut body: impl FnMut(&Self, IntValue<'ctx>, &[V]) -> Emit<Vec<V>>,
+        body: impl FnMut(&Self, IntValue<'ctx>, &[V]) -> Emit<Vec<V>>,
     ) -> Emit<Vec<V>> {
         let i64t = self.context.i64_type();
         if len == 1 {
+            let mut body = body;
             return body(self, i64t.const_zero(), carried);
         }
+        let end = i64t.const_int(len as u64, false);
+        self.loop_to(end, descending, carried, body)
+    }
+
+    /// [`Emitter::emit_loop`] for `end` iterations, `end` at least 1 (maybe known only at
+    /// run time).
+    fn loop_to<V: Lanes<'ctx>>(
+        &self,
+        end: IntValue<'ctx>,
+        descending: bool,
+        carried: &[V],
+        mut body: impl FnMut(&Self, IntValue<'ctx>, &[V]) -> Emit<Vec<V>>,
+    ) -> Emit<Vec<V>> {
+        let i64t = self.context.i64_type();
+        let one = i64t.const_int(1, false);
         let entry = self
             .builder
             .get_insert_block()
             .expect("positioned in a function");
         let f = entry.get_parent().expect("the block is in a function");
+        let start = if descending {
+            self.builder.build_int_sub(end, one, "last")?
+        } else {
+            i64t.const_zero()
+        };
         let header = self.context.append_basic_block(f, "loop");
         let exit = self.context.append_basic_block(f, "exit");
         self.builder.build_unconditional_branch(header)?;
@@ -640,8 +674,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
             .map(|p| V::from_basic(p.as_basic_value()))
             .collect();
         let next_carried = body(self, t_value, &current)?;
-        let one = i64t.const_int(1, false);
-        let (start, next, more) = if descending {
+        let (next, more) = if descending {
             let next = self.builder.build_int_sub(t_value, one, "t_next")?;
             let more = self.builder.build_int_compare(
                 IntPredicate::NE,
@@ -649,14 +682,13 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
                 i64t.const_zero(),
                 "more",
             )?;
-            (i64t.const_int(len as u64 - 1, false), next, more)
+            (next, more)
         } else {
             let next = self.builder.build_int_add(t_value, one, "t_next")?;
-            let end = i64t.const_int(len as u64, false);
             let more = self
                 .builder
                 .build_int_compare(IntPredicate::ULT, next, end, "more")?;
-            (i64t.const_zero(), next, more)
+            (next, more)
         };
         let latch = self.builder.get_insert_block().expect("positioned");
         self.builder.build_conditional_branch(more, header, exit)?;

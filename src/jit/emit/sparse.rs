@@ -179,21 +179,19 @@ impl<'ctx> Emitter<'ctx, '_> {
         self.builder.build_store(count, i64t.const_zero())?;
         let samples = [m.samples.this, m.samples.next];
         let vectorized = if input.stride == 1 { len / CHUNK } else { 0 };
-        let f64s = self.f64_type.vec_type(CHUNK);
-        let chunk_mask = |this: &Self, first: IntValue<'ctx>| -> Emit<VectorValue<'ctx>> {
+        // Per step of `width` inputs from `first`: whether each is not 0 in either sample.
+        let nonzero = |this: &Self, first: IntValue<'ctx>, width: u32| -> Emit<VectorValue<'ctx>> {
+            let ty = this.f64_type.vec_type(width);
             let mut mask: Option<VectorValue<'ctx>> = None;
             for sample in samples {
-                let at = this.input_ptr(sample, input.base, input.stride, first)?;
-                let x = this.load_vector(at, f64s)?;
-                let nonzero = this.builder.build_float_compare(
-                    FloatPredicate::UNE,
-                    x,
-                    f64s.const_zero(),
-                    "",
-                )?;
+                let x = this.load_vector(this.ptr_at(sample, input, first, &[])?, ty)?;
+                let zero = ty.const_zero();
+                let test = this
+                    .builder
+                    .build_float_compare(FloatPredicate::UNE, x, zero, "")?;
                 mask = Some(match mask {
-                    Some(m) => this.builder.build_or(m, nonzero, "")?,
-                    None => nonzero,
+                    Some(m) => this.builder.build_or(m, test, "")?,
+                    None => test,
                 });
             }
             Ok(mask.expect("two samples"))
@@ -209,7 +207,7 @@ impl<'ctx> Emitter<'ctx, '_> {
             let popcount = self.masked_intrinsic("llvm.ctpop", &[self.context.i8_type().into()])?;
             self.emit_loop::<inkwell::values::FloatValue>(vectorized, false, &[], |this, c, _| {
                 let first = this.builder.build_int_mul(c, chunk, "first")?;
-                let mask = chunk_mask(this, first)?;
+                let mask = nonzero(this, first, CHUNK)?;
                 let first32 = this.builder.build_int_truncate(first, i32t, "")?;
                 let base = this.broadcast_int(first32, CHUNK)?;
                 let ts = this.builder.build_int_add(base, offsets, "ts")?;
@@ -236,26 +234,16 @@ impl<'ctx> Emitter<'ctx, '_> {
             let first = i64t.const_int((vectorized * CHUNK) as u64, false);
             self.emit_loop::<inkwell::values::FloatValue>(rest, false, &[], |this, u, _| {
                 let t = this.builder.build_int_add(first, u, "t")?;
-                let mut nonzero: Option<IntValue<'ctx>> = None;
-                for sample in samples {
-                    let at = this.input_ptr(sample, input.base, input.stride, t)?;
-                    let x = this.builder.build_load(this.f64_type, at, "x")?;
-                    let test = this.builder.build_float_compare(
-                        FloatPredicate::UNE,
-                        x.into_float_value(),
-                        this.f64_type.const_zero(),
-                        "",
-                    )?;
-                    nonzero = Some(match nonzero {
-                        Some(m) => this.builder.build_or(m, test, "")?,
-                        None => test,
-                    });
-                }
+                // One input at a time (a vector of one lane, whatever the stride).
+                let mask = nonzero(this, t, 1)?;
+                let one = this
+                    .builder
+                    .build_bit_cast(mask, this.context.bool_type(), "")?
+                    .into_int_value();
                 let n = this.builder.build_load(i64t, count, "n")?.into_int_value();
                 let at = step_ptr(this, steps, n)?;
                 let t32 = this.builder.build_int_truncate(t, i32t, "")?;
                 this.builder.build_store(at, t32)?;
-                let one = nonzero.expect("two samples");
                 let one = this.builder.build_int_z_extend(one, i64t, "")?;
                 let n = this.builder.build_int_add(n, one, "n")?;
                 this.builder.build_store(count, n)?;
@@ -266,80 +254,38 @@ impl<'ctx> Emitter<'ctx, '_> {
         Ok((steps, n))
     }
 
-    /// `&inputs[base + stride * t]`.
-    fn input_ptr(
-        &self,
-        inputs: PointerValue<'ctx>,
-        base: i64,
-        stride: i64,
-        t: IntValue<'ctx>,
-    ) -> Emit<PointerValue<'ctx>> {
-        let i64t = self.context.i64_type();
-        let scaled = self
-            .builder
-            .build_int_mul(t, i64t.const_int(stride as u64, true), "")?;
-        let at = self
-            .builder
-            .build_int_add(scaled, i64t.const_int(base as u64, true), "")?;
-        self.element_ptr(inputs, at)
-    }
-
     /// A loop over `k` in `0..n` (`n` known at run time only, maybe 0) carrying `carried`:
     /// `body(k, current)` returns the next values; the values after the last iteration.
     fn counted_loop(
         &self,
         n: IntValue<'ctx>,
         carried: &[VectorValue<'ctx>],
-        mut body: impl FnMut(
-            &Self,
-            IntValue<'ctx>,
-            &[VectorValue<'ctx>],
-        ) -> Emit<Vec<VectorValue<'ctx>>>,
+        body: impl FnMut(&Self, IntValue<'ctx>, &[VectorValue<'ctx>]) -> Emit<Vec<VectorValue<'ctx>>>,
     ) -> Emit<Vec<VectorValue<'ctx>>> {
-        let i64t = self.context.i64_type();
         let f = self.current_function();
         let entry = self.block();
-        let (header, exit) = (
+        let (looped, done) = (
             self.context.append_basic_block(f, "steps"),
             self.context.append_basic_block(f, "steps_done"),
         );
-        let empty =
-            self.builder
-                .build_int_compare(IntPredicate::EQ, n, i64t.const_zero(), "empty")?;
-        self.builder.build_conditional_branch(empty, exit, header)?;
-
-        self.builder.position_at_end(header);
-        let k = self.builder.build_phi(i64t, "k")?;
-        let phis = carried
-            .iter()
-            .map(|c| self.builder.build_phi(c.get_type(), "carried"))
-            .collect::<Emit<Vec<_>>>()?;
-        let current: Vec<VectorValue<'ctx>> = phis
-            .iter()
-            .map(|p| p.as_basic_value().into_vector_value())
-            .collect();
-        let k_value = k.as_basic_value().into_int_value();
-        let next = body(self, k_value, &current)?;
-        let k_next = self
+        let zero = self.context.i64_type().const_zero();
+        let empty = self
             .builder
-            .build_int_add(k_value, i64t.const_int(1, false), "k_next")?;
-        let more = self
-            .builder
-            .build_int_compare(IntPredicate::ULT, k_next, n, "more")?;
-        let latch = self.block();
-        self.builder.build_conditional_branch(more, header, exit)?;
-        k.add_incoming(&[(&i64t.const_zero(), entry), (&k_next, latch)]);
-        for ((phi, init), next) in phis.iter().zip(carried).zip(&next) {
-            phi.add_incoming(&[(init, entry), (next, latch)]);
-        }
+            .build_int_compare(IntPredicate::EQ, n, zero, "empty")?;
+        self.builder.build_conditional_branch(empty, done, looped)?;
 
-        self.builder.position_at_end(exit);
+        self.builder.position_at_end(looped);
+        let after = self.loop_to(n, false, carried, body)?;
+        let looped_end = self.block();
+        self.builder.build_unconditional_branch(done)?;
+
+        self.builder.position_at_end(done);
         carried
             .iter()
-            .zip(&next)
+            .zip(&after)
             .map(|(init, next)| {
                 let phi = self.builder.build_phi(init.get_type(), "after")?;
-                phi.add_incoming(&[(init, entry), (next, latch)]);
+                phi.add_incoming(&[(init, entry), (next, looped_end)]);
                 Ok(phi.as_basic_value().into_vector_value())
             })
             .collect()
