@@ -196,6 +196,14 @@ impl Progress {
     }
 }
 
+/// The threads `--threads n` asks for (0: one per core).
+fn threads(n: usize) -> usize {
+    match n {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    }
+}
+
 /// Samples per `Program::train` call.
 const BATCH: usize = 500;
 /// About how many samples one `train_minibatches` call takes.
@@ -255,8 +263,12 @@ fn run(o: Options) -> Result<(), String> {
         .limit
         .unwrap_or(train.images.len())
         .min(train.images.len());
+    let sgd = match o.batch {
+        1 => "per-sample SGD".to_string(),
+        b => format!("minibatches of {b} on {} thread(s)", threads(o.threads)),
+    };
     println!(
-        "training on {n} of {} samples, {} epoch(s), lr {}, per-sample SGD, backend {}",
+        "training on {n} of {} samples, {} epoch(s), lr {}, {sgd}, backend {}",
         train.images.len(),
         o.epochs,
         o.lr,

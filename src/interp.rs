@@ -64,7 +64,6 @@ impl Backend for Interpreter {
         Box::new(InterpreterReplica {
             tape: &self.tape,
             values: self.values.clone(),
-            grads: self.grads.clone(),
             operands: Vec::new(),
             local: Vec::new(),
         })
@@ -126,20 +125,27 @@ fn backward(
 struct InterpreterReplica<'t> {
     tape: &'t Tape,
     values: Vec<f64>,
-    grads: Vec<f64>,
     operands: Vec<f64>,
     local: Vec<f64>,
 }
 
 impl Replica for InterpreterReplica<'_> {
-    fn buffers_mut(&mut self) -> (&mut [f64], &mut [f64]) {
-        (&mut self.values, &mut self.grads)
+    fn values(&self) -> &[f64] {
+        &self.values
     }
-    fn forward(&mut self) {
-        forward(self.tape, &mut self.values, &mut self.operands);
+    fn values_mut(&mut self) -> &mut [f64] {
+        &mut self.values
     }
-    fn backward(&mut self) {
-        let (operands, local) = (&mut self.operands, &mut self.local);
-        backward(self.tape, &self.values, &mut self.grads, operands, local);
+    fn accumulate(&mut self, inputs: &[f64], losses: &mut [f64], grads: &mut [f64]) {
+        let tape = self.tape;
+        let (base, loss) = (tape.input_base(), tape.loss().expect("a loss"));
+        grads[..tape.num_params()].fill(0.0);
+        for (x, l) in inputs.chunks_exact(tape.num_inputs()).zip(losses) {
+            self.values[base..base + x.len()].copy_from_slice(x);
+            forward(tape, &mut self.values, &mut self.operands);
+            *l = self.values[loss.index()];
+            let (operands, local) = (&mut self.operands, &mut self.local);
+            backward(tape, &self.values, grads, operands, local);
+        }
     }
 }

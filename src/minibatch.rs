@@ -3,32 +3,38 @@
 //!
 //! A minibatch of `m` samples is cut into chunks of [`CHUNK`] samples (the last may be
 //! shorter). Each chunk starts from params' gradients of 0 and runs forward and backward per
-//! sample, in order, so its samples' gradients accumulate as `backward` accumulates them. The
+//! sample, in order, so its samples' gradients accumulate as `backward` accumulates them
+//! ([`Replica::accumulate`]; the JIT's skips inputs that are exactly 0 where `train` does). The
 //! minibatch's gradient is the chunks' sums added in chunk order (`((c0 + c1) + c2) + ...`),
 //! and each param moves by `p -= (lr / m) * g`. None of this depends on the thread count.
 //!
-//! Each thread has its own copy of the buffers (a [`Replica`]) and runs, per minibatch:
-//! 1. its share of the chunks (consecutive ones), each chunk's sum copied to `chunk_sums`;
-//! 2. `g`, the chunk sums added in order, and its own copy of every param: `p -= (lr / m) *
-//!    g`. Every thread adds up the whole `g` (cheap arithmetic): then the chunk sums cross
-//!    cores once and nothing else does.
+//! Each thread has its own copy of the values (a [`Replica`]) and a range of the params (a
+//! share of whole cache lines), and runs, per minibatch:
+//! 1. its share of the chunks (consecutive ones), each into a gradient buffer of its own
+//!    (`chunk_grads`; zero inputs skipped as `train` skips them, exactly);
+//! 2. at a barrier, for its range of params: `g`, the chunks' sums added in order, and
+//!    `p -= (lr / m) * g`, the new values also copied out to `updated`;
+//! 3. at a second barrier, the other ranges' new values copied in.
 //!
-//! Threads wait for each other after step 1 at a barrier that spins before it sleeps: a
-//! minibatch lasts a few hundred microseconds, and waking a sleeping thread on a virtual
-//! machine takes about as long. (Chunk sums of two minibatches alternate, so a thread may
-//! fill the next minibatch's while another still adds up this one's.)
+//! So each param's gradient is added up once, and what crosses cores per minibatch is the
+//! gradient and the params once each. That exchange (some 300 KB each way for MNIST's first
+//! layer) is the part that does not shrink with more threads: with zero-skipping a sample
+//! costs a few microseconds, and 32 samples on two cores spend about as long exchanging as
+//! computing.
+//!
+//! The barriers spin before they sleep: a minibatch lasts some hundred microseconds, and
+//! waking a sleeping thread on a virtual machine takes about as long. No buffer needs two
+//! generations: a thread writes chunk gradients and its `updated` range only after every
+//! thread has passed the barrier after which they were last read.
 
+use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, RwLock};
+use std::sync::{Condvar, Mutex, RwLock, RwLockReadGuard};
 
 use crate::program::{Backend, Replica};
 
 /// Samples per chunk: the unit of work a thread takes, and of the order of additions.
 pub const CHUNK: usize = 16;
-
-/// What a thread hands back: its samples' losses (by sample index), and the last
-/// minibatch's gradient sum.
-type Worked = (Vec<(usize, f64)>, Vec<f64>);
 
 /// Minibatch SGD on checked `inputs` (a whole number, at least one, of samples), `batch >= 1`
 /// samples at a time, a finite `lr`, a tape with a loss, on `threads >= 1` threads. Returns
@@ -43,91 +49,152 @@ pub(crate) fn train<B: Backend + ?Sized>(
     threads: usize,
 ) -> Vec<f64> {
     let tape = b.program_tape();
-    let (width, params, base) = (tape.num_inputs(), tape.num_params(), tape.input_base());
-    let Some(loss) = tape.loss() else {
+    let (width, params, slots) = (tape.num_inputs(), tape.num_params(), tape.len());
+    if tape.loss().is_none() {
         return Vec::new();
-    };
-    let samples: Vec<&[f64]> = inputs.chunks_exact(width).collect();
-    let minibatches: Vec<&[&[f64]]> = samples.chunks(batch).collect();
-    let chunks_per_batch = batch.min(samples.len()).div_ceil(CHUNK);
+    }
+    let samples = inputs.len() / width;
+    let minibatches: Vec<&[f64]> = inputs.chunks(batch * width).collect();
+    let chunks_per_batch = batch.min(samples).div_ceil(CHUNK);
     let workers = threads.clamp(1, chunks_per_batch);
     let mut replicas: Vec<Box<dyn Replica + '_>> = (0..workers).map(|_| b.replica()).collect();
-    // The params' part of each chunk's gradients, copied (a swap would hand the thread a
-    // buffer that is cold in its cache). One set per parity of the minibatch: a thread may
-    // still add up minibatch n's while another has gone on to fill minibatch n + 1's.
-    let chunk_sums: [Vec<RwLock<Vec<f64>>>; 2] = std::array::from_fn(|_| {
-        (0..chunks_per_batch)
-            .map(|_| RwLock::new(vec![0.0; params]))
-            .collect()
-    });
+    // Each chunk's gradients (every slot's: backward needs them all), accumulated in place.
+    let chunk_grads: Vec<RwLock<Vec<f64>>> = (0..chunks_per_batch)
+        .map(|_| RwLock::new(vec![0.0; slots]))
+        .collect();
+    // The params each thread adds up and updates (consecutive ranges, whole cache lines),
+    // and the new values of each range, which the other threads copy.
+    let share = params.div_ceil(workers).next_multiple_of(8);
+    let ranges: Vec<Range<usize>> = (0..workers)
+        .map(|w| (w * share).min(params)..((w + 1) * share).min(params))
+        .collect();
+    let updated: Vec<RwLock<Vec<f64>>> = ranges
+        .iter()
+        .map(|r| RwLock::new(vec![0.0; r.len()]))
+        .collect();
+    let mut mean = vec![0.0; params];
     let barrier = SpinBarrier::new(workers);
-    let work = |w: usize, replica: &mut Box<dyn Replica + '_>| {
+    let work = |w: usize, replica: &mut Box<dyn Replica + '_>, mean: &mut [f64]| {
         let mut losses = Vec::new();
-        let mut total = vec![0.0; params];
         let mut first = 0;
         for (n, minibatch) in minibatches.iter().enumerate() {
-            let sums = &chunk_sums[n % 2];
-            let chunks = minibatch.len().div_ceil(CHUNK);
+            let m = minibatch.len() / width;
+            let chunks = m.div_ceil(CHUNK);
             let per = chunks.div_ceil(workers);
             for c in (w * per..(w + 1) * per).take_while(|&c| c < chunks) {
-                replica.buffers_mut().1[..params].fill(0.0);
-                let end = ((c + 1) * CHUNK).min(minibatch.len());
-                for (i, x) in minibatch.iter().enumerate().take(end).skip(c * CHUNK) {
-                    replica.buffers_mut().0[base..base + width].copy_from_slice(x);
-                    replica.forward();
-                    losses.push((first + i, replica.buffers_mut().0[loss.index()]));
-                    replica.backward();
-                }
-                write(&sums[c]).copy_from_slice(&replica.buffers_mut().1[..params]);
+                let samples = c * CHUNK..((c + 1) * CHUNK).min(m);
+                let mut chunk_losses = vec![0.0; samples.len()];
+                let x = &minibatch[samples.start * width..samples.end * width];
+                replica.accumulate(x, &mut chunk_losses, &mut write(&chunk_grads[c]));
+                losses.extend(samples.zip(chunk_losses).map(|(i, l)| (first + i, l)));
             }
             barrier.wait();
-            // Every thread adds up the whole gradient for its own copy of the params: the
-            // chunk sums cross cores once, and nothing else needs to.
-            total.copy_from_slice(&read(&sums[0]));
-            for sum in &sums[1..chunks] {
-                for (g, x) in total.iter_mut().zip(read(sum).iter()) {
-                    *g += x;
+            let sums: Vec<_> = chunk_grads[..chunks].iter().map(read).collect();
+            let last = n + 1 == minibatches.len();
+            let mean = last.then_some(&mut *mean);
+            let own = ranges[w].clone();
+            let vals = replica.values_mut();
+            step(&sums, own.clone(), (lr, m), &mut vals[own.clone()], mean);
+            drop(sums);
+            if workers > 1 {
+                write(&updated[w]).copy_from_slice(&vals[own]);
+                barrier.wait();
+                for (v, range) in ranges.iter().enumerate().filter(|&(v, _)| v != w) {
+                    vals[range.clone()].copy_from_slice(&read(&updated[v]));
                 }
             }
-            let scale = lr / minibatch.len() as f64;
-            for (p, g) in replica.buffers_mut().0[..params].iter_mut().zip(&total) {
-                *p -= scale * g;
-            }
-            first += minibatch.len();
+            first += m;
         }
-        (losses, total)
+        losses
     };
-    let done: Vec<Worked> = std::thread::scope(|s| {
+    let mut means = split(&mut mean, &ranges);
+    let done: Vec<Vec<(usize, f64)>> = std::thread::scope(|s| {
         let work = &work;
-        let (first, others) = replicas.split_first_mut().expect("at least one worker");
-        let others: Vec<_> = others
-            .iter_mut()
-            .enumerate()
-            .map(|(w, r)| s.spawn(move || work(w + 1, r)))
+        let mut jobs = replicas.iter_mut().zip(means.iter_mut()).enumerate();
+        let (_, (first, first_mean)) = jobs.next().expect("at least one worker");
+        let others: Vec<_> = jobs
+            .map(|(w, (r, m))| s.spawn(move || work(w, r, m)))
             .collect();
-        let mut done = vec![work(0, first)];
+        let mut done = vec![work(0, first, first_mean)];
         // A worker that panicked (it cannot: the hooks assume only what `Program` checked)
         // would leave its barrier waiting forever, so a join never sees one.
         done.extend(others.into_iter().filter_map(|h| h.join().ok()));
         done
     });
-    let mut losses = vec![0.0; samples.len()];
-    for &(i, l) in done.iter().flat_map(|(l, _)| l) {
+    let mut losses = vec![0.0; samples];
+    for &(i, l) in done.iter().flatten() {
         losses[i] = l;
     }
     // The last sample ran on the worker of the last minibatch's last chunk.
-    let last = minibatches.last().map_or(1, |m| m.len());
-    let chunks = last.div_ceil(CHUNK);
-    let (vals, grads) = replicas[(chunks - 1) / chunks.div_ceil(workers)].buffers_mut();
-    let (vals, mut grads) = (vals.to_vec(), grads.to_vec());
-    for (g, t) in grads[..params].iter_mut().zip(&done[0].1) {
-        *g = t / last as f64;
-    }
+    let chunks = minibatches
+        .last()
+        .map_or(1, |m| m.len() / width)
+        .div_ceil(CHUNK);
+    let vals = replicas[(chunks - 1) / chunks.div_ceil(workers)]
+        .values()
+        .to_vec();
     drop(replicas);
+    let mut grads = read(&chunk_grads[chunks - 1]).clone();
+    grads[..params].copy_from_slice(&mean);
     let (own_vals, own_grads) = b.buffers_mut();
     own_vals.copy_from_slice(&vals);
     own_grads.copy_from_slice(&grads);
     losses
+}
+
+/// Params `range` (whose values are `params`) after a minibatch of `m` samples whose chunks'
+/// gradients are `sums`: `g` the sums added in chunk order, then `p -= (lr / m) * g`; and
+/// `g / m` into `mean` if given. In blocks that stay in L1.
+fn step(
+    sums: &[RwLockReadGuard<'_, Vec<f64>>],
+    range: Range<usize>,
+    (lr, m): (f64, usize),
+    params: &mut [f64],
+    mut mean: Option<&mut [f64]>,
+) {
+    const BLOCK: usize = 256;
+    let (m, scale) = (m as f64, lr / m as f64);
+    let mut g = [0.0; BLOCK];
+    for start in range.clone().step_by(BLOCK) {
+        let end = (start + BLOCK).min(range.end);
+        let g = &mut g[..end - start];
+        match sums {
+            [only] => g.copy_from_slice(&only[start..end]),
+            [first, second, ..] => {
+                let (first, second) = (&first[start..end], &second[start..end]);
+                for ((g, a), b) in g.iter_mut().zip(first).zip(second) {
+                    *g = a + b;
+                }
+            }
+            [] => unreachable!("a minibatch has a chunk"),
+        }
+        for sum in sums.iter().skip(2) {
+            for (g, x) in g.iter_mut().zip(&sum[start..end]) {
+                *g += x;
+            }
+        }
+        let at = start - range.start..end - range.start;
+        for (p, g) in params[at.clone()].iter_mut().zip(g.iter()) {
+            *p -= scale * g;
+        }
+        if let Some(mean) = mean.as_deref_mut() {
+            for (mean, g) in mean[at].iter_mut().zip(g.iter()) {
+                *mean = g / m;
+            }
+        }
+    }
+}
+
+/// `xs` cut into `ranges` (consecutive, from 0, covering it).
+fn split<'a>(mut xs: &'a mut [f64], ranges: &[Range<usize>]) -> Vec<&'a mut [f64]> {
+    ranges
+        .iter()
+        .map(|r| {
+            let (head, tail) = std::mem::take(&mut xs).split_at_mut(r.len());
+            xs = tail;
+            head
+        })
+        .collect()
 }
 
 /// A lock no thread holds while another wants it (the barrier separates them), so a

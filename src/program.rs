@@ -131,12 +131,15 @@ mod backend {
         fn replica(&self) -> Box<dyn Replica + '_>;
     }
 
-    /// Buffers of their own, and this program's forward and backward over them.
+    /// A values buffer of its own, and this program's forward and backward over it.
     pub trait Replica: Send {
-        fn buffers_mut(&mut self) -> (&mut [f64], &mut [f64]);
-        fn forward(&mut self);
-        /// Only called when the tape has a loss.
-        fn backward(&mut self);
+        fn values(&self) -> &[f64];
+        fn values_mut(&mut self) -> &mut [f64];
+        /// A chunk of a minibatch ([`crate::minibatch`]) with `grads` (one per slot) as the
+        /// gradients: params' gradients set to 0, then each sample of `inputs`
+        /// (`losses.len() >= 1` whole samples) written to the inputs, run forward (its loss
+        /// into `losses`) and backward. Only called when the tape has a loss.
+        fn accumulate(&mut self, inputs: &[f64], losses: &mut [f64], grads: &mut [f64]);
     }
 
     /// `Program`'s supertrait: implemented for every `Backend` and nothing else.
@@ -464,28 +467,31 @@ fn check_inputs(tape: &Tape, inputs: &[f64]) -> Result<()> {
 }
 
 fn check_finite(what: &'static str, xs: &[f64]) -> Result<()> {
-    // `x - x` is 0 for a finite `x` and NaN otherwise. Eight running sums of it, one per
-    // lane, vectorize without reassociating anything (a fold over bools does not), and this
-    // runs on every sample `train` takes.
-    let finite = |x: &f64| x.abs() < f64::INFINITY;
+    if all_finite(xs) {
+        return Ok(());
+    }
+    match xs.iter().enumerate().find(|(_, x)| !x.is_finite()) {
+        Some((index, &value)) => Err(Error::NonFinite { what, index, value }),
+        None => Ok(()),
+    }
+}
+
+/// Whether every number of `xs` is finite. This runs on every sample `train` takes, and on
+/// a layer's weights per minibatch, so it vectorizes: `x - x` is 0 for a finite `x` and NaN
+/// otherwise, and eight running sums of it, one per lane, vectorize without reassociating
+/// anything (a fold over bools does not).
+pub(crate) fn all_finite(xs: &[f64]) -> bool {
     let mut lanes = [0.0f64; 8];
     let chunks = xs.chunks_exact(8);
     let rest = chunks.remainder();
     for chunk in chunks {
         for (lane, x) in lanes.iter_mut().zip(chunk) {
-            // 0 for a finite `x`, NaN for an infinity or NaN.
             #[allow(clippy::eq_op)]
             let zero_if_finite = x - x;
             *lane += zero_if_finite;
         }
     }
-    if lanes.iter().all(|&l| l == 0.0) && rest.iter().all(finite) {
-        return Ok(());
-    }
-    match xs.iter().enumerate().find(|(_, x)| !finite(x)) {
-        Some((index, &value)) => Err(Error::NonFinite { what, index, value }),
-        None => Ok(()),
-    }
+    lanes.iter().all(|&l| l == 0.0) && rest.iter().all(|x| x.is_finite())
 }
 
 /// Fresh value and gradient buffers for a tape: params at their initial values, constants in

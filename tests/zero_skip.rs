@@ -1,7 +1,8 @@
 //! `train` skipping zero inputs (`JitBuilder::zero_skipping`) ends where the interpreter's
 //! `step` per sample ends, bit for bit, in every case IEEE arithmetic makes observable: -0
 //! biases and sums, -0 weights and inputs, weights and gradients that stop being finite
-//! mid-training, all-zero and fully dense inputs, sparse hidden activations.
+//! mid-training, all-zero and fully dense inputs, sparse hidden activations. So does
+//! `train_minibatches`, which skips them too, where the interpreter's ends.
 
 mod common;
 
@@ -53,9 +54,15 @@ fn first_layer(params: &mut [f64]) -> &mut [f64] {
     &mut params[..HIDDEN * (NIN + 1)]
 }
 
+/// Minibatch sizes and thread counts `train_minibatches` runs with (a minibatch of one
+/// sample, chunks shorter than `tapejit`'s 16, and two chunks on two threads).
+const MINIBATCHES: [(usize, usize); 3] = [(1, 1), (5, 2), (20, 2)];
+
 /// Runs `runs` (each a batch of samples and a learning rate) through the interpreter's `step`
 /// and through `train` of the JIT at every level and skipping setting, from `params`, and
-/// demands the same losses, params, gradients and outputs, bit for bit.
+/// demands the same losses, params, gradients and outputs, bit for bit; and the same for
+/// `train_minibatches` (whose JIT skips zero inputs as `train` does) against the
+/// interpreter's.
 fn assert_train_exact(what: &str, params: &[f64], runs: &[(Vec<f64>, f64)]) {
     let g = Graph::new();
     Classifier::new(&g, NIN, &[HIDDEN], CLASSES, &mut StdRng::seed_from_u64(3)).unwrap();
@@ -72,6 +79,7 @@ fn assert_train_exact_on(g: &Graph, what: &str, params: &[f64], runs: &[(Vec<f64
             want_losses.push(reference.step(x, *lr).unwrap());
         }
     }
+    let minibatch_references = minibatch_references(g, params, runs);
     for level in OptLevel::ALL {
         for skipping in [
             ZeroSkipping::Auto,
@@ -98,8 +106,44 @@ fn assert_train_exact_on(g: &Graph, what: &str, params: &[f64], runs: &[(Vec<f64
             let kept = common::kept_slots(&reference, &jit);
             let values = |p: &dyn Program| kept.iter().map(|&s| p.values()[s]).collect::<Vec<_>>();
             assert_same(&at, "values", &values(&reference), &values(&jit));
+
+            for (k, &(batch, threads)) in MINIBATCHES.iter().enumerate() {
+                let at = format!("{at}, minibatches of {batch} on {threads} threads");
+                let (want, want_losses) = &minibatch_references[k];
+                jit.set_params(params).unwrap();
+                let mut losses = Vec::new();
+                for (inputs, lr) in runs {
+                    losses.extend(jit.train_minibatches(inputs, batch, *lr, threads).unwrap());
+                }
+                assert_same(&at, "losses", want_losses, &losses);
+                assert_same(&at, "params", &want.params(), &jit.params());
+                assert_same(&at, "grads", &want.param_grads(), &jit.param_grads());
+                assert_same(&at, "values", &values(want), &values(&jit));
+            }
         }
     }
+}
+
+/// The interpreter after `train_minibatches` over `runs` from `params`, and the losses, for
+/// each of [`MINIBATCHES`].
+fn minibatch_references(
+    g: &Graph,
+    params: &[f64],
+    runs: &[(Vec<f64>, f64)],
+) -> Vec<(Interpreter, Vec<f64>)> {
+    MINIBATCHES
+        .iter()
+        .map(|&(batch, threads)| {
+            let mut reference = Interpreter::new(g).unwrap();
+            reference.set_params(params).unwrap();
+            let mut losses = Vec::new();
+            for (inputs, lr) in runs {
+                let got = reference.train_minibatches(inputs, batch, *lr, threads);
+                losses.extend(got.unwrap());
+            }
+            (reference, losses)
+        })
+        .collect()
 }
 
 fn initial_params() -> Vec<f64> {

@@ -33,18 +33,19 @@ use inkwell::memory_buffer::MemoryBuffer;
 use inkwell::targets::{InitializationConfig, Target};
 
 use super::compiler::{compile_modules, llvm_error};
-use super::emit::{BACKWARD, FORWARD, MATERIALIZE, STEP, TRAIN, UPDATE};
+use super::emit::{ACCUMULATE, BACKWARD, FORWARD, MATERIALIZE, STEP, TRAIN, UPDATE};
 use super::{JitBuilder, JitStats};
 use crate::error::Result;
 use crate::op::MathFn;
 use crate::plan::Plan;
-use crate::program::initial_buffers;
+use crate::program::{all_finite, initial_buffers};
 use crate::tape::Tape;
 use strum::IntoEnumIterator;
 
 type PassFn = unsafe extern "C" fn(*mut f64, *mut f64);
 type UpdateFn = unsafe extern "C" fn(*mut f64, *mut f64, f64);
 type TrainFn = unsafe extern "C" fn(*mut f64, *mut f64, f64, *const f64, i64, *mut f64, *mut i64);
+type AccumulateFn = unsafe extern "C" fn(*mut f64, *mut f64, *const f64, i64, *mut f64, *mut i64);
 
 /// Initializes the native target and sets LLVM's global codegen options, once per process.
 ///
@@ -106,10 +107,12 @@ pub struct Native {
     code: Code,
 }
 
-/// `train`'s guard word: bit 0 is set only while every weight whose zero products `train`
-/// skips is finite (the bits above are `train`'s own, see `emit/sparse.rs`). `train` keeps it true (after each sample it is whether every sum its updated
-/// weights went into is finite); anything else that may change params makes it stale, and
-/// the next `train` computes it again from the weights.
+/// The guard word of `train` and `accumulate`: bit 0 is set only while every weight whose
+/// zero products they skip is finite (the bits above are `train`'s own, see
+/// `emit/sparse.rs`). `train` keeps it true (after each sample it is whether every sum its
+/// updated weights went into is finite), `accumulate` changes no weight; anything else that
+/// may change params makes it stale, and the next call computes it again from the weights.
+#[derive(Clone)]
 struct ZeroSkipGuard {
     weights: Vec<std::ops::Range<u32>>,
     word: i64,
@@ -120,11 +123,9 @@ impl ZeroSkipGuard {
     /// The word, computed again from `vals` if it is stale.
     fn word(&mut self, vals: &[f64]) -> &mut i64 {
         if !self.fresh {
-            let slots = self
-                .weights
-                .iter()
-                .flat_map(|r| r.start as usize..r.end as usize);
-            self.word = slots.map(|s| vals[s]).all(f64::is_finite) as i64;
+            let finite =
+                |r: &std::ops::Range<u32>| all_finite(&vals[r.start as usize..r.end as usize]);
+            self.word = self.weights.iter().all(finite) as i64;
             self.fresh = true;
         }
         &mut self.word
@@ -139,6 +140,8 @@ struct Entries {
     step: UpdateFn,
     materialize: PassFn,
     train: Option<TrainFn>,
+    /// Where the tape has a loss.
+    accumulate: Option<AccumulateFn>,
 }
 
 // SAFETY: the LLJIT is used by one thread at a time (linked in `compile`, disposed in `drop`,
@@ -359,6 +362,10 @@ impl Native {
         let (update, step) = (address(UPDATE)?, address(STEP)?);
         let materialize = address(MATERIALIZE)?;
         let train = if trains { Some(address(TRAIN)?) } else { None };
+        let accumulate = match tape.loss() {
+            Some(_) => Some(address(ACCUMULATE)?),
+            None => None,
+        };
         // The first lookup linked the objects; the linker's graph of them is gone too.
         release_free_memory();
         stats.codegen_secs += start.elapsed().as_secs_f64();
@@ -372,6 +379,7 @@ impl Native {
                 step: std::mem::transmute::<usize, UpdateFn>(step),
                 materialize: std::mem::transmute::<usize, PassFn>(materialize),
                 train: train.map(|t| std::mem::transmute::<usize, TrainFn>(t)),
+                accumulate: accumulate.map(|a| std::mem::transmute::<usize, AccumulateFn>(a)),
             }
         };
         let (vals, grads) = initial_buffers(tape);
@@ -510,9 +518,12 @@ impl Native {
     /// (deferred gradients stored first).
     pub fn replica(&self) -> NativeReplica<'_> {
         NativeReplica {
-            forward: self.entries.forward,
-            backward: self.entries.backward,
-            grads: self.grads().to_vec(),
+            accumulate: self.entries.accumulate,
+            sample_width: self.sample_width,
+            guard: ZeroSkipGuard {
+                fresh: false,
+                ..self.guard.clone()
+            },
             vals: self.vals.clone(),
             code: std::marker::PhantomData,
         }
@@ -524,30 +535,51 @@ impl Native {
     }
 }
 
-/// `Native`'s `forward` and `backward` over buffers of their own; it borrows the `Native`,
-/// whose code it runs.
+/// `Native`'s `accumulate` over a values buffer of its own; it borrows the `Native`, whose
+/// code it runs.
 pub struct NativeReplica<'a> {
-    forward: PassFn,
-    backward: PassFn,
+    accumulate: Option<AccumulateFn>,
+    sample_width: usize,
+    guard: ZeroSkipGuard,
     vals: Vec<f64>,
-    grads: Vec<f64>,
     code: std::marker::PhantomData<&'a ()>,
 }
 
 impl crate::program::Replica for NativeReplica<'_> {
-    fn buffers_mut(&mut self) -> (&mut [f64], &mut [f64]) {
-        (&mut self.vals, &mut self.grads)
+    fn values(&self) -> &[f64] {
+        &self.vals
     }
 
-    fn forward(&mut self) {
-        // SAFETY: as in `Native::forward`: these buffers have the tape's length (copies of
-        // the `Native`'s, never resized), and the code lives while the borrowed `Native`
-        // does. The code keeps no state of its own, so replicas may run it side by side.
-        unsafe { (self.forward)(self.vals.as_mut_ptr(), self.grads.as_mut_ptr()) }
+    fn values_mut(&mut self) -> &mut [f64] {
+        self.guard.fresh = false;
+        &mut self.vals
     }
 
-    fn backward(&mut self) {
-        // SAFETY: as in `forward`.
-        unsafe { (self.backward)(self.vals.as_mut_ptr(), self.grads.as_mut_ptr()) }
+    fn accumulate(&mut self, inputs: &[f64], losses: &mut [f64], grads: &mut [f64]) {
+        let accumulate = self
+            .accumulate
+            .expect("accumulate is called only for a tape with a loss, which has the entry");
+        let n = losses.len();
+        let whole = n >= 1 && inputs.len() == n * self.sample_width;
+        assert!(
+            whole && grads.len() == self.vals.len(),
+            "checked by the caller"
+        );
+        let guard: *mut i64 = self.guard.word(&self.vals);
+        // SAFETY: as in `Native::forward`: both buffers have the tape's length (`vals` a copy
+        // of the `Native`'s, never resized; `grads` asserted above), and the code lives while
+        // the borrowed `Native` does. `accumulate` reads `n` samples of `inputs` (its length,
+        // asserted above), writes `n` losses, and reads the guard word. The code keeps no
+        // state of its own, so replicas may run it side by side.
+        unsafe {
+            accumulate(
+                self.vals.as_mut_ptr(),
+                grads.as_mut_ptr(),
+                inputs.as_ptr(),
+                n as i64,
+                losses.as_mut_ptr(),
+                guard,
+            )
+        }
     }
 }

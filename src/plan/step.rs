@@ -62,7 +62,8 @@ pub struct TrainPlan {
     pub skip_zeros: Option<ZeroSkip>,
 }
 
-/// How `train`'s merged dot skips zero inputs. A step `t` whose input is exactly 0 in this
+/// How `train`'s merged dot skips zero inputs (and `accumulate`'s forward and backward of the
+/// same dot: see `emit/sparse.rs`). A step `t` whose input is exactly 0 in this
 /// sample and the next adds `w * 0` to the next sample's sum and subtracts `lr * (0 + g * 0)`
 /// from the weight. The first is a signed zero, the second `lr * +0` (the gradient buffer's
 /// zero turns a -0 into +0), and neither changes anything, unless

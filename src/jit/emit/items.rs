@@ -17,8 +17,9 @@ use inkwell::types::VectorType;
 use crate::passes::lanes::{vertical_arg, VERTICAL_BLOCK};
 use crate::passes::loops::{Affine, DotLoop, Item, Lanes, MapLoop, Nest, SharedGrad, SumLoop};
 use crate::plan::shared::SHARED_CHUNK;
+use crate::plan::ZeroSkip;
 
-impl<'ctx> Emitter<'ctx, '_> {
+impl<'ctx, 't> Emitter<'ctx, 't> {
     /// Forward of a loop item outside any nest.
     pub(super) fn item_forward(&self, frame: Frame<'ctx>, item: &Item) -> Emit<()> {
         self.loop_code(|| self.body_forward::<FloatValue>(frame, item, &Reps::top()))
@@ -213,6 +214,10 @@ impl<'ctx> Emitter<'ctx, '_> {
             Item::Dot(dot) if matches!(frame.pass, Pass::TrainForward) && self.merges(dot) => {
                 Ok(())
             }
+            Item::Dot(dot) if V::IS_VECTOR && self.accumulate_skip(frame, dot).is_some() => {
+                let skip = self.accumulate_skip(frame, dot).expect("checked");
+                self.sparse_dot_forward(frame, dot, reps, skip)
+            }
             Item::Dot(dot) => self.sum_forward::<V>(frame, &dot.sum, Some(&dot.products), reps),
             Item::Nest(nest) => self.nest_forward(frame, nest, reps),
             Item::Straight(_) | Item::SumPart { .. } => Ok(()),
@@ -238,6 +243,26 @@ impl<'ctx> Emitter<'ctx, '_> {
     fn merges(&self, dot: &DotLoop) -> bool {
         let train = self.plan.step.as_ref().and_then(|s| s.train.as_ref());
         train.is_some_and(|t| t.dot == dot.sum.slot)
+    }
+
+    /// How `accumulate`'s function 0 skips the zero inputs of `dot`, if this is that
+    /// function and `dot` is `train`'s: the plan's [`ZeroSkip`] and the guard word.
+    fn accumulate_skip(
+        &self,
+        frame: Frame<'ctx>,
+        dot: &DotLoop,
+    ) -> Option<(&'t ZeroSkip, PointerValue<'ctx>)> {
+        let Pass::Accumulate { guard } = frame.pass else {
+            return None;
+        };
+        let skip = self.zero_skip().filter(|_| self.merges(dot))?;
+        Some((skip, guard))
+    }
+
+    /// How `train`'s dot skips zero inputs, if it does.
+    pub(super) fn zero_skip(&self) -> Option<&'t ZeroSkip> {
+        let train = self.plan.step.as_ref()?.train.as_ref()?;
+        train.skip_zeros.as_ref()
     }
 
     /// `vals[out(t)] = op(vals[args(t)]...)` for `t` in `0..len`.
@@ -271,25 +296,38 @@ impl<'ctx> Emitter<'ctx, '_> {
     ) -> Emit<()> {
         let firsts = self.load_first::<V>(frame.vals, sum.first, reps)?;
         let totals = self.emit_loop(sum.tail_len, false, &firsts, |this, t, accs| {
-            reps.vectors
-                .iter()
-                .zip(accs)
-                .map(|(&lanes, &acc)| {
-                    let term = match products {
-                        Some(map) => {
-                            let x = this.load_args::<V>(frame.vals, map, t, reps, lanes)?;
-                            let mut ar = this.arith::<V>(lanes);
-                            let product = map.op.forward(&mut ar, &x);
-                            ar.finish()?;
-                            product
-                        }
-                        None => V::load(this, frame.vals, sum.tail, t, reps, lanes)?,
-                    };
-                    this.add_to_sum(acc, term)
-                })
-                .collect()
+            this.sum_step(frame, sum, products, t, reps, accs)
         })?;
         self.store_first(frame.vals, sum.slot, reps, &totals)
+    }
+
+    /// Step `t` of [`Emitter::sum_forward`]: its term added to each lane's sum so far.
+    pub(super) fn sum_step<V: LaneIo<'ctx>>(
+        &self,
+        frame: Frame<'ctx>,
+        sum: &SumLoop,
+        products: Option<&MapLoop>,
+        t: IntValue<'ctx>,
+        reps: &Reps<'ctx>,
+        accs: &[V],
+    ) -> Emit<Vec<V>> {
+        reps.vectors
+            .iter()
+            .zip(accs)
+            .map(|(&lanes, &acc)| {
+                let term = match products {
+                    Some(map) => {
+                        let x = self.load_args::<V>(frame.vals, map, t, reps, lanes)?;
+                        let mut ar = self.arith::<V>(lanes);
+                        let product = map.op.forward(&mut ar, &x);
+                        ar.finish()?;
+                        product
+                    }
+                    None => V::load(self, frame.vals, sum.tail, t, reps, lanes)?,
+                };
+                self.add_to_sum(acc, term)
+            })
+            .collect()
     }
 
     /// For `t` from `len - 1` down to 0, each operand's gradient `+=` its local gradient, in
@@ -363,6 +401,9 @@ impl<'ctx> Emitter<'ctx, '_> {
         }
         if let Some(shared) = vertical_arg(map, reps.lane_level()).filter(|_| reps.vertical) {
             return self.vertical_dot_backward(frame, dot, reps, shared);
+        }
+        if let Some((skip, _)) = self.accumulate_skip(frame, dot).filter(|_| V::IS_VECTOR) {
+            return self.sparse_dot_backward(frame, dot, reps, skip);
         }
         let gs = self.sum_grads::<V>(frame, sum, reps)?;
         let g_products = self.fresh(&gs)?;
@@ -688,7 +729,7 @@ impl<'ctx> Emitter<'ctx, '_> {
     }
 
     /// Loads a sum's gradient for every vector and adds it into `first`.
-    fn sum_grads<V: LaneIo<'ctx>>(
+    pub(super) fn sum_grads<V: LaneIo<'ctx>>(
         &self,
         frame: Frame<'ctx>,
         sum: &SumLoop,
@@ -722,7 +763,7 @@ impl<'ctx> Emitter<'ctx, '_> {
 
     /// The local gradients of a dot's products at step `t` (whose gradients per vector are
     /// `g_products`), per vector, in operand order.
-    fn products_locals<V: LaneIo<'ctx>>(
+    pub(super) fn products_locals<V: LaneIo<'ctx>>(
         &self,
         frame: Frame<'ctx>,
         map: &MapLoop,
@@ -759,7 +800,7 @@ impl<'ctx> Emitter<'ctx, '_> {
 
     /// Adds each operand's local gradients (`locals[vector][operand]`), operand by operand,
     /// vectors from the last: the order the plan checked lanes for.
-    fn accumulate_args<V: LaneIo<'ctx>>(
+    pub(super) fn accumulate_args<V: LaneIo<'ctx>>(
         &self,
         frame: Frame<'ctx>,
         map: &MapLoop,
@@ -793,7 +834,7 @@ impl<'ctx> Emitter<'ctx, '_> {
 
     /// `buf[a(0, j)]` for every vector of `reps`: one value per vector (a sum's first
     /// operand, gradient or total).
-    fn load_first<V: LaneIo<'ctx>>(
+    pub(super) fn load_first<V: LaneIo<'ctx>>(
         &self,
         buf: PointerValue<'ctx>,
         a: Affine,
@@ -807,7 +848,7 @@ impl<'ctx> Emitter<'ctx, '_> {
     }
 
     /// `buf[a(0, j)] = vs[vector]` for every vector of `reps`.
-    fn store_first<V: LaneIo<'ctx>>(
+    pub(super) fn store_first<V: LaneIo<'ctx>>(
         &self,
         buf: PointerValue<'ctx>,
         a: Affine,

@@ -22,6 +22,10 @@
 //! - `train(ptr vals, ptr grads, double lr, ptr inputs, i64 n, ptr losses, ptr guard)`:
 //!   `step` on `n` samples, where the plan merges a first layer (`guard`: the `i64` word of
 //!   its zero-skipping, see [`crate::plan::ZeroSkip`])
+//! - `accumulate(ptr vals, ptr grads, ptr inputs, i64 n, ptr losses, ptr guard)`: params'
+//!   gradients zeroed, then forward and backward on each of `n` samples, where the tape has
+//!   a loss (`guard`: bit 0 says the weights of `train`'s dot are finite, see
+//!   [`crate::plan::ZeroSkip`])
 
 mod items;
 mod known;
@@ -58,6 +62,7 @@ pub const UPDATE: &str = "update";
 pub const STEP: &str = "step";
 pub const MATERIALIZE: &str = "materialize";
 pub const TRAIN: &str = "train";
+pub const ACCUMULATE: &str = "accumulate";
 
 pub(super) type Emit<T> = Result<T, BuilderError>;
 
@@ -115,6 +120,11 @@ enum Pass<'ctx> {
     TrainBackward {
         lr: FloatValue<'ctx>,
         samples: Samples<'ctx>,
+    },
+    /// `accumulate`'s forward or backward function 0, which skips the zero inputs of
+    /// `train`'s dot while `guard` (an `i64` word) says the dot's weights are finite.
+    Accumulate {
+        guard: PointerValue<'ctx>,
     },
     /// `materialize` and the updates.
     Other,
@@ -259,6 +269,9 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         self.driver(BACKWARD, &backward, false)?;
         let update = self.update_function(UPDATE, None)?;
         let trains = self.step_entries(&forward, &backward, &step_backward, update)?;
+        if self.tape.loss().is_some() {
+            self.accumulate(&forward, &backward)?;
+        }
         Ok(Lowered {
             module: self.module,
             trains,
@@ -323,6 +336,18 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
             grads: second,
             pass,
         };
+        self.forward_body(frame, out, items)?;
+        Ok(part)
+    }
+
+    /// The forward walk over a function's items, storing straight-line values through `out`.
+    fn forward_body(
+        &self,
+        frame: Frame<'ctx>,
+        out: PointerValue<'ctx>,
+        items: &[Item],
+    ) -> Emit<()> {
+        let vals = frame.vals;
         let mut chunk = straight::ForwardChunk::default();
         for item in items {
             match item {
@@ -334,7 +359,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
             }
         }
         self.builder.build_return(None)?;
-        Ok(part)
+        Ok(())
     }
 
     /// The backward pass as parts (none without a loss): `{prefix}_init`, the functions from

@@ -20,12 +20,20 @@
 //! NaN or infinite; the weights the loop skips did not change. A sum that overflows clears
 //! the guard too, which only costs speed; the dense loop sets it again once every sum is
 //! finite.
+//!
+//! `accumulate` (a minibatch's chunk) skips the same dot's zero inputs in its forward
+//! ([`Emitter::sparse_dot_forward`]: under the guard word's bit 0, recomputed by its caller
+//! when params change, with the -0 check) and its backward ([`Emitter::sparse_dot_backward`]:
+//! where the products' gradients are finite, into gradients it zeroed itself).
 
+use inkwell::basic_block::BasicBlock;
 use inkwell::types::{BasicTypeEnum, VectorType};
 use inkwell::values::{FunctionValue, IntValue, PointerValue, VectorValue};
 use inkwell::{FloatPredicate, IntPredicate};
 
-use super::{Emit, Emitter, MergedDot};
+use super::lanes::Reps;
+use super::{Emit, Emitter, Frame, MergedDot};
+use crate::passes::loops::{Affine, DotLoop};
 use crate::plan::ZeroSkip;
 
 /// How many samples run dense without looking after one too dense to skip (so dense data
@@ -89,27 +97,16 @@ impl<'ctx> Emitter<'ctx, '_> {
 
         self.builder.position_at_end(list);
         let len = m.dot.products.len;
-        let (steps, n) = self.nonzero_steps(m, skip)?;
-        if skip.always {
-            self.builder.build_unconditional_branch(sparse)?;
-        } else {
-            // Skipping pays while at most 3 steps in 4 remain; a sample denser than that
-            // makes the next `DENSE_WAIT` run dense without looking.
-            let most = i64t.const_int(len as u64 * 3 / 4, false);
-            let few = self
-                .builder
-                .build_int_compare(IntPredicate::ULE, n, most, "few")?;
-            self.builder.build_conditional_branch(few, sparse, dense)?;
-        }
+        let input = self.input_affine(m.dot.products.args[skip.input]);
+        let (steps, n) =
+            self.nonzero_steps(len, &[(m.samples.this, input), (m.samples.next, input)])?;
+        // A sample too dense to skip makes the next `DENSE_WAIT` run dense without looking.
+        self.branch_on_density(n, len, skip, sparse, dense)?;
         let list_end = self.block();
 
         self.builder.position_at_end(sparse);
         let skipped = self.counted_loop(n, biases, |this, k, sums| {
-            let at = step_ptr(this, steps, k)?;
-            let t = this.builder.build_load(this.context.i32_type(), at, "t")?;
-            let t = this
-                .builder
-                .build_int_z_extend(t.into_int_value(), i64t, "t")?;
+            let t = this.load_step(steps, k)?;
             this.merged_step(m, t, sums)
         })?;
         let negative_zero = self.any_negative_zero(&skipped)?;
@@ -137,17 +134,11 @@ impl<'ctx> Emitter<'ctx, '_> {
         self.builder.build_unconditional_branch(done)?;
 
         self.builder.position_at_end(done);
-        let sums = (0..biases.len())
-            .map(|v| {
-                let phi = self.builder.build_phi(biases[v].get_type(), "sum")?;
-                phi.add_incoming(&[
-                    (&skipped[v], sparse_end),
-                    (&redone[v], redo_end),
-                    (&every[v], dense_end),
-                ]);
-                Ok(phi.as_basic_value().into_vector_value())
-            })
-            .collect::<Emit<Vec<_>>>()?;
+        let sums = self.join(&[
+            (&skipped, sparse_end),
+            (&redone, redo_end),
+            (&every, dense_end),
+        ])?;
         let wait = self.builder.build_phi(i64t, "wait")?;
         wait.add_incoming(&[
             (&zero, sparse_end),
@@ -163,28 +154,27 @@ impl<'ctx> Emitter<'ctx, '_> {
         Ok(sums)
     }
 
-    /// The steps `t` (ascending, as `i32`s in a stack array) whose input is not 0 in this
-    /// sample or the next (NaN counts as not 0), and how many there are. Inputs at unit
-    /// stride are tested [`CHUNK`] at a time, their steps stored with one compress-store.
+    /// The steps `t` in `0..len` (ascending, as `i32`s in a stack array) where some input
+    /// `buf[a(t)]` of `inputs` is not 0 (NaN counts as not 0), and how many there are.
+    /// Inputs at unit stride are tested [`CHUNK`] at a time, their steps stored with one
+    /// compress-store.
     fn nonzero_steps(
         &self,
-        m: &MergedDot<'_, 'ctx, VectorValue<'ctx>>,
-        skip: &ZeroSkip,
+        len: u32,
+        inputs: &[(PointerValue<'ctx>, Affine)],
     ) -> Emit<(PointerValue<'ctx>, IntValue<'ctx>)> {
         let (i32t, i64t) = (self.context.i32_type(), self.context.i64_type());
-        let len = m.dot.products.len;
-        let input = self.input_affine(m.dot.products.args[skip.input]);
         let steps = self.entry_alloca(i32t.array_type(len).into(), "steps")?;
         let count = self.entry_alloca(i64t.into(), "count")?;
         self.builder.build_store(count, i64t.const_zero())?;
-        let samples = [m.samples.this, m.samples.next];
-        let vectorized = if input.stride == 1 { len / CHUNK } else { 0 };
+        let unit_stride = inputs.iter().all(|(_, a)| a.stride == 1);
+        let vectorized = if unit_stride { len / CHUNK } else { 0 };
         // Per step of `width` inputs from `first`: whether each is not 0 in either sample.
         let nonzero = |this: &Self, first: IntValue<'ctx>, width: u32| -> Emit<VectorValue<'ctx>> {
             let ty = this.f64_type.vec_type(width);
             let mut mask: Option<VectorValue<'ctx>> = None;
-            for sample in samples {
-                let x = this.load_vector(this.ptr_at(sample, input, first, &[])?, ty)?;
+            for &(buf, input) in inputs {
+                let x = this.load_vector(this.ptr_at(buf, input, first, &[])?, ty)?;
                 let zero = ty.const_zero();
                 let test = this
                     .builder
@@ -194,7 +184,7 @@ impl<'ctx> Emitter<'ctx, '_> {
                     None => test,
                 });
             }
-            Ok(mask.expect("two samples"))
+            Ok(mask.expect("at least one input"))
         };
         if vectorized > 0 {
             let chunk = i64t.const_int(CHUNK as u64, false);
@@ -252,6 +242,158 @@ impl<'ctx> Emitter<'ctx, '_> {
         }
         let n = self.builder.build_load(i64t, count, "n")?.into_int_value();
         Ok((steps, n))
+    }
+
+    /// `accumulate`'s forward of `train`'s dot `dot` (see [`crate::plan::ZeroSkip`]): the
+    /// sums from the biases over the steps whose input is not 0, while the guard word says
+    /// every weight is finite (so each skipped product is a signed 0). A sum that comes out
+    /// -0 is computed again over every step (a skipped +0 would have made it +0), as is every
+    /// sum where the guard is clear or too few inputs are 0.
+    pub(super) fn sparse_dot_forward(
+        &self,
+        frame: Frame<'ctx>,
+        dot: &DotLoop,
+        reps: &Reps<'ctx>,
+        (skip, guard): (&ZeroSkip, PointerValue<'ctx>),
+    ) -> Emit<()> {
+        let i64t = self.context.i64_type();
+        let len = dot.products.len;
+        let biases = self.load_first::<VectorValue>(frame.vals, dot.sum.first, reps)?;
+        let step = |this: &Self, t, sums: &[VectorValue<'ctx>]| {
+            this.sum_step(frame, &dot.sum, Some(&dot.products), t, reps, sums)
+        };
+        let word = self
+            .builder
+            .build_load(i64t, guard, "guard")?
+            .into_int_value();
+        let set = self.builder.build_and(word, i64t.const_int(1, false), "")?;
+        let set =
+            self.builder
+                .build_int_compare(IntPredicate::NE, set, i64t.const_zero(), "finite")?;
+        let f = self.current_function();
+        let block = |name| self.context.append_basic_block(f, name);
+        let (list, sparse, dense, done) = (
+            block("list"),
+            block("sparse"),
+            block("dense"),
+            block("done"),
+        );
+        self.builder.build_conditional_branch(set, list, dense)?;
+
+        self.builder.position_at_end(list);
+        let input = dot.products.args[skip.input];
+        let (steps, n) = self.nonzero_steps(len, &[(frame.vals, input)])?;
+        self.branch_on_density(n, len, skip, sparse, dense)?;
+
+        self.builder.position_at_end(sparse);
+        let skipped = self.counted_loop(n, &biases, |this, k, sums| {
+            let t = this.load_step(steps, k)?;
+            step(this, t, sums)
+        })?;
+        let negative_zero = self.any_negative_zero(&skipped)?;
+        let sparse_end = self.block();
+        self.builder
+            .build_conditional_branch(negative_zero, dense, done)?;
+
+        self.builder.position_at_end(dense);
+        let every = self.emit_loop(len, false, &biases, step)?;
+        let dense_end = self.block();
+        self.builder.build_unconditional_branch(done)?;
+
+        self.builder.position_at_end(done);
+        let sums = self.join(&[(&skipped, sparse_end), (&every, dense_end)])?;
+        self.store_first(frame.vals, dot.sum.slot, reps, &sums)
+    }
+
+    /// `accumulate`'s backward of `train`'s dot `dot`: the weights' gradients over the steps
+    /// whose input is not 0, where every product's gradient is finite (so each skipped
+    /// addition is of a signed 0, to a gradient that `accumulate` started from +0 and that
+    /// sums of +0 and numbers never make -0: it changes nothing).
+    pub(super) fn sparse_dot_backward(
+        &self,
+        frame: Frame<'ctx>,
+        dot: &DotLoop,
+        reps: &Reps<'ctx>,
+        skip: &ZeroSkip,
+    ) -> Emit<()> {
+        let (sum, map) = (&dot.sum, &dot.products);
+        let gs = self.sum_grads::<VectorValue>(frame, sum, reps)?;
+        let g_products = self.fresh(&gs)?;
+        let step = |this: &Self, t| -> Emit<Vec<VectorValue<'ctx>>> {
+            let locals = this.products_locals(frame, map, t, reps, &g_products)?;
+            this.accumulate_args(frame, map, t, reps, &locals)?;
+            Ok(Vec::new())
+        };
+        let finite = self.all_finite(&g_products)?;
+        let f = self.current_function();
+        let block = |name| self.context.append_basic_block(f, name);
+        let (list, sparse, dense, done) = (
+            block("list"),
+            block("sparse"),
+            block("dense"),
+            block("done"),
+        );
+        self.builder.build_conditional_branch(finite, list, dense)?;
+
+        self.builder.position_at_end(list);
+        let (steps, n) = self.nonzero_steps(map.len, &[(frame.vals, map.args[skip.input])])?;
+        self.branch_on_density(n, map.len, skip, sparse, dense)?;
+
+        self.builder.position_at_end(sparse);
+        self.counted_loop(n, &[], |this, k, _| step(this, this.load_step(steps, k)?))?;
+        self.builder.build_unconditional_branch(done)?;
+
+        self.builder.position_at_end(dense);
+        self.emit_loop::<VectorValue>(map.len, true, &[], |this, t, _| step(this, t))?;
+        self.builder.build_unconditional_branch(done)?;
+        self.builder.position_at_end(done);
+        Ok(())
+    }
+
+    /// To `sparse` if the `n` steps of `len` left are few enough to pay for skipping (at
+    /// most 3 in 4, or any number if `skip` says always), else to `dense`.
+    fn branch_on_density(
+        &self,
+        n: IntValue<'ctx>,
+        len: u32,
+        skip: &ZeroSkip,
+        sparse: BasicBlock<'ctx>,
+        dense: BasicBlock<'ctx>,
+    ) -> Emit<()> {
+        if skip.always {
+            self.builder.build_unconditional_branch(sparse)?;
+            return Ok(());
+        }
+        let most = self.context.i64_type().const_int(len as u64 * 3 / 4, false);
+        let few = self
+            .builder
+            .build_int_compare(IntPredicate::ULE, n, most, "few")?;
+        self.builder.build_conditional_branch(few, sparse, dense)?;
+        Ok(())
+    }
+
+    /// Step `k` of the list [`Emitter::nonzero_steps`] made, as an `i64`.
+    fn load_step(&self, steps: PointerValue<'ctx>, k: IntValue<'ctx>) -> Emit<IntValue<'ctx>> {
+        let at = step_ptr(self, steps, k)?;
+        let t = self.builder.build_load(self.context.i32_type(), at, "t")?;
+        self.builder
+            .build_int_z_extend(t.into_int_value(), self.context.i64_type(), "t")
+    }
+
+    /// Per carried value, a phi of its `arms` (values, and the block each comes from).
+    fn join(
+        &self,
+        arms: &[(&[VectorValue<'ctx>], BasicBlock<'ctx>)],
+    ) -> Emit<Vec<VectorValue<'ctx>>> {
+        (0..arms[0].0.len())
+            .map(|v| {
+                let phi = self.builder.build_phi(arms[0].0[v].get_type(), "sum")?;
+                for (values, from) in arms {
+                    phi.add_incoming(&[(&values[v], *from)]);
+                }
+                Ok(phi.as_basic_value().into_vector_value())
+            })
+            .collect()
     }
 
     /// A loop over `k` in `0..n` (`n` known at run time only, maybe 0) carrying `carried`:

@@ -5,7 +5,7 @@ use inkwell::values::{FloatValue, IntValue, PointerValue, VectorValue};
 
 use super::known::Place;
 use super::lanes::{Reps, Vector};
-use super::{Buf, Emit, Emitter, Frame, Part, Pass, Samples, MATERIALIZE, STEP, TRAIN};
+use super::{Buf, Emit, Emitter, Frame, Part, Pass, Samples, ACCUMULATE, MATERIALIZE, STEP, TRAIN};
 use crate::op::Arith;
 use crate::passes::loops::Affine;
 use crate::plan::{StepPlan, TrainPlan};
@@ -179,6 +179,112 @@ impl<'ctx> Emitter<'ctx, '_> {
         self.builder.position_at_end(exit);
         self.builder.build_return(None)?;
         Ok(())
+    }
+
+    /// `accumulate(vals, grads, inputs, n, losses, guard)`: params' gradients zeroed, then
+    /// each of the `n >= 1` samples of `inputs` copied into `vals` and run forward (its loss
+    /// into `losses`) and backward. Where `train`'s dot skips zero inputs, forward and
+    /// backward function 0 are `acc_fwd0` and `acc_bwd0`, which skip them too
+    /// ([`Emitter::sparse_dot_forward`], [`Emitter::sparse_dot_backward`]; the zeroed
+    /// gradients here are what makes the backward's skipping exact).
+    pub(super) fn accumulate(&self, forward: &[Part<'ctx>], backward: &[Part<'ctx>]) -> Emit<()> {
+        let ptr = self.context.ptr_type(Default::default());
+        let i64t = self.context.i64_type();
+        // `backward`'s parts are init, the functions from the last, rest.
+        let (forward_at, backward_at) = (0, backward.len() - 2);
+        let skipping = match self.zero_skip() {
+            Some(_) => Some((
+                self.accumulate_function("acc_fwd0", false)?,
+                self.accumulate_function("acc_bwd0", true)?,
+            )),
+            None => None,
+        };
+        let zero = self.zero_param_grads()?;
+        let f = self.begin_function(
+            ACCUMULATE,
+            &[ptr.into(), i64t.into(), ptr.into(), ptr.into()],
+            true,
+        );
+        let (vals, grads) = self.buffers(f);
+        let param = |i| f.get_nth_param(i).unwrap();
+        let inputs = param(2).into_pointer_value();
+        let n = param(3).into_int_value();
+        let losses = param(4).into_pointer_value();
+        let guard = param(5).into_pointer_value();
+        let loss = self.tape.loss().expect("accumulate is emitted for a loss");
+        let p = self.tape.num_params() as u32;
+        let bytes = i64t.const_int(8 * self.tape.num_inputs() as u64, false);
+        self.calls(&[zero], vals, grads, None)?;
+        let entry = self.block();
+        let body = self.context.append_basic_block(f, "sample");
+        let exit = self.context.append_basic_block(f, "exit");
+        self.builder.build_unconditional_branch(body)?;
+
+        self.builder.position_at_end(body);
+        let s = self.builder.build_phi(i64t, "s")?;
+        let s_value = s.as_basic_value().into_int_value();
+        let sample = self.sample_ptr(inputs, s_value, "sample")?;
+        let input_slots = self.slot_ptr(vals, Slot(p))?;
+        self.builder
+            .build_memcpy(input_slots, 8, sample, 8, bytes)?;
+        // Each part in turn, `at`'s replaced by its skipping function if there is one.
+        let run = |parts: &[Part<'ctx>], at: usize, skipping: Option<Part<'ctx>>| -> Emit<()> {
+            for (k, part) in parts.iter().enumerate() {
+                match skipping.filter(|_| k == at) {
+                    Some(skips) => {
+                        let args = [vals.into(), grads.into(), guard.into()];
+                        self.builder.build_call(skips.f, &args, "")?;
+                    }
+                    None => self.calls(&[*part], vals, grads, None)?,
+                }
+            }
+            Ok(())
+        };
+        run(forward, forward_at, skipping.map(|s| s.0))?;
+        let value = self.load_slot(vals, loss, "loss")?;
+        // `losses` has `n` entries and s < n.
+        self.builder
+            .build_store(self.element_ptr(losses, s_value)?, value)?;
+        run(backward, backward_at, skipping.map(|s| s.1))?;
+        let next = self
+            .builder
+            .build_int_add(s_value, i64t.const_int(1, false), "next")?;
+        let more = self
+            .builder
+            .build_int_compare(inkwell::IntPredicate::ULT, next, n, "more")?;
+        let latch = self.block();
+        self.builder.build_conditional_branch(more, body, exit)?;
+        s.add_incoming(&[(&i64t.const_zero(), entry), (&next, latch)]);
+
+        self.builder.position_at_end(exit);
+        self.builder.build_return(None)?;
+        Ok(())
+    }
+
+    /// `name(vals, grads, guard)`: `accumulate`'s forward (or backward) function 0, which
+    /// skips the zero inputs of `train`'s dot.
+    fn accumulate_function(&self, name: &str, backward: bool) -> Emit<Part<'ctx>> {
+        let ptr = self.context.ptr_type(Default::default());
+        let f = self.begin_function(name, &[ptr.into()], false);
+        let (vals, grads) = self.buffers(f);
+        let frame = Frame {
+            vals,
+            grads,
+            pass: Pass::Accumulate {
+                guard: f.get_nth_param(2).unwrap().into_pointer_value(),
+            },
+        };
+        let items = &self.plan.functions[0];
+        if backward {
+            self.backward_body(frame, items)?;
+        } else {
+            self.forward_body(frame, vals, items)?;
+        }
+        Ok(Part {
+            f,
+            second: Buf::Grads,
+            lr: false,
+        })
     }
 
     /// `&inputs[sample * num_inputs]`, the first input of a sample of `train`'s argument
