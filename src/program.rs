@@ -74,6 +74,7 @@
 
 use crate::error::{Error, Result};
 use crate::graph::Value;
+use crate::op::F64;
 use crate::tape::{Slot, Tape};
 
 pub(crate) use backend::{Backend, Replica};
@@ -246,6 +247,13 @@ pub trait Program: backend::Sealed {
     /// interpreter keeps every slot; the JIT all but the products it fuses into sums.
     fn is_kept(&self, slot: Slot) -> bool;
 
+    /// Every slot's value and gradient as of the last `forward` and `backward`, those this
+    /// program does not keep recomputed from the kept ones, bit for bit as the interpreter
+    /// computes them: what a caller that shows every node (as micrograd does) reads. Only
+    /// while the params are those `forward` saw (the recomputed values use the params as
+    /// they are; after `update` or `step` the interpreter's still show the old ones).
+    fn every_value_and_grad(&self) -> (Vec<f64>, Vec<f64>);
+
     /// The value of `v` as of the last `forward`.
     fn value(&self, v: Value<'_>) -> Result<f64>;
 
@@ -373,6 +381,43 @@ impl<B: Backend> Program for B {
 
     fn is_kept(&self, slot: Slot) -> bool {
         slot.index() < self.tape().len() && self.keeps(slot)
+    }
+
+    fn every_value_and_grad(&self) -> (Vec<f64>, Vec<f64>) {
+        let tape = self.tape();
+        let (mut values, mut grads) = (self.values().to_vec(), self.grads().to_vec());
+        let missing: Vec<bool> = tape.slots().map(|s| !self.keeps(s)).collect();
+        if !missing.contains(&true) {
+            return (values, grads);
+        }
+        let mut operands = Vec::new();
+        for s in tape.slots().filter(|s| missing[s.index()]) {
+            operands.clear();
+            operands.extend(tape.args(s).iter().map(|a| values[a.index()]));
+            values[s.index()] = tape.op(s).forward(&mut F64, &operands);
+            grads[s.index()] = 0.0;
+        }
+        // The interpreter's backward for the missing slots' gradients: from 0, each
+        // consumer's local gradient in reverse slot order (a consumer's own gradient is
+        // final by then: all of its consumers come after it).
+        let mut local = Vec::new();
+        for s in tape.slots().rev() {
+            let (op, args) = (tape.op(s), tape.args(s));
+            let feeds_missing = args.iter().any(|a| missing[a.index()]);
+            if op.is_leaf() || !tape.needs_grad(s) || !feeds_missing {
+                continue;
+            }
+            operands.clear();
+            operands.extend(args.iter().map(|a| values[a.index()]));
+            let (out, g) = (values[s.index()], grads[s.index()]);
+            op.local_grads(&mut F64, &operands, out, g, &mut local);
+            for (a, d) in args.iter().zip(&local) {
+                if missing[a.index()] && tape.needs_grad(*a) {
+                    grads[a.index()] += d;
+                }
+            }
+        }
+        (values, grads)
     }
 
     fn value(&self, v: Value<'_>) -> Result<f64> {

@@ -128,6 +128,45 @@ fn the_jit_does_not_keep_products_fused_into_their_sum() {
 }
 
 #[test]
+fn every_value_and_grad_recomputes_fused_products_with_the_interpreters_bits() {
+    let g = Graph::new();
+    let d = dot(&g, 12);
+    let mut inputs = dot_inputs(12);
+    // A -0 product, whose gradient `0 + g` is +0 where a -0 would show.
+    inputs[3] = -0.0;
+    let everything: Vec<Value> = (d.w.iter().chain(&d.x).chain(&d.products))
+        .chain([&d.b, &d.sum, &d.loss])
+        .copied()
+        .collect();
+    let every = |p: &dyn Program, v: Value<'_>| {
+        let (values, grads) = p.every_value_and_grad();
+        let slot = p.tape().slot(v).unwrap().index();
+        (values[slot].to_bits(), grads[slot].to_bits())
+    };
+    let mut reference = interpreter(&g);
+    let mut jits = every_jit(&g);
+    // Twice: params' gradients accumulate, the others start from 0.
+    for p in once(&mut reference).chain(&mut jits) {
+        forward_backward(p.program.as_mut(), &inputs);
+        p.program.step(&inputs, 0.1).unwrap();
+        forward_backward(p.program.as_mut(), &inputs);
+        forward_backward(p.program.as_mut(), &inputs);
+    }
+    for jit in &jits {
+        for &v in &everything {
+            let (j, r) = (jit.program.as_ref(), reference.program.as_ref());
+            assert_eq!(
+                every(j, v),
+                read(r, v).unwrap(),
+                "{}: #{}",
+                jit.name,
+                v.id()
+            );
+        }
+    }
+}
+
+#[test]
 fn not_kept_says_which_node_and_how_to_keep_it() {
     let g = Graph::new();
     let d = dot(&g, 12);
