@@ -1,0 +1,221 @@
+//! `Value.backward`: micrograd's code rebuilds its graph every step, and every rebuild has the
+//! same structure. So `backward` linearizes the graph under the root (micrograd's
+//! topological order, operands in order), keys it by its structure (each node's op and its
+//! operands' positions, not the numbers), and runs the tape of that structure: the
+//! interpreter the first time a structure is seen, the JIT (compiled once, at the second
+//! sight) from then on. Only the leaves' numbers go in; every node's gradient comes out.
+//!
+//! Every leaf (a `Value(x)`, or a number an operator met) is a param of the tape: params'
+//! gradients are what the tape computes for leaves. A leaf's gradient is added to its
+//! `grad` and the others' too (micrograd adds into every node's), the root's set to 1.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use tapejit::{Graph, Interpreter, Jit, Program};
+
+use crate::value::Value;
+
+/// How many structures the cache keeps (the least recently used goes first).
+const CACHED: usize = 16;
+
+/// A structure's program and where each node lives in its tape.
+struct Compiled {
+    program: Box<dyn Program + Send>,
+    /// Per node, in topological order: its slot.
+    slots: Vec<u32>,
+    /// Whether `program` is the JIT's.
+    native: bool,
+    /// When it was last used (the cache's clock).
+    used: u64,
+}
+
+/// Structures seen, by key.
+#[derive(Default)]
+struct Cache {
+    programs: HashMap<Vec<u64>, Compiled, BuildHasherDefault<KeyHasher>>,
+    clock: u64,
+}
+
+static CACHE: Mutex<Option<Cache>> = Mutex::new(None);
+
+/// Numbers `backward` calls, for marks: a value whose mark's upper half is this call's has
+/// been visited, and its lower half is its position in the order (or [`UNPLACED`] while its
+/// operands are being visited).
+static CALLS: AtomicU64 = AtomicU64::new(0);
+const UNPLACED: u64 = u32::MAX as u64;
+
+/// The graph under `root` in micrograd's topological order (operands before the values made
+/// from them, each operand's subgraph in operand order), and its structural key. Marks each
+/// value with its position ([`position`]).
+fn linearize(root: &Value) -> (Vec<&Value>, Vec<u64>) {
+    let call = CALLS.fetch_add(1, Ordering::Relaxed) + 1;
+    let visit = |v: &Value| v.mark.swap(call << 32 | UNPLACED, Ordering::Relaxed) >> 32 != call;
+    let mut order: Vec<&Value> = Vec::new();
+    visit(root);
+    let mut stack: Vec<(&Value, usize)> = vec![(root, 0)];
+    while let Some((v, next)) = stack.last_mut() {
+        let v: &Value = v;
+        if let Some(operand) = v.prev().nth(*next) {
+            *next += 1;
+            let operand = operand.get();
+            // A value being visited is never reached again below itself (the graph has no
+            // cycles); one already placed keeps its mark.
+            if operand.mark.load(Ordering::Relaxed) >> 32 != call {
+                visit(operand);
+                stack.push((operand, 0));
+            }
+        } else {
+            v.mark
+                .store(call << 32 | order.len() as u64, Ordering::Relaxed);
+            order.push(v);
+            stack.pop();
+        }
+    }
+    let mut key = Vec::with_capacity(order.len() * 3);
+    for v in &order {
+        key.push(op_code(v));
+        key.extend(v.prev().map(|p| position(p.get()) as u64));
+    }
+    (order, key)
+}
+
+/// Where the last [`linearize`] placed `v`.
+fn position(v: &Value) -> usize {
+    (v.mark.load(Ordering::Relaxed) & UNPLACED) as usize
+}
+
+/// FxHash's mixing, eight bytes at a time: keys are long, and SipHash over them cost as
+/// much as the rest of `backward`.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// A node's op as a number of the key: the op's index and, for `Powf`, its exponent's bits
+/// (kept in the upper half; the lower holds the operand count).
+fn op_code(v: &Value) -> u64 {
+    use tapejit::Op;
+    let code = match v.op {
+        None => 0,
+        Some(Op::Add) => 1,
+        Some(Op::Mul) => 2,
+        Some(Op::Powf(c)) => 3 | (c.to_bits() & !0xff),
+        Some(Op::Relu) => 4,
+        Some(Op::Tanh) => 5,
+        Some(Op::Exp) => 6,
+        Some(Op::Log) => 7,
+        Some(_) => 8,
+    };
+    // Distinct from every operand position: a position is below 2^63.
+    code | 1 << 63
+}
+
+/// The program of the structure `order` (the interpreter's, or the JIT's if `native`), and
+/// every node's slot.
+fn build(order: &[&Value], native: bool) -> PyResult<Compiled> {
+    let g = Graph::new();
+    let mut nodes = Vec::with_capacity(order.len());
+    for &v in order {
+        let node = match v.op {
+            None => g.param(v.data.get()),
+            Some(op) => {
+                let args: Vec<_> = v.prev().map(|p| nodes[position(p.get())]).collect();
+                g.apply(op, &args).map_err(error)?
+            }
+        };
+        nodes.push(node);
+    }
+    let root = *nodes.last().expect("a graph has its root");
+    g.set_loss(root).map_err(error)?;
+    let program: Box<dyn Program + Send> = if native {
+        Box::new(Jit::compile(&g).map_err(error)?)
+    } else {
+        Box::new(Interpreter::new(&g).map_err(error)?)
+    };
+    let slots = nodes
+        .iter()
+        .map(|&n| program.tape().slot(n).map(|s| s.0).map_err(error))
+        .collect::<PyResult<_>>()?;
+    Ok(Compiled {
+        program,
+        slots,
+        native,
+        used: 0,
+    })
+}
+
+fn error(e: tapejit::Error) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+/// micrograd's `backward` from `root`.
+pub fn backward(_py: Python<'_>, root: &Py<Value>) -> PyResult<()> {
+    let root = root.get();
+    if root.op.is_none() {
+        // A leaf's gradient with respect to itself.
+        root.grad.set(1.0);
+        return Ok(());
+    }
+    let (order, key) = linearize(root);
+    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    let cache = cache.get_or_insert_with(Cache::default);
+    cache.clock += 1;
+    let clock = cache.clock;
+    let seen = cache.programs.get(&key).map(|c| c.native);
+    if seen != Some(true) {
+        // First sight: the interpreter (no compile time for a graph built once); second
+        // sight: the JIT, which every later rebuild reuses.
+        let compiled = build(&order, seen.is_some())?;
+        if cache.programs.len() >= CACHED && seen.is_none() {
+            let oldest = cache
+                .programs
+                .iter()
+                .min_by_key(|(_, c)| c.used)
+                .map(|(k, _)| k.clone());
+            if let Some(oldest) = oldest {
+                cache.programs.remove(&oldest);
+            }
+        }
+        cache.programs.insert(key.clone(), compiled);
+    }
+    let compiled = cache.programs.get_mut(&key).expect("inserted above");
+    compiled.used = clock;
+    let leaves: Vec<f64> = order
+        .iter()
+        .filter(|v| v.op.is_none())
+        .map(|v| v.data.get())
+        .collect();
+    let program = compiled.program.as_mut();
+    program.set_params(&leaves).map_err(error)?;
+    program.forward();
+    program.zero_grad();
+    program.backward().map_err(error)?;
+    let (_, grads) = program.every_value_and_grad();
+    for (v, &slot) in order.iter().zip(&compiled.slots) {
+        let g = grads[slot as usize];
+        v.grad.set(v.grad.get() + g);
+    }
+    root.grad.set(1.0);
+    Ok(())
+}

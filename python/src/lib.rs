@@ -1,0 +1,14 @@
+//! tapejit for Python: micrograd's `Value` (`value.rs`), whose `backward` runs the graph's
+//! tape, natively once a structure repeats (`drop_in.rs`). The Python package around this
+//! module (`tapejit/`) adds micrograd's `nn`.
+
+mod drop_in;
+mod value;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _tapejit(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<value::Value>()?;
+    Ok(())
+}
