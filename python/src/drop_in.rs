@@ -52,7 +52,7 @@ const UNPLACED: u64 = u32::MAX as u64;
 /// The graph under `root` in micrograd's topological order (operands before the values made
 /// from them, each operand's subgraph in operand order), and its structural key. Marks each
 /// value with its position ([`position`]).
-fn linearize(root: &Value) -> (Vec<&Value>, Vec<u64>) {
+pub fn linearize(root: &Value) -> (Vec<&Value>, Vec<u64>) {
     let call = CALLS.fetch_add(1, Ordering::Relaxed) + 1;
     let visit = |v: &Value| v.mark.swap(call << 32 | UNPLACED, Ordering::Relaxed) >> 32 != call;
     let mut order: Vec<&Value> = Vec::new();
@@ -85,7 +85,7 @@ fn linearize(root: &Value) -> (Vec<&Value>, Vec<u64>) {
 }
 
 /// Where the last [`linearize`] placed `v`.
-fn position(v: &Value) -> usize {
+pub fn position(v: &Value) -> usize {
     (v.mark.load(Ordering::Relaxed) & UNPLACED) as usize
 }
 
@@ -165,7 +165,7 @@ fn build(order: &[&Value], native: bool) -> PyResult<Compiled> {
     })
 }
 
-fn error(e: tapejit::Error) -> PyErr {
+pub fn error(e: tapejit::Error) -> PyErr {
     PyValueError::new_err(e.to_string())
 }
 

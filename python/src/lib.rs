@@ -2,6 +2,8 @@
 //! tape, natively once a structure repeats (`drop_in.rs`). The Python package around this
 //! module (`tapejit/`) adds micrograd's `nn`.
 
+mod compiled;
+mod dot;
 mod drop_in;
 mod value;
 
@@ -10,5 +12,8 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _tapejit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<value::Value>()?;
+    m.add_class::<compiled::Compiled>()?;
+    m.add_function(wrap_pyfunction!(compiled::compile, m)?)?;
+    m.add_function(wrap_pyfunction!(dot::to_dot, m)?)?;
     Ok(())
 }

@@ -41,6 +41,8 @@ pub struct Value {
     /// Whether a power's exponent was written as an int (micrograd names the op `**2`, not
     /// `**2.0`).
     int_exponent: bool,
+    /// A leaf an operator made of a number (`2` in `2 * x`): a constant to `compile`.
+    pub constant: bool,
     /// Which `backward` last visited this value and where it put it (see `drop_in.rs`).
     pub mark: AtomicU64,
 }
@@ -53,7 +55,16 @@ impl Value {
             op: None,
             operands: [None, None],
             int_exponent: false,
+            constant: false,
             mark: AtomicU64::new(0),
+        }
+    }
+
+    /// A leaf made of a number an operator met.
+    fn constant(data: f64) -> Value {
+        Value {
+            constant: true,
+            ..Value::leaf(data)
         }
     }
 
@@ -86,7 +97,7 @@ fn operand(py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Option<Py<Value
         return Ok(Some(v.clone().unbind()));
     }
     match other.extract::<f64>() {
-        Ok(x) => Ok(Some(Py::new(py, Value::leaf(x))?)),
+        Ok(x) => Ok(Some(Py::new(py, Value::constant(x))?)),
         Err(_) => Ok(None),
     }
 }
@@ -110,7 +121,7 @@ fn power(py: Python<'_>, a: &Py<Value>, c: &Bound<'_, PyAny>) -> PyResult<Py<Val
 }
 
 fn negate(py: Python<'_>, a: &Py<Value>) -> PyResult<Py<Value>> {
-    let minus_one = Py::new(py, Value::leaf(-1.0))?;
+    let minus_one = Py::new(py, Value::constant(-1.0))?;
     Value::apply(py, Op::Mul, &[a, &minus_one])
 }
 

@@ -5,9 +5,15 @@
 first time a graph of some structure is seen, on tapejit's interpreter; from the second time
 (micrograd code rebuilds the same graph every step), as native code compiled once.
 ``tapejit.nn`` is micrograd's ``nn`` over this ``Value``.
+
+``compile(loss, inputs, params)`` builds a graph once for loops that run it many times: its
+``Program`` steps and trains on numpy arrays natively (``step(x, lr)``, ``train(X, lr)``).
+
+``draw_dot(value)`` draws the graph under a value, as micrograd's notebook does.
 """
 
-from ._tapejit import Value
+from ._tapejit import Program, Value, compile
 from . import nn
+from .viz import draw_dot
 
-__all__ = ["Value", "nn"]
+__all__ = ["Program", "Value", "compile", "draw_dot", "nn"]
