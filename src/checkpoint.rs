@@ -1,31 +1,32 @@
-//! Saved params: a small binary format with a header and a checksum.
+//! Saved params, as [safetensors](https://huggingface.co/docs/safetensors) (what PyTorch,
+//! numpy and candle read): `f64` tensors named from the model's structure, and metadata.
 //!
-//! Layout (all integers and floats little-endian):
+//! For an MLP's architecture (its layer sizes, `[nin, h1, ..., nout]`) whose params are an
+//! MLP's in creation order (neuron by neuron: its weights, then its bias), the tensors are
+//! PyTorch's `nn.Linear` names and shapes: `layers.{l}.weight` (`[nout, nin]`, row per
+//! neuron) and `layers.{l}.bias` (`[nout]`). Any other model's params are one tensor,
+//! `params` (`[n]`, creation order). The metadata holds `format` (`tapejit`), the
+//! `architecture` (`784-50-10`) and a `checksum` (FNV-1a 64 of the tensors' bytes, so that a
+//! damaged file is an error rather than other numbers).
 //!
-//! | bytes | content |
-//! |---|---|
-//! | 8 | magic `TJPARAMS` |
-//! | 4 | format version, `u32` = 1 |
-//! | 4 | `k`, number of architecture entries, `u32` |
-//! | 4·k | the architecture, `u32` each (e.g. layer sizes 784, 50, 10) |
-//! | 8 | `n`, number of params, `u64` |
-//! | 8·n | the params, `f64` each, in param creation order |
-//! | 8 | FNV-1a 64 checksum of every byte before it |
-//!
-//! An architecture with more than `u32::MAX` entries, or an entry above it, is refused on save
-//! (`Checkpoint::to_bytes`) rather than truncated.
+//! Files of tapejit's first format (magic `TJPARAMS`: version, architecture as `u32`s,
+//! params, FNV-1a 64 checksum, all little-endian) are still read.
 //!
 //! The architecture is whatever the saver says describes the model; [`Checkpoint::load_for`]
 //! refuses a file saved for another one.
 
 use std::path::Path;
 
+use std::collections::HashMap;
+
 use byteorder::{ByteOrder, LittleEndian};
+use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 
 use crate::error::{Error, Result};
 
+/// The first format's magic and version.
 const MAGIC: &[u8; 8] = b"TJPARAMS";
-const VERSION: u32 = 1;
+const FIRST_VERSION: u32 = 1;
 
 /// A model's architecture and its params.
 #[derive(Clone, Debug, PartialEq)]
@@ -46,9 +47,7 @@ fn describe(architecture: &[usize]) -> String {
 }
 
 impl Checkpoint {
-    /// The file's bytes. The format stores the architecture's length and entries as `u32`: a
-    /// value above `u32::MAX` is refused rather than truncated (it would load back as another
-    /// number).
+    /// The file's bytes (safetensors).
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         self.encode().map_err(|problem| Error::Checkpoint {
             file: "(in memory)".into(),
@@ -56,85 +55,71 @@ impl Checkpoint {
         })
     }
 
-    /// `to_bytes`, with the problem of an architecture the format cannot hold.
-    fn encode(&self) -> std::result::Result<Vec<u8>, String> {
-        let entries = u32::try_from(self.architecture.len()).map_err(|_| {
-            format!(
-                "{} architecture entries do not fit the format's u32 count",
-                self.architecture.len()
-            )
-        })?;
-        let mut out = Vec::with_capacity(32 + 4 * self.architecture.len() + 8 * self.params.len());
-        out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&VERSION.to_le_bytes());
-        out.extend_from_slice(&entries.to_le_bytes());
-        for (index, &a) in self.architecture.iter().enumerate() {
-            let a = u32::try_from(a).map_err(|_| {
-                format!("architecture entry {index} ({a}) does not fit the format's u32")
-            })?;
-            out.extend_from_slice(&a.to_le_bytes());
+    /// The tensors' names, shapes and numbers (see the module's comment).
+    fn tensors(&self) -> Vec<(String, Vec<usize>, Vec<f64>)> {
+        let Some(layers) = mlp_layers(&self.architecture, self.params.len()) else {
+            return vec![(
+                "params".into(),
+                vec![self.params.len()],
+                self.params.clone(),
+            )];
+        };
+        let mut out = Vec::new();
+        let mut neurons = self.params.as_slice();
+        for (l, (nin, nout)) in layers.into_iter().enumerate() {
+            let (mut weight, mut bias) = (Vec::with_capacity(nin * nout), Vec::with_capacity(nout));
+            for _ in 0..nout {
+                let (neuron, rest) = neurons.split_at(nin + 1);
+                weight.extend_from_slice(&neuron[..nin]);
+                bias.push(neuron[nin]);
+                neurons = rest;
+            }
+            out.push((format!("layers.{l}.weight"), vec![nout, nin], weight));
+            out.push((format!("layers.{l}.bias"), vec![nout], bias));
         }
-        out.extend_from_slice(&(self.params.len() as u64).to_le_bytes());
-        for &p in &self.params {
-            out.extend_from_slice(&p.to_le_bytes());
-        }
-        let sum = fnv1a(&out);
-        out.extend_from_slice(&sum.to_le_bytes());
-        Ok(out)
+        out
     }
 
-    /// Parses a file's bytes; `file` names it in errors.
+    fn encode(&self) -> std::result::Result<Vec<u8>, String> {
+        let tensors: Vec<(String, Vec<usize>, Vec<u8>)> = self
+            .tensors()
+            .into_iter()
+            .map(|(name, shape, xs)| {
+                (
+                    name,
+                    shape,
+                    xs.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                )
+            })
+            .collect();
+        let views = tensors
+            .iter()
+            .map(|(name, shape, bytes)| {
+                TensorView::new(Dtype::F64, shape.clone(), bytes).map(|v| (name.as_str(), v))
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| e.to_string())?;
+        let metadata = HashMap::from([
+            ("format".to_string(), "tapejit".to_string()),
+            ("architecture".to_string(), describe(&self.architecture)),
+            (
+                "checksum".to_string(),
+                format!("{:016x}", checksum(&tensors)),
+            ),
+        ]);
+        safetensors::serialize(views, Some(metadata)).map_err(|e| e.to_string())
+    }
+
+    /// Parses a file's bytes (safetensors, or the first format); `file` names it in errors.
     pub fn from_bytes(bytes: &[u8], file: &str) -> Result<Checkpoint> {
         let bad = |problem: String| Error::Checkpoint {
             file: file.to_string(),
             problem,
         };
-        if bytes.len() < 8 || &bytes[..8] != MAGIC {
-            return Err(bad("not a tapejit params file (no TJPARAMS header)".into()));
+        if bytes.starts_with(MAGIC) {
+            return from_first_format(bytes).map_err(bad);
         }
-        if bytes.len() < 8 + 4 + 4 + 8 + 8 {
-            return Err(bad(format!("truncated: {} bytes", bytes.len())));
-        }
-        let (body, sum) = bytes.split_at(bytes.len() - 8);
-        if fnv1a(body) != LittleEndian::read_u64(sum) {
-            return Err(bad(
-                "checksum mismatch: the file is corrupt or truncated".into()
-            ));
-        }
-        let version = LittleEndian::read_u32(&body[8..]);
-        if version != VERSION {
-            return Err(bad(format!("format version {version}, expected {VERSION}")));
-        }
-        let k = LittleEndian::read_u32(&body[12..]) as usize;
-        let arch_end = k
-            .checked_mul(4)
-            .and_then(|b| b.checked_add(16))
-            .filter(|&end| end.checked_add(8).is_some_and(|e| e <= body.len()))
-            .ok_or_else(|| {
-                bad(format!(
-                    "header declares {k} architecture entries, beyond the file"
-                ))
-            })?;
-        let architecture = body[16..arch_end]
-            .chunks_exact(4)
-            .map(|c| LittleEndian::read_u32(c) as usize)
-            .collect();
-        let n = LittleEndian::read_u64(&body[arch_end..]);
-        let params_bytes = &body[arch_end + 8..];
-        if n.checked_mul(8) != Some(params_bytes.len() as u64) {
-            return Err(bad(format!(
-                "header declares {n} params but {} bytes of params follow",
-                params_bytes.len()
-            )));
-        }
-        let params = params_bytes
-            .chunks_exact(8)
-            .map(LittleEndian::read_f64)
-            .collect();
-        Ok(Checkpoint {
-            architecture,
-            params,
-        })
+        from_safetensors(bytes).map_err(bad)
     }
 
     /// Writes the file; an architecture the format cannot hold (see `to_bytes`) is refused
@@ -176,4 +161,171 @@ impl Checkpoint {
         }
         Ok(c.params)
     }
+}
+
+/// The layers `(nin, nout)` of an MLP of `architecture`'s sizes, if `params` is its count.
+fn mlp_layers(architecture: &[usize], params: usize) -> Option<Vec<(usize, usize)>> {
+    let layers: Vec<(usize, usize)> = architecture.windows(2).map(|w| (w[0], w[1])).collect();
+    let count = layers.iter().try_fold(0usize, |n, &(nin, nout)| {
+        nin.checked_add(1)?.checked_mul(nout)?.checked_add(n)
+    });
+    (!layers.is_empty() && count == Some(params)).then_some(layers)
+}
+
+/// The checksum of the tensors' bytes, in the order they were named.
+fn checksum(tensors: &[(String, Vec<usize>, Vec<u8>)]) -> u64 {
+    let bytes: Vec<u8> = tensors
+        .iter()
+        .flat_map(|(_, _, b)| b.iter().copied())
+        .collect();
+    fnv1a(&bytes)
+}
+
+/// A safetensors file this module wrote (or one with the same tensors and metadata).
+fn from_safetensors(bytes: &[u8]) -> std::result::Result<Checkpoint, String> {
+    let (_, header) = SafeTensors::read_metadata(bytes)
+        .map_err(|e| format!("neither safetensors nor tapejit's first format ({e})"))?;
+    let file =
+        SafeTensors::deserialize(bytes).map_err(|e| format!("not valid safetensors: {e}"))?;
+    let metadata = header.metadata().clone().unwrap_or_default();
+    let field = |key: &str| {
+        metadata
+            .get(key)
+            .ok_or_else(|| format!("no {key:?} in the metadata: not a tapejit checkpoint"))
+    };
+    if field("format")? != "tapejit" {
+        return Err(format!(
+            "format {:?} in the metadata, expected \"tapejit\"",
+            field("format")?
+        ));
+    }
+    let architecture = parse_architecture(field("architecture")?)?;
+    let want = u64::from_str_radix(field("checksum")?, 16)
+        .map_err(|_| "a malformed checksum".to_string())?;
+    let read = |name: &str, shape: &[usize]| -> std::result::Result<Vec<u8>, String> {
+        let t = file
+            .tensor(name)
+            .map_err(|_| format!("no tensor {name:?}"))?;
+        if t.dtype() != Dtype::F64 || t.shape() != shape {
+            return Err(format!(
+                "tensor {name:?} is {:?} {:?}, expected F64 {shape:?}",
+                t.dtype(),
+                t.shape()
+            ));
+        }
+        Ok(t.data().to_vec())
+    };
+    let n_params = |names: &[(String, Vec<usize>)]| {
+        names
+            .iter()
+            .map(|(_, s)| s.iter().product::<usize>())
+            .sum::<usize>()
+    };
+    // The names and shapes this architecture's params would be saved under.
+    let layout: Vec<(String, Vec<usize>)> = match file.names().contains(&"params") {
+        true => {
+            let t = file.tensor("params").map_err(|e| e.to_string())?;
+            vec![("params".into(), t.shape().to_vec())]
+        }
+        false => (0..architecture.len().saturating_sub(1))
+            .flat_map(|l| {
+                let (nin, nout) = (architecture[l], architecture[l + 1]);
+                [
+                    (format!("layers.{l}.weight"), vec![nout, nin]),
+                    (format!("layers.{l}.bias"), vec![nout]),
+                ]
+            })
+            .collect(),
+    };
+    if file.names().len() != layout.len() {
+        return Err(format!(
+            "{} tensors, expected {}",
+            file.names().len(),
+            layout.len()
+        ));
+    }
+    let tensors = layout
+        .iter()
+        .map(|(name, shape)| Ok((name.clone(), shape.clone(), read(name, shape)?)))
+        .collect::<std::result::Result<Vec<_>, String>>()?;
+    if checksum(&tensors) != want {
+        return Err("checksum mismatch: the file is corrupt".into());
+    }
+    let numbers =
+        |b: &[u8]| -> Vec<f64> { b.chunks_exact(8).map(LittleEndian::read_f64).collect() };
+    let params = if layout.len() == 1 && layout[0].0 == "params" {
+        numbers(&tensors[0].2)
+    } else {
+        // Back to creation order: each neuron's weights, then its bias.
+        let mut params = Vec::with_capacity(n_params(&layout));
+        for pair in tensors.chunks_exact(2) {
+            let (weight, bias) = (numbers(&pair[0].2), numbers(&pair[1].2));
+            let nin = pair[0].1[1];
+            for (j, b) in bias.iter().enumerate() {
+                params.extend_from_slice(&weight[j * nin..(j + 1) * nin]);
+                params.push(*b);
+            }
+        }
+        params
+    };
+    Ok(Checkpoint {
+        architecture,
+        params,
+    })
+}
+
+/// `784-50-10` back to sizes.
+fn parse_architecture(text: &str) -> std::result::Result<Vec<usize>, String> {
+    if text.is_empty() {
+        return Ok(Vec::new());
+    }
+    text.split('-')
+        .map(|n| {
+            n.parse()
+                .map_err(|_| format!("a malformed architecture {text:?}"))
+        })
+        .collect()
+}
+
+/// tapejit's first format (see the module's comment).
+fn from_first_format(bytes: &[u8]) -> std::result::Result<Checkpoint, String> {
+    if bytes.len() < 8 + 4 + 4 + 8 + 8 {
+        return Err(format!("truncated: {} bytes", bytes.len()));
+    }
+    let (body, sum) = bytes.split_at(bytes.len() - 8);
+    if fnv1a(body) != LittleEndian::read_u64(sum) {
+        return Err("checksum mismatch: the file is corrupt or truncated".into());
+    }
+    let version = LittleEndian::read_u32(&body[8..]);
+    if version != FIRST_VERSION {
+        return Err(format!(
+            "format version {version}, expected {FIRST_VERSION}"
+        ));
+    }
+    let k = LittleEndian::read_u32(&body[12..]) as usize;
+    let arch_end = k
+        .checked_mul(4)
+        .and_then(|b| b.checked_add(16))
+        .filter(|&end| end.checked_add(8).is_some_and(|e| e <= body.len()))
+        .ok_or_else(|| format!("header declares {k} architecture entries, beyond the file"))?;
+    let architecture = body[16..arch_end]
+        .chunks_exact(4)
+        .map(|c| LittleEndian::read_u32(c) as usize)
+        .collect();
+    let n = LittleEndian::read_u64(&body[arch_end..]);
+    let params_bytes = &body[arch_end + 8..];
+    if n.checked_mul(8) != Some(params_bytes.len() as u64) {
+        return Err(format!(
+            "header declares {n} params but {} bytes of params follow",
+            params_bytes.len()
+        ));
+    }
+    let params = params_bytes
+        .chunks_exact(8)
+        .map(LittleEndian::read_f64)
+        .collect();
+    Ok(Checkpoint {
+        architecture,
+        params,
+    })
 }

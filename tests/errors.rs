@@ -454,41 +454,69 @@ fn train_with_a_bad_length_or_without_inputs_is_a_typed_error_on_every_backend()
 // Checkpoint sizes
 // ---------------------------------------------------------------------------------------------
 
-/// The format stores architecture entries as `u32`; a bigger one would be written truncated
-/// and load back as another number (2^32 + 3 as 3), so saving refuses it.
-#[cfg(target_pointer_width = "64")]
+/// Checkpoints are safetensors: an MLP's params as PyTorch's `layers.{l}.weight` and
+/// `.bias`, any other model's as one `params` tensor, with the architecture in the metadata
+/// (any size: the first format's `u32` entries are gone). Files of the first format are
+/// still read.
 #[test]
-fn checkpoints_refuse_architecture_sizes_the_format_cannot_hold() {
-    let too_big = (1usize << 32) + 3;
-    let checkpoint = Checkpoint {
-        architecture: vec![4, too_big, 2],
+fn checkpoints_are_safetensors_and_the_first_format_is_still_read() {
+    // An MLP 3-2-1: neuron by neuron, its weights then its bias.
+    let mlp = Checkpoint {
+        architecture: vec![3, 2, 1],
+        params: vec![1.0, 2.0, 3.0, 0.5, 4.0, 5.0, 6.0, -0.5, 7.0, 8.0, 0.25],
+    };
+    let bytes = mlp.to_bytes().unwrap();
+    let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let tensor = |name: &str| {
+        let t = file.tensor(name).unwrap();
+        let xs: Vec<f64> = t
+            .data()
+            .chunks_exact(8)
+            .map(|b| f64::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        (t.shape().to_vec(), xs)
+    };
+    assert_eq!(
+        tensor("layers.0.weight"),
+        (vec![2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    );
+    assert_eq!(tensor("layers.0.bias"), (vec![2], vec![0.5, -0.5]));
+    assert_eq!(tensor("layers.1.weight"), (vec![1, 2], vec![7.0, 8.0]));
+    assert_eq!(tensor("layers.1.bias"), (vec![1], vec![0.25]));
+    assert_eq!(Checkpoint::from_bytes(&bytes, "mlp").unwrap(), mlp);
+
+    // Not an MLP's count of params: one tensor. Sizes beyond u32 round-trip.
+    let other = Checkpoint {
+        architecture: vec![4, (1usize << 32) + 3, 2],
         params: vec![1.0, 2.0],
     };
-    match checkpoint.to_bytes() {
-        Err(Error::Checkpoint { problem, .. }) => {
-            assert!(
-                problem.contains("entry 1") && problem.contains(&too_big.to_string()),
-                "{problem}"
-            )
-        }
-        other => panic!("to_bytes: expected a Checkpoint error, got {other:?}"),
-    }
-    let path = std::env::temp_dir().join(format!("tapejit-too-big-{}", std::process::id()));
-    match checkpoint.save(&path) {
-        Err(Error::Checkpoint { file, problem }) => {
-            assert_eq!(file, path.display().to_string());
-            assert!(problem.contains("u32"), "{problem}");
-        }
-        other => panic!("save: expected a Checkpoint error, got {other:?}"),
-    }
-    assert!(!path.exists(), "nothing is written");
-    // The largest size that fits round-trips.
-    let fits = Checkpoint {
-        architecture: vec![u32::MAX as usize],
-        params: vec![],
-    };
-    let bytes = fits.to_bytes().unwrap();
-    assert_eq!(Checkpoint::from_bytes(&bytes, "fits").unwrap(), fits);
+    let bytes = other.to_bytes().unwrap();
+    let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    assert_eq!(file.names(), ["params"]);
+    assert_eq!(Checkpoint::from_bytes(&bytes, "other").unwrap(), other);
+
+    // The first format: magic, version 1, the architecture as u32s, the params, FNV-1a 64.
+    let mut first = b"TJPARAMS".to_vec();
+    first.extend(1u32.to_le_bytes());
+    first.extend(2u32.to_le_bytes());
+    first.extend([2u32, 1].iter().flat_map(|a| a.to_le_bytes()));
+    first.extend(3u64.to_le_bytes());
+    first.extend([0.5f64, -1.0, 2.0].iter().flat_map(|p| p.to_le_bytes()));
+    let sum = first.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    });
+    first.extend(sum.to_le_bytes());
+    let read = Checkpoint::from_bytes(&first, "first").unwrap();
+    assert_eq!(
+        (read.architecture, read.params),
+        (vec![2, 1], vec![0.5, -1.0, 2.0])
+    );
+    let last = first.len() - 1;
+    first[last] ^= 1;
+    assert!(matches!(
+        Checkpoint::from_bytes(&first, "first"),
+        Err(Error::Checkpoint { .. })
+    ));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 mod compiled;
 mod dot;
 mod drop_in;
+mod params;
 mod value;
 
 use pyo3::prelude::*;
@@ -15,5 +16,7 @@ fn _tapejit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<compiled::Compiled>()?;
     m.add_function(wrap_pyfunction!(compiled::compile, m)?)?;
     m.add_function(wrap_pyfunction!(dot::to_dot, m)?)?;
+    m.add_function(wrap_pyfunction!(params::save_params, m)?)?;
+    m.add_function(wrap_pyfunction!(params::load_params, m)?)?;
     Ok(())
 }

@@ -1,9 +1,10 @@
 """micrograd's nn (MIT, Andrej Karpathy), over tapejit's Value: the same code, so models
-written for micrograd run unchanged after changing the import."""
+written for micrograd run unchanged after changing the import. ``MLP`` adds ``save`` and
+``load`` (safetensors, named as PyTorch names ``nn.Linear``'s: ``layers.0.weight``, ...)."""
 
 import random
 
-from ._tapejit import Value
+from ._tapejit import Value, load_params, save_params
 
 
 class Module:
@@ -54,6 +55,7 @@ class MLP(Module):
 
     def __init__(self, nin, nouts):
         sz = [nin] + nouts
+        self.sizes = sz
         self.layers = [Layer(sz[i], sz[i + 1], nonlin=i != len(nouts) - 1) for i in range(len(nouts))]
 
     def __call__(self, x):
@@ -66,3 +68,15 @@ class MLP(Module):
 
     def __repr__(self):
         return f"MLP of [{', '.join(str(layer) for layer in self.layers)}]"
+
+    def save(self, path):
+        """Writes the params to ``path`` as safetensors: ``layers.{l}.weight`` (one row per
+        neuron) and ``layers.{l}.bias``, float64, the sizes in the metadata; what tapejit's
+        Rust trainer writes and reads (``--save``, ``--load``), and PyTorch and numpy read."""
+        save_params(str(path), self.sizes, [p.data for p in self.parameters()])
+
+    def load(self, path):
+        """Sets the params from a checkpoint saved for these sizes (by ``save``, or the Rust
+        trainer); one saved for other sizes is a ``ValueError`` that names both."""
+        for p, x in zip(self.parameters(), load_params(str(path), self.sizes)):
+            p.data = x
