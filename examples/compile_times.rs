@@ -15,18 +15,43 @@ mod workload;
 
 use std::time::Instant;
 
+use clap::Parser;
+
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use tapejit::nn::Classifier;
 use tapejit::{Graph, Interpreter, Jit, OptLevel, Program};
 
-fn parse_level(s: &str) -> OptLevel {
-    match s {
-        "O0" => OptLevel::O0,
-        "O1" => OptLevel::O1,
-        "O2" => OptLevel::O2,
-        "O3" => OptLevel::O3,
-        _ => panic!("unknown level {s}; use O0..O3"),
-    }
+/// Compile time and step time of an MNIST-shaped MLP at each level (or of random DAGs).
+#[derive(Parser)]
+#[command(name = "compile_times")]
+struct Options {
+    /// Hidden sizes of the MLPs 784-h-10 (default 25,50,100 unless --dag is given)
+    #[arg(long, value_delimiter = ',')]
+    hidden: Vec<usize>,
+    /// Node counts of random irregular DAGs to measure instead
+    #[arg(long, value_delimiter = ',')]
+    dag: Vec<usize>,
+    /// The levels, each a row
+    #[arg(long, value_delimiter = ',', default_value = "O0,O1,O2,O3")]
+    levels: Vec<OptLevel>,
+    /// JitBuilder::chunk_size
+    #[arg(long)]
+    chunk: Option<usize>,
+    /// JitBuilder::pipeline (an LLVM pass pipeline)
+    #[arg(long)]
+    pipeline: Option<String>,
+    /// JitBuilder::codegen (the code-generation level)
+    #[arg(long)]
+    codegen: Option<OptLevel>,
+    /// Loops recovered (the default), straight-line, or loops with fast-math
+    #[arg(long, default_value = "loops", value_parser = ["loops", "straight", "fast-math"])]
+    lowering: String,
+    /// Samples per step-time measurement
+    #[arg(long, default_value_t = 200)]
+    steps: usize,
+    /// JitBuilder::compile_threads (0: one per core)
+    #[arg(long)]
+    threads: Option<usize>,
 }
 
 /// The process's resident memory in MB (0 where `/proc` is missing).
@@ -35,33 +60,13 @@ fn resident_mb() -> f64 {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let opt = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1).cloned())
+    let o = Options::parse();
+    let hidden = match (o.hidden.is_empty(), o.dag.is_empty()) {
+        (true, true) => vec![25, 50, 100],
+        _ => o.hidden.clone(),
     };
-    let hidden: Vec<usize> = opt("--hidden")
-        .unwrap_or("25,50,100".into())
-        .split(',')
-        .map(|h| h.parse().expect("--hidden takes numbers"))
-        .collect();
-    let levels: Vec<OptLevel> = opt("--levels")
-        .unwrap_or("O0,O1,O2,O3".into())
-        .split(',')
-        .map(parse_level)
-        .collect();
-    let dags: Vec<usize> = opt("--dag").map_or(Vec::new(), |d| {
-        d.split(',')
-            .map(|n| n.parse().expect("--dag takes node counts"))
-            .collect()
-    });
-    let hidden = if dags.is_empty() || opt("--hidden").is_some() {
-        hidden
-    } else {
-        Vec::new()
-    };
-    let steps: usize = opt("--steps").map_or(200, |s| s.parse().expect("--steps"));
+    let (levels, dags) = (o.levels.clone(), o.dag.clone());
+    let steps = o.steps;
 
     // (name, graph, samples): the models measured.
     let mut models = Vec::new();
@@ -100,22 +105,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .collect();
         for &level in &levels {
             let mut b = Jit::builder().opt_level(level);
-            if let Some(t) = opt("--threads") {
-                b = b.compile_threads(t.parse()?);
+            if let Some(t) = o.threads {
+                b = b.compile_threads(t);
             }
-            if let Some(c) = opt("--chunk") {
-                b = b.chunk_size(c.parse()?);
+            if let Some(c) = o.chunk {
+                b = b.chunk_size(c);
             }
-            match opt("--lowering").as_deref() {
-                Some("straight") => b = b.loop_recovery(false),
-                Some("fast-math") => b = b.fast_math(true),
+            match o.lowering.as_str() {
+                "straight" => b = b.loop_recovery(false),
+                "fast-math" => b = b.fast_math(true),
                 _ => {}
             }
-            if let Some(c) = opt("--codegen") {
-                b = b.codegen(parse_level(&c));
+            if let Some(c) = o.codegen {
+                b = b.codegen(c);
             }
-            if let Some(p) = opt("--pipeline") {
-                b = b.pipeline(p);
+            if let Some(p) = &o.pipeline {
+                b = b.pipeline(p.clone());
             }
             let mut jit = b.compile(g)?;
             let resident = resident_mb();
@@ -125,7 +130,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .map(|s| jit.step(s, 0.01).unwrap())
                 .collect();
             // Exact unless fast-math, which agrees to rounding.
-            let fast = opt("--lowering").as_deref() == Some("fast-math");
+            let fast = o.lowering == "fast-math";
             for (g, r) in got.iter().zip(&reference) {
                 let agree = if fast {
                     ((g - r) / r).abs() < 1e-9

@@ -33,86 +33,67 @@ mod workload;
 mod yardsticks;
 
 use std::path::{Path, PathBuf};
+
+use clap::Parser;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use families_bench::{Settings, FAMILIES};
 
-const USAGE: &str =
-    "usage: families [--quick] [--family NAME]... [--out FILE] [--straight-max NODES] [--data DIR]
-                [--jax PYTHON]
-
-  --quick               fewer sizes, 3 timed runs, --straight-max 50000
-  --family NAME         moons, minibatch, rnn, springs or dag (repeatable; default all)
-  --out FILE            also write the table (markdown) to FILE
-  --straight-max NODES  compile with loop recovery off only up to this many tape nodes
-                        (default 200000)
-  --data DIR            MNIST for the minibatch rows (default data/mnist of this package;
-                        synthetic samples if absent)
-  --jax PYTHON          after the table, run JAX's moons step (../shared/baselines/jax_moons.py)
-                        with this Python (one with jax and numpy; scripts/setup-jax makes one)
-                        and append its compile time and us/step";
+/// The graph families micrograd users write, compiled and run against the interpreter and
+/// a hand-written yardstick.
+#[derive(Parser)]
+#[command(name = "families")]
+struct Args {
+    /// Fewer sizes, 3 timed runs, --straight-max 50000
+    #[arg(long)]
+    quick: bool,
+    /// A family to run (repeatable; default all)
+    #[arg(long = "family", value_name = "NAME", value_parser = FAMILIES)]
+    families: Vec<String>,
+    /// Also write the table (markdown) to FILE
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Compile with loop recovery off only up to this many tape nodes (default 200000)
+    #[arg(long, value_name = "NODES")]
+    straight_max: Option<usize>,
+    /// MNIST for the minibatch rows (default data/mnist of this package; synthetic samples if
+    /// absent)
+    #[arg(long, value_name = "DIR")]
+    data: Option<PathBuf>,
+    /// After the table, run JAX's moons step (../shared/baselines/jax_moons.py) with this
+    /// Python (one with jax and numpy; scripts/setup-jax makes one) and append its compile
+    /// time and us/step
+    #[arg(long, value_name = "PYTHON")]
+    jax: Option<PathBuf>,
+}
 
 struct Options {
     settings: Settings,
     out: Option<PathBuf>,
 }
 
-fn parse_options() -> Result<Options, String> {
-    let mut quick = false;
-    let mut families = Vec::new();
-    let mut out = None;
-    let mut data = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/mnist");
-    let mut jax = None;
-    let mut straight_max = None;
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--help" | "-h" => return Err(String::new()),
-            "--quick" => quick = true,
-            "--family" => {
-                let v = value()?;
-                if !FAMILIES.contains(&v.as_str()) {
-                    return Err(format!("--family {v}: expected one of {FAMILIES:?}"));
-                }
-                families.push(v);
-            }
-            "--out" => out = Some(value()?.into()),
-            "--data" => data = value()?.into(),
-            "--jax" => jax = Some(value()?.into()),
-            "--straight-max" => {
-                let v = value()?;
-                straight_max = Some(
-                    v.parse()
-                        .map_err(|_| format!("--straight-max {v}: expected a number"))?,
-                );
-            }
-            _ => return Err(format!("unknown option {flag}")),
-        }
+fn parse_options() -> Options {
+    let a = Args::parse();
+    let data = a
+        .data
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("data/mnist"));
+    let mut settings = Settings::new(a.quick, data);
+    if !a.families.is_empty() {
+        settings.families = a.families;
     }
-    let mut settings = Settings::new(quick, data);
-    if !families.is_empty() {
-        settings.families = families;
-    }
-    if let Some(max) = straight_max {
+    if let Some(max) = a.straight_max {
         settings.straight_max = max;
     }
-    settings.jax = jax;
-    Ok(Options { settings, out })
+    settings.jax = a.jax;
+    Options {
+        settings,
+        out: a.out,
+    }
 }
 
 fn main() -> ExitCode {
-    let o = match parse_options() {
-        Ok(o) => o,
-        Err(e) => {
-            if !e.is_empty() {
-                eprintln!("families: {e}");
-            }
-            eprintln!("{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
+    let o = parse_options();
     let start = Instant::now();
     let (report, agrees) = families_bench::report(&o.settings);
     print!("{report}");

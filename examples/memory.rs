@@ -18,6 +18,8 @@ mod status;
 
 use std::time::Instant;
 
+use clap::Parser;
+
 use tapejit::{Graph, Jit, OptLevel, Program, Tape};
 
 /// `(VmRSS, RssAnon)`.
@@ -56,21 +58,31 @@ fn mb(bytes: u64) -> String {
     format!("{:.1} MB", bytes as f64 / 1e6)
 }
 
+/// A chain of nodes compiled straight-line: resident memory before, after and at the peak.
+#[derive(Parser)]
+#[command(name = "memory")]
+struct Options {
+    /// Nodes in the chain
+    #[arg(long, default_value_t = 1_000_000)]
+    nodes: usize,
+    /// The JIT's optimization level
+    #[arg(long, default_value = "O0")]
+    level: OptLevel,
+    /// Recover loops (off: straight-line)
+    #[arg(long)]
+    loops: bool,
+    /// Also print the large mappings of the process
+    #[arg(long)]
+    maps: bool,
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let opt = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1).cloned())
-    };
-    let nodes: usize = opt("--nodes").map_or(Ok(1_000_000), |n| n.parse())?;
-    let level = match opt("--level").as_deref().unwrap_or("O0") {
-        "O0" => OptLevel::O0,
-        "O1" => OptLevel::O1,
-        "O2" => OptLevel::O2,
-        "O3" => OptLevel::O3,
-        other => return Err(format!("unknown level {other}; use O0..O3").into()),
-    };
+    let Options {
+        nodes,
+        level,
+        loops,
+        maps,
+    } = Options::parse();
 
     let g = Graph::new();
     chain::build_chain(&g, nodes);
@@ -78,7 +90,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let len = tape.len();
     let before = resident();
     let start = Instant::now();
-    let loops = args.iter().any(|a| a == "--loops");
     let mut jit = Jit::builder()
         .opt_level(level)
         .loop_recovery(loops)
@@ -114,7 +125,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         live.1.saturating_sub(before.1) as f64 / (2 * code + buffers) as f64
     );
     println!("threads with the live Jit    {}", status::field("Threads:"));
-    if args.iter().any(|a| a == "--maps") {
+    if maps {
         print_large_mappings();
     }
     drop(jit);

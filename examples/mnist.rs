@@ -1,13 +1,19 @@
-//! Train an MLP on MNIST with per-sample SGD, on the JIT or the interpreter.
+//! Train an MLP on MNIST with per-sample SGD or minibatches, on the JIT or the interpreter.
 //!
 //! cargo run --release --example mnist -- [--data DIR] [--epochs N] [--lr F] [--hidden 50[,H2...]]
 //!     [--opt O0|O1|O2|O3|interp] [--limit N] [--seed S] [--save FILE] [--load FILE] [--fast-math]
+//!     [--batch B] [--threads N]        (--help: every flag)
 //!
 //! The graph is built once: 784 pixel inputs scaled to [0, 1] and 10 one-hot label inputs,
 //! micrograd's MLP (relu hidden layers, linear output), softmax cross-entropy loss. DIR holds
 //! MNIST's four files, raw or gzipped, named either way (`tapejit_mnist::names_for`).
 
+#[path = "common/cli.rs"]
+mod cli;
+
 use std::io::{IsTerminal, Write};
+
+use clap::Parser;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -18,86 +24,48 @@ use tapejit::nn::Classifier;
 use tapejit::{Graph, Interpreter, Jit, OptLevel, Program};
 use tapejit_mnist::{self as mnist, Dataset};
 
-const USAGE: &str = "usage: mnist [--data DIR] [--epochs N] [--lr F] [--hidden 50[,H2...]] \
-[--opt O0|O1|O2|O3|interp] [--limit N] [--seed S] [--save FILE] [--load FILE] [--fast-math] \
-[--batch B] [--threads N]
-
---batch B    minibatch SGD, B samples per update (the mean gradient; default 1: per-sample
-             SGD through Program::train, which skips zero pixels exactly)
---threads N  threads for minibatches (default 0: one per core; the same bits for every N)";
-
+/// Train an MLP on MNIST: micrograd's MLP (relu hidden layers, linear output) with a softmax
+/// cross-entropy loss, on the JIT or the interpreter.
+#[derive(Parser)]
+#[command(name = "mnist")]
 struct Options {
+    /// MNIST's four files, raw or gzipped, named either way
+    #[arg(long, default_value = "data/mnist")]
     data: String,
+    /// Passes over the training samples
+    #[arg(long, default_value_t = 1)]
     epochs: usize,
+    /// Learning rate (of the mean gradient, with --batch)
+    #[arg(long, default_value_t = 0.01, value_parser = cli::learning_rate)]
     lr: f64,
+    /// Hidden layer sizes
+    #[arg(long, value_delimiter = ',', default_value = "50", value_parser = cli::positive::<usize>)]
     hidden: Vec<usize>,
+    /// The JIT at O0..O3, or the interpreter
+    #[arg(long, default_value = "O2", value_parser = ["O0", "O1", "O2", "O3", "interp"])]
     opt: String,
+    /// Train on the first N samples only
+    #[arg(long)]
     limit: Option<usize>,
+    /// Seed of the initial params (the shuffle's is one more)
+    #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Save the trained params (safetensors) to FILE
+    #[arg(long, value_name = "FILE")]
     save: Option<String>,
+    /// Start from params saved by --save
+    #[arg(long, value_name = "FILE")]
     load: Option<String>,
+    /// Let recovered loops reassociate sums (not bit-identical to the interpreter)
+    #[arg(long)]
     fast_math: bool,
+    /// Minibatch SGD, B samples per update (the mean gradient); 1: per-sample SGD through
+    /// Program::train, which skips zero pixels exactly
+    #[arg(long, value_name = "B", default_value_t = 1, value_parser = cli::positive::<usize>)]
     batch: usize,
+    /// Threads for minibatches (0: one per core; the same bits for every N)
+    #[arg(long, value_name = "N", default_value_t = 0)]
     threads: usize,
-}
-
-fn parse_options() -> Result<Options, String> {
-    let mut o = Options {
-        data: "data/mnist".into(),
-        epochs: 1,
-        lr: 0.01,
-        hidden: vec![50],
-        opt: "O2".into(),
-        limit: None,
-        seed: 0,
-        save: None,
-        load: None,
-        fast_math: false,
-        batch: 1,
-        threads: 0,
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        if flag == "--help" || flag == "-h" {
-            return Err(String::new());
-        }
-        if flag == "--fast-math" {
-            o.fast_math = true;
-            continue;
-        }
-        let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        let bad = |e: &dyn std::fmt::Display| format!("{flag} {value}: {e}");
-        match flag.as_str() {
-            "--data" => o.data = value,
-            "--epochs" => o.epochs = value.parse().map_err(|e| bad(&e))?,
-            "--lr" => o.lr = value.parse().map_err(|e| bad(&e))?,
-            "--hidden" => {
-                o.hidden = value
-                    .split(',')
-                    .map(|h| h.trim().parse::<usize>())
-                    .collect::<Result<_, _>>()
-                    .map_err(|e| bad(&e))?;
-                if o.hidden.contains(&0) {
-                    return Err(bad(&"layer sizes must be positive"));
-                }
-            }
-            "--opt" => o.opt = value,
-            "--limit" => o.limit = Some(value.parse().map_err(|e| bad(&e))?),
-            "--seed" => o.seed = value.parse().map_err(|e| bad(&e))?,
-            "--save" => o.save = Some(value),
-            "--load" => o.load = Some(value),
-            "--batch" => o.batch = value.parse().map_err(|e| bad(&e))?,
-            "--threads" => o.threads = value.parse().map_err(|e| bad(&e))?,
-            _ => return Err(format!("unknown option {flag}")),
-        }
-    }
-    if o.batch == 0 {
-        return Err("--batch 0: a minibatch holds at least one sample".into());
-    }
-    if !o.lr.is_finite() || o.lr <= 0.0 {
-        return Err(format!("--lr {}: must be a positive number", o.lr));
-    }
-    Ok(o)
 }
 
 fn backend(opt: &str, fast_math: bool, g: &Graph) -> Result<Box<dyn Program>, String> {
@@ -341,18 +309,11 @@ fn run(o: Options) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    match parse_options().and_then(run) {
+    match run(Options::parse()) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(message) if message.is_empty() => {
-            println!("{USAGE}");
-            ExitCode::SUCCESS
-        }
         Err(message) => {
             eprintln!("error: {message}");
-            if message.contains("needs a value") || message.starts_with("unknown option") {
-                eprintln!("{USAGE}");
-            }
-            ExitCode::from(2)
+            ExitCode::FAILURE
         }
     }
 }

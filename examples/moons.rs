@@ -16,49 +16,29 @@ mod families;
 mod workload;
 
 use std::process::ExitCode;
+
+use clap::Parser;
 use std::time::{Duration, Instant};
 
 use families::Moons;
 use tapejit::{Graph, Interpreter, Jit, OptLevel, Program};
 
-const USAGE: &str = "usage: moons [--interpreter] [--opt O0|O1|O2|O3] [--no-loops]
-
-  --interpreter  run on the reference interpreter instead of the JIT
-  --opt LEVEL    the JIT's optimization level (default O2)
-  --no-loops     compile straight-line (loop recovery off)";
+/// micrograd's demo.ipynb: moons, MLP(2, [16, 16, 1]), 100 full-batch steps.
+#[derive(Parser)]
+#[command(name = "moons")]
+struct Options {
+    /// Run on the reference interpreter instead of the JIT
+    #[arg(long)]
+    interpreter: bool,
+    /// The JIT's optimization level
+    #[arg(long, default_value = "O2")]
+    opt: OptLevel,
+    /// Compile straight-line (loop recovery off)
+    #[arg(long)]
+    no_loops: bool,
+}
 
 const STEPS: usize = 100;
-
-struct Options {
-    interpreter: bool,
-    level: OptLevel,
-    loops: bool,
-}
-
-fn parse_options() -> Result<Options, String> {
-    let mut o = Options {
-        interpreter: false,
-        level: OptLevel::O2,
-        loops: true,
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        match flag.as_str() {
-            "--help" | "-h" => return Err(String::new()),
-            "--interpreter" => o.interpreter = true,
-            "--no-loops" => o.loops = false,
-            "--opt" => {
-                let v = args.next().ok_or("--opt needs a value")?;
-                o.level = OptLevel::ALL
-                    .into_iter()
-                    .find(|l| l.to_string() == v)
-                    .ok_or_else(|| format!("--opt {v}: expected O0, O1, O2 or O3"))?;
-            }
-            _ => return Err(format!("unknown option {flag}")),
-        }
-    }
-    Ok(o)
-}
 
 fn accuracy(scores: &[f64], labels: &[f64]) -> f64 {
     let correct = scores
@@ -80,11 +60,11 @@ fn run(o: &Options) -> Result<bool, Box<dyn std::error::Error>> {
         (Box::new(Interpreter::new(&g)?), "interpreter".into())
     } else {
         let jit = Jit::builder()
-            .opt_level(o.level)
-            .loop_recovery(o.loops)
+            .opt_level(o.opt)
+            .loop_recovery(!o.no_loops)
             .compile(&g)?;
-        let lowering = if o.loops { "loops" } else { "straight-line" };
-        (Box::new(jit), format!("JIT {} {lowering}", o.level))
+        let lowering = if o.no_loops { "straight-line" } else { "loops" };
+        (Box::new(jit), format!("JIT {} {lowering}", o.opt))
     };
     let compile = start.elapsed();
     println!(
@@ -120,17 +100,7 @@ fn run(o: &Options) -> Result<bool, Box<dyn std::error::Error>> {
 }
 
 fn main() -> ExitCode {
-    let o = match parse_options() {
-        Ok(o) => o,
-        Err(e) => {
-            if !e.is_empty() {
-                eprintln!("moons: {e}");
-            }
-            eprintln!("{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
-    match run(&o) {
+    match run(&Options::parse()) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => {
             eprintln!("moons: did not reach 100% accuracy");

@@ -21,6 +21,9 @@
 //!
 //! A new row is one more entry in `workload::modes()`.
 
+#[path = "common/cli.rs"]
+#[allow(dead_code)]
+mod cli;
 #[path = "../benches/common/families.rs"]
 mod families;
 #[path = "common/families_bench.rs"]
@@ -43,6 +46,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime};
 
+use clap::Parser;
+
 use handwritten::{Expert, ExpertSkippingZeros, HandWritten, Naive};
 use table::{code_version, median, significant, thousands};
 use tapejit::{Graph, Program};
@@ -53,16 +58,31 @@ const EPOCH: usize = 60_000;
 /// A timed run lasts at least this long: fast rows make several passes over the samples.
 const MIN_RUN_SECS: f64 = 0.3;
 
-const USAGE: &str = "usage: report [--data DIR] [--quick] [--samples N] [--out DIR] [--no-families]
-              [--jax PYTHON]
-
-  --data DIR     the four MNIST IDX files (default: data/mnist of this package)
-  --quick        1 compile and 3 timed runs per mode instead of 3 and 5 (families: 3 runs)
-  --samples N    training samples per timed run (default 2000)
-  --out DIR      where report.md and report.svg go (default: target/ of this package)
-  --no-families  the MNIST table only
-  --jax PYTHON   JAX's moons step beside the families (a Python with jax and numpy;
-                 scripts/setup-jax makes one)";
+/// The benchmark report: MNIST per-sample SGD in every mode beside the hand-written rows,
+/// minibatches on every core, and the graph families.
+#[derive(Parser)]
+#[command(name = "report")]
+struct Args {
+    /// The four MNIST IDX files (default: data/mnist of this package)
+    #[arg(long, value_name = "DIR")]
+    data: Option<PathBuf>,
+    /// 1 compile and 3 timed runs per mode instead of 3 and 5 (families: 3 runs)
+    #[arg(long)]
+    quick: bool,
+    /// Training samples per timed run
+    #[arg(long, value_name = "N", default_value_t = 2_000, value_parser = cli::positive::<usize>)]
+    samples: usize,
+    /// Where report.md and report.svg go (default: target/ of this package)
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// The MNIST table only
+    #[arg(long)]
+    no_families: bool,
+    /// JAX's moons step beside the families (a Python with jax and numpy; scripts/setup-jax
+    /// makes one)
+    #[arg(long, value_name = "PYTHON")]
+    jax: Option<PathBuf>,
+}
 
 struct Options {
     data: PathBuf,
@@ -74,38 +94,19 @@ struct Options {
     jax: Option<PathBuf>,
 }
 
-fn parse_options() -> Result<Options, String> {
+fn parse_options() -> Options {
+    let a = Args::parse();
     let package = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut o = Options {
-        data: package.join("data/mnist"),
-        out: package.join("target"),
-        samples: 2_000,
-        compile_repeats: 3,
-        step_repeats: 5,
-        families: true,
-        jax: None,
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--help" | "-h" => return Err(String::new()),
-            "--quick" => (o.compile_repeats, o.step_repeats) = (1, 3),
-            "--data" => o.data = value()?.into(),
-            "--out" => o.out = value()?.into(),
-            "--no-families" => o.families = false,
-            "--jax" => o.jax = Some(value()?.into()),
-            "--samples" => {
-                let v = value()?;
-                o.samples = match v.parse() {
-                    Ok(n) if n > 0 => n,
-                    _ => return Err(format!("--samples {v}: expected a positive number")),
-                }
-            }
-            _ => return Err(format!("unknown option {flag}")),
-        }
+    let (compile_repeats, step_repeats) = if a.quick { (1, 3) } else { (3, 5) };
+    Options {
+        data: a.data.unwrap_or_else(|| package.join("data/mnist")),
+        out: a.out.unwrap_or_else(|| package.join("target")),
+        samples: a.samples,
+        compile_repeats,
+        step_repeats,
+        families: !a.no_families,
+        jax: a.jax,
     }
-    Ok(o)
 }
 
 fn per_sample_us(d: Duration, samples: usize) -> f64 {
@@ -619,18 +620,11 @@ fn run(o: Options) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    match parse_options().and_then(run) {
+    match run(parse_options()) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(message) if message.is_empty() => {
-            println!("{USAGE}");
-            ExitCode::SUCCESS
-        }
         Err(message) => {
             eprintln!("error: {message}");
-            if message.contains("needs a value") || message.starts_with("unknown option") {
-                eprintln!("{USAGE}");
-            }
-            ExitCode::from(2)
+            ExitCode::FAILURE
         }
     }
 }

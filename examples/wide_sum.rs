@@ -7,36 +7,37 @@
 //! 50000 100000 200000, 3 repeats, one compile thread per core). Each size is compiled `R` times, the sizes taking turns, and every
 //! column is a median (the machines are shared and noisy: one compile swings by 10%).
 
+#[path = "common/cli.rs"]
+#[allow(dead_code)]
+mod cli;
 #[path = "common/table.rs"]
 mod table;
 
+use clap::Parser;
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use tapejit::{Graph, Jit, JitStats, OptLevel};
 
+/// Compile time of one wide `sum` node at O2, for each operand count.
+#[derive(Parser)]
+#[command(name = "wide_sum")]
+struct Options {
+    /// Compiles per size, the sizes taking turns
+    #[arg(long, default_value_t = 3, value_parser = cli::positive::<usize>)]
+    repeats: usize,
+    /// Compile threads (0: one per core)
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+    /// Operand counts
+    #[arg(default_values_t = [50_000, 100_000, 200_000])]
+    sizes: Vec<usize>,
+}
+
 fn main() {
-    let mut sizes = Vec::new();
-    let mut repeats = 3;
-    let mut threads = 0;
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        if arg == "--repeats" {
-            repeats = args
-                .next()
-                .and_then(|r| r.parse().ok())
-                .filter(|&r| r > 0)
-                .expect("--repeats takes a positive count");
-        } else if arg == "--threads" {
-            threads = args
-                .next()
-                .and_then(|t| t.parse().ok())
-                .expect("--threads takes a count");
-        } else {
-            sizes.push(arg.parse::<usize>().expect("operand counts"));
-        }
-    }
-    if sizes.is_empty() {
-        sizes = vec![50_000, 100_000, 200_000];
-    }
+    let Options {
+        repeats,
+        threads,
+        sizes,
+    } = Options::parse();
     let graphs: Vec<Graph> = sizes.iter().map(|&n| wide_sum(n)).collect();
     let mut runs: Vec<Vec<JitStats>> = vec![Vec::new(); sizes.len()];
     for r in 0..repeats {

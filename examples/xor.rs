@@ -3,6 +3,7 @@
 //!
 //! cargo run --release --example xor -- [--opt O0|O1|O2|O3|interp] [--seed S]
 
+use clap::Parser;
 use rand::{rngs::StdRng, SeedableRng};
 use tapejit::nn::MLP;
 use tapejit::{Graph, Interpreter, Jit, OptLevel, Program};
@@ -14,15 +15,20 @@ const SAMPLES: [([f64; 2], f64); 4] = [
     ([1.0, 1.0], 0.0),
 ];
 
+/// micrograd's XOR demo: MLP(2, [4, 1]), squared error, 1000 epochs of full-batch descent.
+#[derive(Parser)]
+#[command(name = "xor")]
+struct Options {
+    /// The JIT at O0..O3, or the interpreter
+    #[arg(long, default_value = "O2", value_parser = ["O0", "O1", "O2", "O3", "interp"])]
+    opt: String,
+    /// Seed of the initial params
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let arg = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1).cloned())
-    };
-    let opt = arg("--opt").unwrap_or_else(|| "O2".into());
-    let seed: u64 = arg("--seed").map_or(Ok(0), |s| s.parse())?;
+    let Options { opt, seed } = Options::parse();
 
     let g = Graph::new();
     let x = g.inputs(2);
@@ -35,16 +41,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let mut program: Box<dyn Program> = match opt.as_str() {
         "interp" => Box::new(Interpreter::new(&g)?),
-        level => {
-            let level = match level {
-                "O0" => OptLevel::O0,
-                "O1" => OptLevel::O1,
-                "O2" => OptLevel::O2,
-                "O3" => OptLevel::O3,
-                other => return Err(format!("--opt {other}: expected O0..O3 or interp").into()),
-            };
-            Box::new(Jit::builder().opt_level(level).compile(&g)?)
-        }
+        level => Box::new(
+            Jit::builder()
+                .opt_level(level.parse::<OptLevel>()?)
+                .compile(&g)?,
+        ),
     };
     println!(
         "xor: MLP(2, [4, 1]) relu, {} params, backend {opt}",

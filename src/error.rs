@@ -78,6 +78,10 @@ pub enum Error {
     /// the machine code exists.
     #[error("the optimized IR was not kept: compile with JitBuilder::keep_ir(true) to read it")]
     IrNotKept,
+    /// An optimization level's name that is not `O0`, `O1`, `O2` or `O3`
+    /// (`str::parse::<OptLevel>`).
+    #[error("unknown optimization level {given:?}: expected O0, O1, O2 or O3")]
+    UnknownOptLevel { given: String },
     /// LLVM could not initialize the host target, verify a module, optimize or JIT it.
     #[error("LLVM {stage} failed: {message}")]
     Llvm {

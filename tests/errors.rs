@@ -691,3 +691,19 @@ fn llvm_failure_is_well_described() {
     assert!(message.contains("module verification"), "{message}");
     assert!(message.contains("does not dominate"), "{message}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// UnknownOptLevel
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn opt_levels_parse_from_their_names_and_nothing_else() {
+    for level in OptLevel::ALL {
+        assert_eq!(level.to_string().parse::<OptLevel>(), Ok(level));
+    }
+    for bad in ["O4", "o2", "", "interp"] {
+        let e = bad.parse::<OptLevel>().unwrap_err();
+        assert_eq!(e, Error::UnknownOptLevel { given: bad.into() }, "{bad:?}");
+        assert!(e.to_string().contains("O0, O1, O2 or O3"), "{e}");
+    }
+}

@@ -81,6 +81,18 @@ impl std::fmt::Display for OptLevel {
     }
 }
 
+/// `"O0"`..`"O3"`, as `Display` writes them.
+impl std::str::FromStr for OptLevel {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<OptLevel> {
+        OptLevel::ALL
+            .into_iter()
+            .find(|l| l.to_string() == s)
+            .ok_or_else(|| Error::UnknownOptLevel { given: s.into() })
+    }
+}
+
 /// Where compilation spent its time, and how big the result is.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct JitStats {
