@@ -9,6 +9,7 @@
 //! [`Program`], so a training loop is written once.
 
 pub mod checkpoint;
+pub mod datasets;
 pub mod dot;
 pub mod error;
 pub mod graph;

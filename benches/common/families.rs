@@ -19,10 +19,7 @@
 // Each includer uses part of this file.
 #![allow(dead_code)]
 
-use std::f64::consts::PI;
-
 use rand::rngs::StdRng;
-use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use tapejit::nn::{self, Activation, Layer, Neuron, MLP};
 use tapejit::{Graph, Value};
@@ -114,41 +111,17 @@ impl Moons {
         }
     }
 
-    /// scikit-learn's `make_moons(points, noise=noise)`, seeded: the upper half circle (label
-    /// -1) at `linspace(0, pi)`, the lower one shifted to (1, 0.5) (label +1), shuffled, plus
-    /// Gaussian noise. Returns the points and their labels.
+    /// scikit-learn's `make_moons(points, noise=noise)`, seeded (`tapejit::datasets`, which
+    /// the Python package shares). Returns the points and their labels.
     pub fn data(&self) -> (Vec<[f64; 2]>, Vec<f64>) {
-        let mut rng = StdRng::seed_from_u64(self.seed);
-        let outer = self.points / 2;
-        let inner = self.points - outer;
-        let angle = |i: usize, n: usize| {
-            if n > 1 {
-                PI * i as f64 / (n - 1) as f64
-            } else {
-                0.0
-            }
-        };
-        let mut points: Vec<([f64; 2], f64)> = (0..outer)
-            .map(|i| ([angle(i, outer).cos(), angle(i, outer).sin()], -1.0))
-            .chain((0..inner).map(|i| {
-                let t = angle(i, inner);
-                ([1.0 - t.cos(), 1.0 - t.sin() - 0.5], 1.0)
-            }))
-            .collect();
-        points.shuffle(&mut rng);
-        for (p, _) in &mut points {
-            for c in p.iter_mut() {
-                *c += self.noise * standard_normal(&mut rng);
-            }
-        }
-        points.into_iter().unzip()
+        tapejit::datasets::make_moons(self.points, self.noise, self.seed)
     }
 
     pub fn build(&self, g: &Graph) -> Built {
         let (points, labels) = self.data();
         let x = g.inputs_without_grad(2 * self.points);
         let y = g.inputs_without_grad(self.points);
-        let model = micrograd_mlp(g, 2, &self.layers, &mut StdRng::seed_from_u64(self.seed));
+        let model = micrograd_mlp(g, 2, &self.layers, self.seed);
         let scores: Vec<Value<'_>> = x
             .chunks(2)
             .map(|xi| model.call(xi).expect("two coordinates")[0])
@@ -173,8 +146,9 @@ impl Moons {
 /// micrograd's `MLP(nin, nouts)`: relu on every layer but the last, weights uniform in
 /// [-1, 1), biases 0, drawn neuron by neuron. (`nn::MLP` scales the weights by
 /// `1/sqrt(fan_in)`; its arithmetic, `((b + w0*x0) + w1*x1) + ...`, is micrograd's.)
-pub fn micrograd_mlp<'g>(g: &'g Graph, nin: usize, nouts: &[usize], rng: &mut impl Rng) -> MLP<'g> {
+pub fn micrograd_mlp<'g>(g: &'g Graph, nin: usize, nouts: &[usize], seed: u64) -> MLP<'g> {
     let sizes: Vec<usize> = std::iter::once(nin).chain(nouts.iter().copied()).collect();
+    let mut init = tapejit::datasets::micrograd_params(&sizes, seed).into_iter();
     let layers = sizes
         .windows(2)
         .enumerate()
@@ -185,25 +159,18 @@ pub fn micrograd_mlp<'g>(g: &'g Graph, nin: usize, nouts: &[usize], rng: &mut im
                 Activation::Relu
             };
             let neurons = (0..w[1])
-                .map(|_| Neuron {
-                    w: (0..w[0])
-                        .map(|_| g.param(rng.gen_range(-1.0..1.0)))
-                        .collect(),
-                    b: g.param(0.0),
-                    activation,
+                .map(|_| {
+                    let w: Vec<_> = (0..w[0])
+                        .map(|_| g.param(init.next().unwrap_or(0.0)))
+                        .collect();
+                    let b = g.param(init.next().unwrap_or(0.0));
+                    Neuron { w, b, activation }
                 })
                 .collect();
             Layer { neurons }
         })
         .collect();
     MLP { layers }
-}
-
-/// A standard normal draw (Box-Muller), so the data need nothing beyond `rand`.
-fn standard_normal(rng: &mut impl Rng) -> f64 {
-    let u1: f64 = 1.0 - rng.gen::<f64>(); // (0, 1]
-    let u2: f64 = rng.gen();
-    (-2.0 * u1.ln()).sqrt() * (2.0 * PI * u2).cos()
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -10,33 +10,18 @@
 
 Both print micrograd's line per step (loss, accuracy) and end with the time per step; with
 micrograd installed (pip install micrograd), its time per step on the same code too. The
-data are make_moons-style (100 points, noise 0.1) from a seeded generator, not
-scikit-learn's, so the numbers differ from the notebook's.
+data (make_moons-style, 100 points, noise 0.1) and the initial params come from tapejit's
+seeded generators, as in `cargo run --release --example moons`, which prints the same
+losses; they are not scikit-learn's, so the numbers differ from the notebook's.
 """
 
 import argparse
-import math
-import random
 import statistics
 import time
 
 import numpy as np
 
 import tapejit
-
-
-def make_moons(n=100, noise=0.1, seed=1):
-    """scikit-learn's make_moons, seeded: two interleaved half circles, labels -1 and +1."""
-    rng = random.Random(seed)
-    outer, inner = n // 2, n - n // 2
-    points = [([math.cos(math.pi * i / (outer - 1)), math.sin(math.pi * i / (outer - 1))], -1)
-              for i in range(outer)]
-    points += [([1 - math.cos(math.pi * i / (inner - 1)), 1 - math.sin(math.pi * i / (inner - 1)) - 0.5], 1)
-               for i in range(inner)]
-    rng.shuffle(points)
-    X = [[a + noise * rng.gauss(0, 1), b + noise * rng.gauss(0, 1)] for (a, b), _ in points]
-    y = [label for _, label in points]
-    return X, y
 
 
 def demo_loss(engine, model, X, y):
@@ -53,10 +38,22 @@ def demo_loss(engine, model, X, y):
     return total_loss, sum(accuracy) / len(accuracy)
 
 
+SEED = 1337
+
+
+def mlp(nn):
+    """The notebook's MLP(2, [16, 16, 1]) of `nn` (tapejit's or micrograd's), initialised by
+    tapejit's seeded generator as the Rust example is."""
+    model = nn.MLP(2, [16, 16, 1])
+    sizes = [2, 16, 16, 1]
+    for p, x in zip(model.parameters(), tapejit.datasets.micrograd_params(sizes, SEED)):
+        p.data = x
+    return model
+
+
 def drop_in(engine, nn, X, y, steps, show=True):
     """The notebook's training loop on `engine` (tapejit or micrograd); seconds per step."""
-    random.seed(1337)
-    model = nn.MLP(2, [16, 16, 1])
+    model = mlp(nn)
     times = []
     for k in range(steps):
         start = time.perf_counter()
@@ -74,8 +71,7 @@ def drop_in(engine, nn, X, y, steps, show=True):
 
 def compiled(X, y, steps):
     """The same model and loss, built once on placeholders and compiled."""
-    random.seed(1337)
-    model = tapejit.nn.MLP(2, [16, 16, 1])
+    model = mlp(tapejit.nn)
     xs = [[tapejit.Value(0.0), tapejit.Value(0.0)] for _ in X]
     ys = [tapejit.Value(0.0) for _ in y]
     scores = list(map(model, xs))
@@ -105,7 +101,7 @@ def main():
     parser.add_argument("--micrograd-steps", type=int, default=3,
                         help="steps micrograd runs for its time per step (about 1 s each)")
     args = parser.parse_args()
-    X, y = make_moons()
+    X, y = tapejit.datasets.make_moons(100, 0.1, SEED)
 
     print("== drop-in: micrograd's loop, import changed")
     drop = drop_in(tapejit, tapejit.nn, X, y, args.steps)
@@ -119,6 +115,8 @@ def main():
     print(f"drop-in: {per_step(drop)*1e3:.2f} ms/step (median of steps 2..; step 1 compiles: "
           f"{drop[1]*1e3 if len(drop) > 1 else float('nan'):.0f} ms)")
     print(f"compiled: {per_step(comp)*1e6:.1f} us/step")
+    if args.micrograd_steps < 1:
+        return
     try:
         import micrograd.engine
         import micrograd.nn

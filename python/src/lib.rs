@@ -3,6 +3,7 @@
 //! module (`tapejit/`) adds micrograd's `nn`.
 
 mod compiled;
+mod datasets;
 mod dot;
 mod drop_in;
 mod params;
@@ -18,5 +19,7 @@ fn _tapejit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dot::to_dot, m)?)?;
     m.add_function(wrap_pyfunction!(params::save_params, m)?)?;
     m.add_function(wrap_pyfunction!(params::load_params, m)?)?;
+    m.add_function(wrap_pyfunction!(datasets::make_moons, m)?)?;
+    m.add_function(wrap_pyfunction!(datasets::micrograd_params, m)?)?;
     Ok(())
 }

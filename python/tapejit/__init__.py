@@ -13,7 +13,7 @@ first time a graph of some structure is seen, on tapejit's interpreter; from the
 """
 
 from ._tapejit import Program, Value, compile
-from . import nn
+from . import datasets, nn
 from .viz import draw_dot
 
-__all__ = ["Program", "Value", "compile", "draw_dot", "nn"]
+__all__ = ["Program", "Value", "compile", "datasets", "draw_dot", "nn"]

@@ -4,7 +4,7 @@ written for micrograd run unchanged after changing the import. ``MLP`` adds ``sa
 
 import random
 
-from ._tapejit import Value, load_params, save_params
+from ._tapejit import Value, load_params, micrograd_params, save_params
 
 
 class Module:
@@ -68,6 +68,14 @@ class MLP(Module):
 
     def __repr__(self):
         return f"MLP of [{', '.join(str(layer) for layer in self.layers)}]"
+
+    def init_from_seed(self, seed):
+        """Sets the params to micrograd's initialization (weights uniform in [-1, 1), biases
+        0) drawn from tapejit's seeded generator: the same seed gives the Rust examples' MLP
+        (``tapejit::datasets::micrograd_params``)."""
+        for p, x in zip(self.parameters(), micrograd_params(self.sizes, seed)):
+            p.data = x
+        return self
 
     def save(self, path):
         """Writes the params to ``path`` as safetensors: ``layers.{l}.weight`` (one row per
