@@ -49,32 +49,31 @@ static CACHE: Mutex<Option<Cache>> = Mutex::new(None);
 static CALLS: AtomicU64 = AtomicU64::new(0);
 const UNPLACED: u64 = u32::MAX as u64;
 
-/// The graph under `root` in micrograd's topological order (operands before the values made
-/// from them, each operand's subgraph in operand order), and its structural key. Marks each
-/// value with its position ([`position`]).
+/// The graph under `root` in the order its values were made (operands before the values
+/// made from them), and its structural key. Marks each value with its position
+/// ([`position`]). (The order values were made in, not micrograd's depth-first one: a graph
+/// built layer by layer and copy by copy keeps the regular structure loop recovery rolls,
+/// where a depth-first order interleaves a copy's layers.)
 pub fn linearize(root: &Value) -> (Vec<&Value>, Vec<u64>) {
     let call = CALLS.fetch_add(1, Ordering::Relaxed) + 1;
-    let visit = |v: &Value| v.mark.swap(call << 32 | UNPLACED, Ordering::Relaxed) >> 32 != call;
-    let mut order: Vec<&Value> = Vec::new();
-    visit(root);
-    let mut stack: Vec<(&Value, usize)> = vec![(root, 0)];
-    while let Some((v, next)) = stack.last_mut() {
-        let v: &Value = v;
-        if let Some(operand) = v.prev().nth(*next) {
-            *next += 1;
+    // Whether `v` was not yet seen by this call (and now is).
+    let first_visit =
+        |v: &Value| v.mark.swap(call << 32 | UNPLACED, Ordering::Relaxed) >> 32 != call;
+    first_visit(root);
+    let mut order: Vec<&Value> = vec![root];
+    let mut next = 0;
+    while let Some(&v) = order.get(next) {
+        next += 1;
+        for operand in v.prev() {
             let operand = operand.get();
-            // A value being visited is never reached again below itself (the graph has no
-            // cycles); one already placed keeps its mark.
-            if operand.mark.load(Ordering::Relaxed) >> 32 != call {
-                visit(operand);
-                stack.push((operand, 0));
+            if first_visit(operand) {
+                order.push(operand);
             }
-        } else {
-            v.mark
-                .store(call << 32 | order.len() as u64, Ordering::Relaxed);
-            order.push(v);
-            stack.pop();
         }
+    }
+    order.sort_unstable_by_key(|v| v.serial);
+    for (k, v) in order.iter().enumerate() {
+        v.mark.store(call << 32 | k as u64, Ordering::Relaxed);
     }
     let mut key = Vec::with_capacity(order.len() * 3);
     for v in &order {

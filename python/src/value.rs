@@ -45,7 +45,12 @@ pub struct Value {
     pub constant: bool,
     /// Which `backward` last visited this value and where it put it (see `drop_in.rs`).
     pub mark: AtomicU64,
+    /// When it was made: values are numbered as they are made, so operands come first.
+    pub serial: u64,
 }
+
+/// The next value's serial.
+static MADE: AtomicU64 = AtomicU64::new(0);
 
 impl Value {
     fn leaf(data: f64) -> Value {
@@ -57,6 +62,7 @@ impl Value {
             int_exponent: false,
             constant: false,
             mark: AtomicU64::new(0),
+            serial: MADE.fetch_add(1, Ordering::Relaxed),
         }
     }
 
