@@ -4,6 +4,7 @@
 //! operators are built from the same primitives as micrograd builds them (`a - b` is
 //! `a + (-b)`, `-a` is `a * -1`, `a / b` is `a * b**-1`), so the numbers match micrograd's.
 
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use pyo3::exceptions::PyTypeError;
@@ -52,26 +53,63 @@ pub struct Value {
 /// The next value's serial.
 static MADE: AtomicU64 = AtomicU64::new(0);
 
+thread_local! {
+    /// Operands waiting to be released while a value is dropped (see `Drop for Value`).
+    static RELEASING: RefCell<Option<Vec<Py<Value>>>> = const { RefCell::new(None) };
+}
+
+/// Releasing a value releases its operands, and Python frees each whose last reference that
+/// was, dropping it in turn: down a chain of 100,000 values (`x = x + 1` in a loop) that
+/// recursion overflows the stack. So the outermost drop collects operands in a list and
+/// releases them one at a time; a drop inside it only adds its operands to the list.
+impl Drop for Value {
+    fn drop(&mut self) {
+        let operands = std::mem::take(&mut self.operands).into_iter().flatten();
+        let outermost = RELEASING.with(|list| {
+            let mut list = list.borrow_mut();
+            match list.as_mut() {
+                Some(waiting) => {
+                    waiting.extend(operands);
+                    false
+                }
+                None => {
+                    *list = Some(operands.collect());
+                    true
+                }
+            }
+        });
+        if !outermost {
+            return;
+        }
+        while let Some(operand) = RELEASING.with(|list| list.borrow_mut().as_mut()?.pop()) {
+            drop(operand);
+        }
+        RELEASING.with(|list| list.borrow_mut().take());
+    }
+}
+
 impl Value {
-    fn leaf(data: f64) -> Value {
+    /// A new value (the next serial), its gradient 0.
+    fn with(data: f64, op: Option<Op>, operands: [Option<Py<Value>>; 2], constant: bool) -> Value {
         Value {
             data: Number::new(data),
             grad: Number::new(0.0),
-            op: None,
-            operands: [None, None],
+            op,
+            operands,
             int_exponent: false,
-            constant: false,
+            constant,
             mark: AtomicU64::new(0),
             serial: MADE.fetch_add(1, Ordering::Relaxed),
         }
     }
 
+    fn leaf(data: f64) -> Value {
+        Value::with(data, None, [None, None], false)
+    }
+
     /// A leaf made of a number an operator met.
     fn constant(data: f64) -> Value {
-        Value {
-            constant: true,
-            ..Value::leaf(data)
-        }
+        Value::with(data, None, [None, None], true)
     }
 
     /// Its operands, in order.
@@ -83,12 +121,9 @@ impl Value {
     fn made(py: Python<'_>, op: Op, operands: &[&Py<Value>]) -> Value {
         let x: [f64; 2] =
             std::array::from_fn(|i| operands.get(i).map_or(0.0, |v| v.get().data.get()));
-        Value {
-            data: Number::new(op.forward(&mut F64, &x[..operands.len()])),
-            op: Some(op),
-            operands: std::array::from_fn(|i| operands.get(i).map(|v| v.clone_ref(py))),
-            ..Value::leaf(0.0)
-        }
+        let data = op.forward(&mut F64, &x[..operands.len()]);
+        let operands = std::array::from_fn(|i| operands.get(i).map(|v| v.clone_ref(py)));
+        Value::with(data, Some(op), operands, false)
     }
 
     /// [`Value::made`], as a Python object.

@@ -191,3 +191,15 @@ def test_misuse_is_a_python_exception():
     x = Value(float("nan"))
     with pytest.raises(ValueError, match="not finite"):
         (x * 2).backward()
+
+
+def test_a_chain_deeper_than_the_stack_builds_differentiates_and_frees():
+    # Freeing a value frees its operands: a chain of 300,000 (x = x + 1 in a loop) would
+    # recurse that deep, so values are released from a list instead.
+    x = leaf = Value(1.0)
+    for _ in range(300_000):
+        x = x * 1.0 + 1.0
+    x.backward()
+    assert x.data == 300_001.0 and leaf.grad == 1.0
+    del x
+    assert repr(leaf) == "Value(data=1.0, grad=1.0)"
