@@ -10,12 +10,12 @@
 //! `grad` and the others' too (micrograd adds into every node's), the root's set to 1.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use rustc_hash::FxBuildHasher;
 use tapejit::{Graph, Interpreter, Jit, Program};
 
 use crate::value::Value;
@@ -37,7 +37,7 @@ struct Compiled {
 /// Structures seen, by key.
 #[derive(Default)]
 struct Cache {
-    programs: HashMap<Vec<u64>, Compiled, BuildHasherDefault<KeyHasher>>,
+    programs: HashMap<Vec<u64>, Compiled, FxBuildHasher>,
     clock: u64,
 }
 
@@ -86,29 +86,6 @@ pub fn linearize(root: &Value) -> (Vec<&Value>, Vec<u64>) {
 /// Where the last [`linearize`] placed `v`.
 pub fn position(v: &Value) -> usize {
     (v.mark.load(Ordering::Relaxed) & UNPLACED) as usize
-}
-
-/// FxHash's mixing, eight bytes at a time: keys are long, and SipHash over them cost as
-/// much as the rest of `backward`.
-#[derive(Default)]
-struct KeyHasher(u64);
-
-impl Hasher for KeyHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(word));
-        }
-    }
-
-    fn write_u64(&mut self, x: u64) {
-        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
 }
 
 /// A node's op as a number of the key: the op's index and, for `Powf`, its exponent's bits

@@ -30,6 +30,8 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 
+use rustc_hash::FxHasher;
+
 use super::loops::{AccessKind, Affine, Item, Lanes, MapLoop, Nest, SumLoop, MAX_NEST_DEPTH};
 use crate::op::Op;
 use crate::tape::{Slot, Tape};
@@ -518,31 +520,10 @@ fn shape_key(item: &Item) -> Option<u64> {
     if matches!(item, Item::Straight(_) | Item::SumPart { .. }) || item.depth() >= MAX_NEST_DEPTH {
         return None;
     }
-    let mut h = FxHasher(0);
+    let mut h = FxHasher::default();
     hash_shape(item, &mut h);
     item.for_each_affine(&mut |a| (a.stride, a.outer).hash(&mut h));
     Some(h.finish())
-}
-
-/// The multiply-rotate hash of rustc's `FxHasher`: shapes are hashed once per item per
-/// round, and SipHash's resistance to chosen inputs buys nothing here.
-#[derive(Default)]
-struct FxHasher(u64);
-
-impl Hasher for FxHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(word));
-        }
-    }
-    fn write_u64(&mut self, x: u64) {
-        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-    fn finish(&self) -> u64 {
-        self.0
-    }
 }
 
 /// [`shape_key`] of a unit: of a node as a map of one node, without building that map.
@@ -551,7 +532,7 @@ fn unit_shape_key(tape: &Tape, unit: &Unit) -> Option<u64> {
         Unit::Node(s) => *s,
         Unit::Item(item) => return shape_key(item),
     };
-    let mut h = FxHasher(0);
+    let mut h = FxHasher::default();
     MAP_TAG.hash(&mut h);
     hash_op(tape.op(s), &mut h);
     let args = tape.args(s);

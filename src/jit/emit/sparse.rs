@@ -270,14 +270,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         let set =
             self.builder
                 .build_int_compare(IntPredicate::NE, set, i64t.const_zero(), "finite")?;
-        let f = self.current_function();
-        let block = |name| self.context.append_basic_block(f, name);
-        let (list, sparse, dense, done) = (
-            block("list"),
-            block("sparse"),
-            block("dense"),
-            block("done"),
-        );
+        let [list, sparse, dense, done] = self.skipping_blocks();
         self.builder.build_conditional_branch(set, list, dense)?;
 
         self.builder.position_at_end(list);
@@ -325,14 +318,7 @@ impl<'ctx> Emitter<'ctx, '_> {
             Ok(Vec::new())
         };
         let finite = self.all_finite(&g_products)?;
-        let f = self.current_function();
-        let block = |name| self.context.append_basic_block(f, name);
-        let (list, sparse, dense, done) = (
-            block("list"),
-            block("sparse"),
-            block("dense"),
-            block("done"),
-        );
+        let [list, sparse, dense, done] = self.skipping_blocks();
         self.builder.build_conditional_branch(finite, list, dense)?;
 
         self.builder.position_at_end(list);
@@ -348,6 +334,13 @@ impl<'ctx> Emitter<'ctx, '_> {
         self.builder.build_unconditional_branch(done)?;
         self.builder.position_at_end(done);
         Ok(())
+    }
+
+    /// The blocks of `accumulate`'s skipping loops: building the list of steps, the loop
+    /// over it, the loop over every step, and after both.
+    fn skipping_blocks(&self) -> [BasicBlock<'ctx>; 4] {
+        let f = self.current_function();
+        ["list", "sparse", "dense", "done"].map(|name| self.context.append_basic_block(f, name))
     }
 
     /// To `sparse` if the `n` steps of `len` left are few enough to pay for skipping (at
