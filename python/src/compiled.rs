@@ -11,7 +11,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use tapejit::{Graph, Interpreter, Jit, Op, OptLevel, Program};
 
-use crate::drop_in::{linearize, position};
+use crate::drop_in::{error, graph_of, linearize, position};
 use crate::value::Value;
 
 /// A leaf's part in a compiled graph.
@@ -29,14 +29,8 @@ pub struct Compiled {
     program: Mutex<Box<dyn Program + Send>>,
     /// The params' `Value`s, in the program's order, for `sync`.
     params: Vec<Py<Value>>,
-    /// How many outputs were asked for.
-    outputs: usize,
     /// The optimized IR, or why there is none.
     ir: Result<String, String>,
-}
-
-fn error(e: tapejit::Error) -> PyErr {
-    PyValueError::new_err(e.to_string())
 }
 
 /// `x` as a contiguous slice of `f64`s (a copy only if numpy must make one).
@@ -81,15 +75,7 @@ pub fn compile(
     };
     let params: Vec<Py<Value>> = match params {
         Some(p) => p,
-        None => {
-            let inputs: std::collections::HashSet<*const Value> =
-                inputs.iter().map(|v| v.get() as *const Value).collect();
-            // `order` holds references into the graph under `loss`, which `loss` keeps alive;
-            // each is a `Value` of some Python object reachable from it.
-            let mut found = Vec::new();
-            collect_params(py, &loss, &inputs, &mut found);
-            found
-        }
+        None => default_params(py, &loss, &order, &inputs),
     };
     let mut roles: HashMap<usize, Role> = HashMap::new();
     for (what, list, role) in [
@@ -121,39 +107,12 @@ pub fn compile(
     let g = Graph::new();
     let xs = g.inputs_without_grad(inputs.len());
     let ps: Vec<_> = params.iter().map(|p| g.param(p.get().data.get())).collect();
-    // Per node: its value in `g`, or (an addition folded into the next) its terms so far.
-    let mut nodes = Vec::with_capacity(order.len());
-    let mut terms: Vec<Vec<tapejit::Value<'_>>> = vec![Vec::new(); order.len()];
-    for (k, &v) in order.iter().enumerate() {
-        let node = match (v.op, roles.get(&k)) {
-            (None, Some(Role::Input(i))) => Some(xs[*i]),
-            (None, Some(Role::Param(i))) => Some(ps[*i]),
-            (None, None) => Some(g.constant(v.data.get())),
-            (Some(Op::Add), _) => {
-                let mut operands = v.prev();
-                let (a, b) = (operands.next().expect("two"), operands.next().expect("two"));
-                let left = position(a.get());
-                let mut sum = match folds[left] {
-                    true => std::mem::take(&mut terms[left]),
-                    false => vec![operand(a, &nodes)],
-                };
-                sum.push(operand(b, &nodes));
-                if folds[k] {
-                    terms[k] = sum;
-                    None
-                } else if sum.len() == 2 {
-                    Some(g.apply(Op::Add, &sum).map_err(error)?)
-                } else {
-                    Some(g.sum(&sum))
-                }
-            }
-            (Some(op), _) => {
-                let args: Vec<_> = v.prev().map(|p| operand(p, &nodes)).collect();
-                Some(g.apply(op, &args).map_err(error)?)
-            }
-        };
-        nodes.push(node);
-    }
+    let leaf = |k: usize, v: &Value| match roles.get(&k) {
+        Some(Role::Input(i)) => xs[*i],
+        Some(Role::Param(i)) => ps[*i],
+        None => g.constant(v.data.get()),
+    };
+    let nodes = graph_of(&g, &order, leaf, Some(&folds))?;
     let value = |k: usize| nodes[k].expect("outputs and the loss are not folded");
     for &p in &output_positions {
         g.add_output(value(p)).map_err(error)?;
@@ -163,14 +122,11 @@ pub fn compile(
     let program: Box<dyn Program + Send> = if opt == "interpreter" {
         Box::new(Interpreter::new(&g).map_err(error)?)
     } else {
-        let level = OptLevel::ALL
-            .into_iter()
-            .find(|l| l.to_string() == opt)
-            .ok_or_else(|| {
-                PyValueError::new_err(format!(
-                    "opt={opt:?}: expected \"O0\", \"O1\", \"O2\", \"O3\" or \"interpreter\""
-                ))
-            })?;
+        let level: OptLevel = opt.parse().map_err(|_| {
+            PyValueError::new_err(format!(
+                "opt={opt:?}: expected \"O0\", \"O1\", \"O2\", \"O3\" or \"interpreter\""
+            ))
+        })?;
         let jit = Jit::builder()
             .opt_level(level)
             .keep_ir(keep_ir)
@@ -182,22 +138,15 @@ pub fn compile(
     Ok(Compiled {
         program: Mutex::new(program),
         params,
-        outputs: output_positions.len(),
         ir,
     })
 }
 
-/// The value of operand `p` in the graph being built (a folded addition has none; its one
-/// use folds it).
-fn operand<'g>(p: &Py<Value>, nodes: &[Option<tapejit::Value<'g>>]) -> tapejit::Value<'g> {
-    nodes[position(p.get())].expect("an operand that is not a folded addition")
-}
-
 /// Per node of `order` (the loss last): whether it is an addition whose one use is as the
-/// first operand of the next addition, and not an output. Such chains, `((a + b) + c) + d`
-/// (what Python's `sum` builds), become one `Sum` of their terms, which adds them in the same
-/// order: the same bits, and the shape loop recovery rolls (a binary chain is a node per
-/// term to the recovery, a sum one node).
+/// first operand of the next addition, and not an output: [`graph_of`] folds such chains,
+/// `((a + b) + c) + d` (what Python's `sum` builds), into one `Sum` of their terms, the
+/// shape loop recovery rolls (to the recovery a binary chain is a node per term, a sum one
+/// node).
 fn chains(order: &[&Value], outputs: &[usize]) -> Vec<bool> {
     let mut uses = vec![0u32; order.len()];
     for v in order {
@@ -216,34 +165,29 @@ fn chains(order: &[&Value], outputs: &[usize]) -> Vec<bool> {
     folds
 }
 
-/// The leaves under `v` that are neither `inputs` nor numbers an operator met, each once,
-/// in the order the graph reaches them.
-fn collect_params(
+/// The leaves of `order` (the graph under `loss`, in the order they were made) that are
+/// neither `inputs` nor numbers an operator met: where micrograd's `parameters()` lists them
+/// for a model applied once. The Python objects come from the values that use them.
+fn default_params(
     py: Python<'_>,
-    v: &Py<Value>,
-    inputs: &std::collections::HashSet<*const Value>,
-    found: &mut Vec<Py<Value>>,
-) {
-    let mut seen: std::collections::HashSet<*const Value> = Default::default();
-    let mut stack = vec![v.clone_ref(py)];
-    let mut leaves = Vec::new();
-    while let Some(v) = stack.pop() {
-        let value = v.get();
-        if !seen.insert(value) {
-            continue;
+    loss: &Py<Value>,
+    order: &[&Value],
+    inputs: &[Py<Value>],
+) -> Vec<Py<Value>> {
+    let inputs: std::collections::HashSet<*const Value> =
+        inputs.iter().map(|v| v.get() as *const Value).collect();
+    let mut found: Vec<Option<Py<Value>>> = (0..order.len()).map(|_| None).collect();
+    let mut offer = |p: &Py<Value>| {
+        let v = p.get();
+        if v.op.is_none() && !v.constant && !inputs.contains(&(v as *const Value)) {
+            found[position(v)].get_or_insert_with(|| p.clone_ref(py));
         }
-        if value.op.is_none() {
-            if !value.constant && !inputs.contains(&(value as *const Value)) {
-                leaves.push((position(value), v.clone_ref(py)));
-            }
-            continue;
-        }
-        stack.extend(value.prev().map(|p| p.clone_ref(py)));
+    };
+    offer(loss);
+    for v in order {
+        v.prev().for_each(&mut offer);
     }
-    // In the graph's topological order, which is where micrograd's parameters() lists them
-    // for a model applied once.
-    leaves.sort_by_key(|(p, _)| *p);
-    found.extend(leaves.into_iter().map(|(_, v)| v));
+    found.into_iter().flatten().collect()
 }
 
 impl Compiled {
@@ -299,9 +243,7 @@ impl Compiled {
     /// The outputs' values as of the last forward (of `forward`, `step` or `train`'s last
     /// sample).
     fn outputs<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<f64>> {
-        let outputs = self.program().outputs();
-        debug_assert_eq!(outputs.len(), self.outputs);
-        PyArray1::from_vec(py, outputs)
+        PyArray1::from_vec(py, self.program().outputs())
     }
 
     /// The params, in the order they were given.

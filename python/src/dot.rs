@@ -4,7 +4,7 @@
 use pyo3::prelude::*;
 use tapejit::{Graph, Tape};
 
-use crate::drop_in::{error, linearize, position};
+use crate::drop_in::{error, graph_of, linearize};
 use crate::value::Value;
 
 /// The graph under `root` as Graphviz DOT (summarised by its loops when large).
@@ -12,18 +12,14 @@ use crate::value::Value;
 pub fn to_dot(root: Py<Value>) -> PyResult<String> {
     let (order, _) = linearize(root.get());
     let g = Graph::new();
-    let mut nodes = Vec::with_capacity(order.len());
-    for &v in &order {
-        let node = match v.op {
-            None if v.constant => g.constant(v.data.get()),
-            None => g.param(v.data.get()),
-            Some(op) => {
-                let args: Vec<_> = v.prev().map(|p| nodes[position(p.get())]).collect();
-                g.apply(op, &args).map_err(error)?
-            }
-        };
-        nodes.push(node);
-    }
+    let leaf = |_: usize, v: &Value| match v.constant {
+        true => g.constant(v.data.get()),
+        false => g.param(v.data.get()),
+    };
+    let nodes: Vec<_> = graph_of(&g, &order, leaf, None)?
+        .into_iter()
+        .map(|n| n.expect("nothing folds"))
+        .collect();
     g.set_loss(*nodes.last().expect("the root is in its graph"))
         .map_err(error)?;
     let tape = Tape::from_graph(&g).map_err(error)?;

@@ -16,7 +16,7 @@ use std::sync::Mutex;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use rustc_hash::FxBuildHasher;
-use tapejit::{Graph, Interpreter, Jit, Program};
+use tapejit::{Graph, Interpreter, Jit, Op, Program};
 
 use crate::value::Value;
 
@@ -111,17 +111,10 @@ fn op_code(v: &Value) -> u64 {
 /// every node's slot.
 fn build(order: &[&Value], native: bool) -> PyResult<Compiled> {
     let g = Graph::new();
-    let mut nodes = Vec::with_capacity(order.len());
-    for &v in order {
-        let node = match v.op {
-            None => g.param(v.data.get()),
-            Some(op) => {
-                let args: Vec<_> = v.prev().map(|p| nodes[position(p.get())]).collect();
-                g.apply(op, &args).map_err(error)?
-            }
-        };
-        nodes.push(node);
-    }
+    let nodes: Vec<_> = graph_of(&g, order, |_, v| g.param(v.data.get()), None)?
+        .into_iter()
+        .map(|n| n.expect("nothing folds"))
+        .collect();
     let root = *nodes.last().expect("a graph has its root");
     g.set_loss(root).map_err(error)?;
     let program: Box<dyn Program + Send> = if native {
@@ -139,6 +132,55 @@ fn build(order: &[&Value], native: bool) -> PyResult<Compiled> {
         native,
         used: 0,
     })
+}
+
+/// The values of `order` ([`linearize`]'s, marks current) as nodes of `g`: each leaf as
+/// `leaf` makes it from its position and value, each other value its op of its operands'
+/// nodes. An addition `folds` marks (whose one use is as the first operand of the next
+/// addition) gets no node: its terms go on into that addition's, which becomes one n-ary
+/// `Sum` (`((a + b) + c) + d` adds in that order either way, so the bits are the same).
+pub fn graph_of<'g>(
+    g: &'g Graph,
+    order: &[&Value],
+    mut leaf: impl FnMut(usize, &Value) -> tapejit::Value<'g>,
+    folds: Option<&[bool]>,
+) -> PyResult<Vec<Option<tapejit::Value<'g>>>> {
+    let folds_at = |k: usize| folds.is_some_and(|f| f[k]);
+    let mut nodes: Vec<Option<tapejit::Value<'g>>> = Vec::with_capacity(order.len());
+    // A folded addition's terms so far.
+    let mut terms: Vec<Vec<tapejit::Value<'g>>> = vec![Vec::new(); order.len()];
+    let operand = |p: &Py<Value>, nodes: &[Option<tapejit::Value<'g>>]| {
+        nodes[position(p.get())].expect("an operand that is not a folded addition")
+    };
+    for (k, &v) in order.iter().enumerate() {
+        let node = match v.op {
+            None => Some(leaf(k, v)),
+            Some(Op::Add) if folds.is_some() => {
+                let mut operands = v.prev();
+                let (a, b) = (operands.next().expect("two"), operands.next().expect("two"));
+                let left = position(a.get());
+                let mut sum = match folds_at(left) {
+                    true => std::mem::take(&mut terms[left]),
+                    false => vec![operand(a, &nodes)],
+                };
+                sum.push(operand(b, &nodes));
+                if folds_at(k) {
+                    terms[k] = sum;
+                    None
+                } else if sum.len() == 2 {
+                    Some(g.apply(Op::Add, &sum).map_err(error)?)
+                } else {
+                    Some(g.sum(&sum))
+                }
+            }
+            Some(op) => {
+                let args: Vec<_> = v.prev().map(|p| operand(p, &nodes)).collect();
+                Some(g.apply(op, &args).map_err(error)?)
+            }
+        };
+        nodes.push(node);
+    }
+    Ok(nodes)
 }
 
 pub fn error(e: tapejit::Error) -> PyErr {
