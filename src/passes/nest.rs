@@ -19,7 +19,9 @@
 //!    longest period allowed doubling from one item per round, back to one after a round
 //!    that nested something: inner repetitions collapse
 //!    into nests before any outer one is tried, so the outer one repeats nests that are
-//!    alike (and bodies are not rotated around an inner repetition). Nests nest up to
+//!    alike (and bodies are not rotated around an inner repetition). Back at short periods,
+//!    a round rescans only from just before the first new nest ([`Settled`]): the items
+//!    before it are unchanged and were tried at those periods already. Nests nest up to
 //!    [`MAX_NEST_DEPTH`] levels; the rounds take `O(n log n)`.
 //! 4. Nests too small to pay ([`MIN_NEST_NODES`]) unroll, and single nodes left outside nests
 //!    merge back into straight-line ranges.
@@ -47,9 +49,31 @@ pub fn recover(tape: &Tape, items: Vec<Item>) -> Vec<Item> {
     let mut items = singles(tape, items);
     let mut shapes = Shapes::of(tape, &items);
     let mut max_period = 1;
+    let mut settled = Settled {
+        period: 0,
+        rescan_from: 0,
+    };
     while max_period * MIN_NEST as usize <= items.len() {
-        let nests = round(tape, &items, &shapes, max_period);
-        if nests.is_empty() {
+        let from = if max_period <= settled.period {
+            settled.rescan_from
+        } else {
+            0
+        };
+        let nests = round(tape, &items, &shapes, max_period, from);
+        if let Some(&(first, _)) = nests.first() {
+            let nested: Vec<(usize, usize)> = nests
+                .iter()
+                .map(|(start, n)| (*start, n.count as usize * n.body.len()))
+                .collect();
+            items = with_nests(items, nests);
+            shapes.renest(tape, &items, &nested);
+            settled = Settled::before(first, max_period);
+            // New nests may repeat with a short period again (copies of a layer's nest).
+            max_period = 1;
+        } else {
+            if from == 0 {
+                settled = Settled::before(items.len(), max_period);
+            }
             // Double, but try the longest period that can still repeat before giving up
             // (three copies of an 11-item body: periods 8, then 11, not 16).
             let longest = items.len() / MIN_NEST as usize;
@@ -58,18 +82,30 @@ pub fn recover(tape: &Tape, items: Vec<Item>) -> Vec<Item> {
             } else {
                 longest + 1
             };
-        } else {
-            let nested: Vec<(usize, usize)> = nests
-                .iter()
-                .map(|(start, n)| (*start, n.count as usize * n.body.len()))
-                .collect();
-            items = with_nests(items, nests);
-            shapes.renest(tape, &items, &nested);
-            // New nests may repeat with a short period again (copies of a layer's nest).
-            max_period = 1;
         }
     }
     merge_singles(unroll_small(items))
+}
+
+/// How far the rounds since items last changed got: every repetition of at most `period`
+/// items starting before `rescan_from` was tried and made no nest, and the items it looked
+/// at are unchanged. A round of such a period starts at `rescan_from`: after a nest at the
+/// tape's end (a loss summed over a few outputs), the rounds that look for short periods
+/// again rescan only the end.
+struct Settled {
+    period: usize,
+    rescan_from: usize,
+}
+
+impl Settled {
+    /// Settled up to `period` for the items before `changed`, less the items whose
+    /// repetitions (and the rotations [`better_rotation_ahead`] compares) reach it.
+    fn before(changed: usize, period: usize) -> Settled {
+        Settled {
+            period,
+            rescan_from: changed.saturating_sub((MIN_NEST as usize + 1) * period),
+        }
+    }
 }
 
 /// What the rounds scan: a tape node that no nest has taken yet (most of a tape, until
@@ -272,7 +308,7 @@ impl Shapes {
             let span = shapes.append_bases(tape, unit);
             shapes.spans.push(span);
         }
-        shapes.next = next_of_same_shape(&shapes.keys);
+        shapes.next = next_of_same_shape(&shapes.keys, Vec::new(), 0);
         shapes
     }
 
@@ -286,8 +322,10 @@ impl Shapes {
     /// The shapes of `items`, which are the items these shapes described with the runs
     /// `nested` (first index and length) replaced by the nest each became.
     fn renest(&mut self, tape: &Tape, units: &[Unit], nested: &[(usize, usize)]) {
+        // Items before the first nest keep their index and shape.
+        let first = nested.first().map_or(self.keys.len(), |(start, _)| *start);
         let mut nested = nested.iter().peekable();
-        let (mut read, mut write) = (0, 0);
+        let (mut read, mut write) = (first, first);
         let mut nests = Vec::with_capacity(nested.len());
         while read < self.keys.len() {
             match nested.next_if(|(start, _)| *start == read) {
@@ -309,7 +347,7 @@ impl Shapes {
             self.keys[w] = unit_shape_key(tape, &units[w]);
             self.spans[w] = self.append_bases(tape, &units[w]);
         }
-        self.next = next_of_same_shape(&self.keys);
+        self.next = next_of_same_shape(&self.keys, std::mem::take(&mut self.next), first);
     }
 
     fn bases(&self, i: usize) -> &[i64] {
@@ -371,11 +409,18 @@ impl Shapes {
     }
 }
 
-/// One scan over `items`: the nests it makes, each with the index of its first item, for
-/// the shortest repetition (of at most `max_period` items) starting at each item.
-fn round(tape: &Tape, items: &[Unit], shapes: &Shapes, max_period: usize) -> Vec<(usize, Nest)> {
+/// One scan over `items` from index `from`: the nests it makes, each with the index of its
+/// first item, for the shortest repetition (of at most `max_period` items) starting at each
+/// item.
+fn round(
+    tape: &Tape,
+    items: &[Unit],
+    shapes: &Shapes,
+    max_period: usize,
+    from: usize,
+) -> Vec<(usize, Nest)> {
     let mut nests = Vec::new();
-    let mut i = 0;
+    let mut i = from;
     while i < items.len() {
         let nest = shapes
             .periods(i, max_period)
@@ -447,8 +492,10 @@ fn reads_within(item: &Item, range: std::ops::Range<u32>) -> bool {
 /// million nodes the items are hundreds of megabytes, and a fresh vector per round costs
 /// more in page faults and copies than the round itself.
 fn with_nests(mut items: Vec<Unit>, nests: Vec<(usize, Nest)>) -> Vec<Unit> {
+    // Items before the first nest stay where they are.
+    let first = nests.first().map_or(items.len(), |(start, _)| *start);
     let mut nests = nests.into_iter().peekable();
-    let (mut read, mut write) = (0, 0);
+    let (mut read, mut write) = (first, first);
     while read < items.len() {
         match nests.next_if(|(start, _)| *start == read) {
             Some((_, nest)) => {
@@ -466,14 +513,29 @@ fn with_nests(mut items: Vec<Unit>, nests: Vec<(usize, Nest)>) -> Vec<Unit> {
     items
 }
 
-/// Per item, the index of the next item of the same shape.
-fn next_of_same_shape(keys: &[Option<u64>]) -> Vec<Option<usize>> {
-    let mut next = vec![None; keys.len()];
+/// Per item, the index of the next item of the same shape, given `old`: the answer for items
+/// that were the same before index `changed` (empty if none were).
+fn next_of_same_shape(
+    keys: &[Option<u64>],
+    mut old: Vec<Option<usize>>,
+    changed: usize,
+) -> Vec<Option<usize>> {
+    let changed = changed.min(old.len());
+    old.truncate(changed);
+    old.resize(keys.len(), None);
+    let mut next = old;
     // The keys are hashes already.
-    let mut last_seen: HashMap<u64, usize, BuildHasherDefault<FxHasher>> = HashMap::default();
-    for (i, key) in keys.iter().enumerate().rev() {
+    let mut first_seen: HashMap<u64, usize, BuildHasherDefault<FxHasher>> = HashMap::default();
+    for (i, key) in keys.iter().enumerate().skip(changed).rev() {
         if let Some(key) = key {
-            next[i] = last_seen.insert(*key, i);
+            next[i] = first_seen.insert(*key, i);
+        }
+    }
+    // An unchanged item whose next lay before the change keeps it; the others' next is the
+    // first of their shape from the change on.
+    for i in 0..changed {
+        if !next[i].is_some_and(|n| n < changed) {
+            next[i] = keys[i].and_then(|key| first_seen.get(&key).copied());
         }
     }
     next
@@ -494,17 +556,7 @@ fn nest_of(tape: &Tape, items: &[Unit], period: usize) -> Option<Nest> {
     let exact = (0..count).all(|j| {
         body.iter()
             .zip(&items[j * period..(j + 1) * period])
-            .all(|(b, item)| {
-                slots.clear();
-                item.for_each_affine(tape, &mut |a| slots.push(*a));
-                let mut k = 0;
-                let mut same = item.same_shape_as(tape, b);
-                b.for_each_affine(&mut |a| {
-                    same &= slots.get(k) == Some(&a.unnested(j as i64));
-                    k += 1;
-                });
-                same && k == slots.len()
-            })
+            .all(|(b, item)| is_repetition(tape, item, b, j as i64, &mut slots))
     });
     exact.then_some(Nest {
         count: count as u32,
@@ -512,6 +564,38 @@ fn nest_of(tape: &Tape, items: &[Unit], period: usize) -> Option<Nest> {
         lanes: Lanes::None,
         shared_grads: Vec::new(),
     })
+}
+
+/// Whether `unit` is repetition `j` of the nest body's item `b` (`slots`: scratch space).
+fn is_repetition(tape: &Tape, unit: &Unit, b: &Item, j: i64, slots: &mut Vec<Affine>) -> bool {
+    if !unit.same_shape_as(tape, b) {
+        return false;
+    }
+    let at = |a: &Affine| a.unnested(j);
+    if let (Unit::Node(s), Item::Map(m)) = (unit, b) {
+        // Most units are nodes: their slot and their operands' (the shape check saw as many),
+        // compared field by field (`at(a) == Affine::fixed(x)` builds both on the stack and
+        // reads them back wider than it wrote them, a stall per comparison).
+        let fixed_at = |a: &Affine, x: Slot| {
+            a.stride == 0
+                && a.outer[1..].iter().all(|&o| o == 0)
+                && a.base + a.outer[0] * j == x.0 as i64
+        };
+        return fixed_at(&m.out, *s)
+            && m.args
+                .iter()
+                .zip(tape.args(*s))
+                .all(|(a, &x)| fixed_at(a, x));
+    }
+    slots.clear();
+    unit.for_each_affine(tape, &mut |a| slots.push(*a));
+    let mut k = 0;
+    let mut same = true;
+    b.for_each_affine(&mut |a| {
+        same &= slots.get(k) == Some(&at(a));
+        k += 1;
+    });
+    same && k == slots.len()
 }
 
 /// A hash of the item's shape: everything but its slots' bases. `None` for items that
