@@ -2,7 +2,9 @@
 //!
 //! A nest whose body holds no nest runs in lanes where `passes::lanes` proves it exact:
 //! forward when no repetition reads what another writes, backward when the lane order adds
-//! every gradient's contributions in the interpreter's order. Nests of nests run one
+//! every gradient's contributions in the interpreter's order; and only where it pays: enough
+//! of the body's accesses must be vector loads, stores or broadcasts ([`mostly_strided`]).
+//! Nests of nests run one
 //! repetition after the other, and the nests in their bodies in lanes where the analyses
 //! hold in every repetition of the nests around.
 
@@ -28,6 +30,28 @@ pub fn lane_group(count: u32) -> u32 {
         .map(|v| VECTOR_WIDTH * v)
         .find(|g| count % g == 0)
         .unwrap_or(MAX_LANE_GROUP)
+}
+
+/// Lanes need at least this share (in percent) of a body's accesses to be vector loads and
+/// stores (consecutive slots across lanes) or broadcasts (one slot for every lane).
+pub const MIN_VECTOR_ACCESS_PERCENT: u64 = 15;
+
+/// Whether a flat nest's `body` (its own level outermost) reads and writes mostly slots that
+/// lie neither side by side nor shared across its repetitions, counted over each access's
+/// sequence. Lanes reach those by gathers and scatters, which cost about what the scalar
+/// loop's loads and stores do (an AVX-512 scatter more), on top of building a vector of
+/// addresses each; their faster arithmetic does not make up for it. A mass-spring chain's
+/// masses (each reading its neighbours' state) run forward 17% faster one after the other,
+/// the moons demo's per-point loss 7-10%.
+fn mostly_strided(body: &[Item]) -> bool {
+    let (mut vector, mut all) = (0u64, 0u64);
+    for access in body.iter().flat_map(Item::accesses) {
+        all += access.len as u64;
+        if matches!(access.at.outer[0], 0 | 1) {
+            vector += access.len as u64;
+        }
+    }
+    vector * 100 < all * MIN_VECTOR_ACCESS_PERCENT
 }
 
 /// `item` with its lanes decided (a nest's, and those of the nests in its body; anything
@@ -70,9 +94,10 @@ fn decide_within(item: &Item, outer: &[u32]) -> Item {
         Item::Dot(dot) => vertical_arg(&dot.products, 0).is_some(),
         _ => false,
     });
-    let lanes = if !instances
-        .iter()
-        .all(|body| repetitions_independent(body, nest.count))
+    let lanes = if mostly_strided(&instances[0])
+        || !instances
+            .iter()
+            .all(|body| repetitions_independent(body, nest.count))
     {
         Lanes::None
     } else if has_vertical && keeps_order(true) {
