@@ -128,7 +128,22 @@ impl Value {
 
     /// [`Value::made`], as a Python object.
     fn apply(py: Python<'_>, op: Op, operands: &[&Py<Value>]) -> PyResult<Py<Value>> {
-        Py::new(py, Value::made(py, op, operands))
+        Value::made(py, op, operands).into_untracked(py)
+    }
+
+    /// The value as a Python object that Python's cycle collector does not track. Values
+    /// cannot be part of a cycle: a value refers only to its operands, made before it, and
+    /// never changes them. Yet pyo3 makes every class a collected one, so each of a graph's
+    /// values would be traversed by every collection its allocations set off: half the time
+    /// of a drop-in step of micrograd's demo (39 ms, 18.5 untracked).
+    fn into_untracked(self, py: Python<'_>) -> PyResult<Py<Value>> {
+        let value = Py::new(py, self)?;
+        // SAFETY: `value` is a live object of a garbage-collected type (pyo3 gives every class
+        // `Py_TPFLAGS_HAVE_GC`), and we hold the GIL; untracking an object that nothing
+        // cyclic refers through only keeps the collector from visiting it, and its
+        // deallocation untracks again, which CPython allows.
+        unsafe { pyo3::ffi::PyObject_GC_UnTrack(value.as_ptr().cast()) };
+        Ok(value)
     }
 }
 
@@ -138,7 +153,7 @@ fn operand(py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Option<Py<Value
         return Ok(Some(v.clone().unbind()));
     }
     match other.extract::<f64>() {
-        Ok(x) => Ok(Some(Py::new(py, Value::constant(x))?)),
+        Ok(x) => Ok(Some(Value::constant(x).into_untracked(py)?)),
         Err(_) => Ok(None),
     }
 }
@@ -158,11 +173,11 @@ fn power(py: Python<'_>, a: &Py<Value>, c: &Bound<'_, PyAny>) -> PyResult<Py<Val
     })?;
     let mut power = Value::made(py, Op::Powf(exponent), &[a]);
     power.int_exponent = c.is_instance_of::<pyo3::types::PyInt>();
-    Py::new(py, power)
+    power.into_untracked(py)
 }
 
 fn negate(py: Python<'_>, a: &Py<Value>) -> PyResult<Py<Value>> {
-    let minus_one = Py::new(py, Value::constant(-1.0))?;
+    let minus_one = Value::constant(-1.0).into_untracked(py)?;
     Value::apply(py, Op::Mul, &[a, &minus_one])
 }
 
