@@ -127,8 +127,14 @@ mod backend {
         fn run_train(&mut self, inputs: &[f64], lr: f64) -> Vec<f64> {
             super::step_per_sample(self, inputs, lr)
         }
+        /// Called before `replica`s are made: a backend may build what they run (the JIT
+        /// compiles `accumulate` when minibatches first need it). Fails only as compiling
+        /// does.
+        fn prepare_replicas(&mut self) -> crate::Result<()> {
+            Ok(())
+        }
         /// A copy of the buffers that runs forward and backward as this backend does, on
-        /// another thread if need be ([`crate::minibatch`]).
+        /// another thread if need be ([`crate::minibatch`]); after `prepare_replicas`.
         fn replica(&self) -> Box<dyn Replica + '_>;
     }
 
@@ -346,6 +352,7 @@ impl<B: Backend> Program for B {
         }
         check_finite("input", inputs)?;
         check_learning_rate(lr)?;
+        self.prepare_replicas()?;
         let threads = match threads {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n,

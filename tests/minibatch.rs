@@ -166,3 +166,42 @@ fn bad_arguments_are_typed_errors_and_change_nothing() {
         Err(Error::NoLoss)
     ));
 }
+
+/// `accumulate`, which only minibatches run, is compiled when they first do: compiling a
+/// program costs nothing for it, the first `train_minibatches` links it (once), and the
+/// stats and the IR say so.
+#[test]
+fn minibatches_compile_their_code_on_first_use() {
+    let g = Graph::new();
+    classifier(&g);
+    let inputs = samples(40, 23);
+    let mut jit = tapejit::Jit::builder().keep_ir(true).compile(&g).unwrap();
+    let compiled = jit.stats().clone();
+    assert_eq!(compiled.first_use_compile_secs, 0.0);
+    assert!(!jit.ir().unwrap().contains("@accumulate("));
+    let mut reference = Interpreter::new(&g).unwrap();
+    for round in 0..2 {
+        let losses = jit.train_minibatches(&inputs, 8, 0.1, 2).unwrap();
+        let want = reference.train_minibatches(&inputs, 8, 0.1, 1).unwrap();
+        assert_eq!(bits(&losses), bits(&want), "round {round}");
+        assert_eq!(
+            bits(&jit.params()),
+            bits(&reference.params()),
+            "round {round}"
+        );
+        let stats = jit.stats();
+        assert!(stats.first_use_compile_secs > 0.0);
+        assert_eq!(stats.modules, compiled.modules + 1, "linked once");
+        assert!(stats.functions > compiled.functions);
+        assert!(jit.ir().unwrap().contains("define void @accumulate("));
+    }
+    // Per-sample training is unaffected by the extra module.
+    let mut fresh = Interpreter::new(&g).unwrap();
+    fresh.set_params(&jit.params()).unwrap();
+    let one = &inputs[..WIDTH];
+    assert_eq!(
+        jit.step(one, 0.05).unwrap().to_bits(),
+        fresh.step(one, 0.05).unwrap().to_bits()
+    );
+    assert_eq!(bits(&jit.params()), bits(&fresh.params()));
+}

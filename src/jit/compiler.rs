@@ -14,7 +14,7 @@ use inkwell::passes::PassBuilderOptions;
 use inkwell::targets::{CodeModel, FileType, RelocMode, Target, TargetMachine};
 use inkwell::OptimizationLevel;
 
-use super::emit::{Emitter, HostCpu, Lowered};
+use super::emit::{Emitter, HostCpu, Lowered, ModuleRole};
 use super::{JitBuilder, JitStats};
 use crate::error::{Error, Result};
 use crate::plan::Plan;
@@ -57,7 +57,10 @@ pub(super) fn compile_modules(
             if m >= count {
                 return done;
             }
-            done.push((m, compile_module(tape, plan, options, &cpu, m)));
+            done.push((
+                m,
+                compile_module(tape, plan, options, &cpu, ModuleRole::Plan(m)),
+            ));
         }
     };
     let mut results = std::thread::scope(|scope| {
@@ -78,16 +81,21 @@ pub(super) fn compile_modules(
     results.into_iter().map(|(_, object)| object).collect()
 }
 
-/// Module `m` of `plan`, compiled in a context of its own.
+/// The module of `accumulate` ([`ModuleRole::Accumulate`]), compiled on this thread.
+pub(super) fn compile_accumulate(tape: &Tape, plan: &Plan, options: &JitBuilder) -> Result<Object> {
+    compile_module(tape, plan, options, &host_cpu(), ModuleRole::Accumulate)
+}
+
+/// Module `role` of `plan`, compiled in a context of its own.
 fn compile_module(
     tape: &Tape,
     plan: &Plan,
     options: &JitBuilder,
     cpu: &HostCpu,
-    m: usize,
+    role: ModuleRole,
 ) -> Result<Object> {
     let context = Context::create();
-    let object = build(&context, tape, plan, options, cpu, m);
+    let object = build(&context, tape, plan, options, cpu, role);
     let start = Instant::now();
     drop(context);
     object.map(|mut object| {
@@ -96,7 +104,7 @@ fn compile_module(
     })
 }
 
-/// Emits, verifies and optimizes module `m` in `ctx`, and writes its machine code as an
+/// Emits, verifies and optimizes module `role` in `ctx`, and writes its machine code as an
 /// object file. Everything it builds in `ctx` is dropped on return.
 fn build(
     ctx: &Context,
@@ -104,11 +112,11 @@ fn build(
     plan: &Plan,
     options: &JitBuilder,
     cpu: &HostCpu,
-    m: usize,
+    role: ModuleRole,
 ) -> Result<Object> {
     let mut stats = JitStats::default();
     let start = Instant::now();
-    let Lowered { module, trains } = Emitter::new(ctx, tape, plan, cpu, m)
+    let Lowered { module, trains } = Emitter::new(ctx, tape, plan, cpu, role)
         .emit()
         .map_err(|e| llvm_error("IR emission", e))?;
     module

@@ -102,8 +102,7 @@ pub struct Native {
     ir: Option<String>,
     /// Pointers into `code`, which is declared (and so dropped) after them.
     entries: Entries,
-    /// Never read: held for its `Drop`, which frees the machine code.
-    #[allow(dead_code)]
+    /// The machine code: its `Drop` frees it; `accumulate`'s module is added to it later.
     code: Code,
 }
 
@@ -140,16 +139,17 @@ struct Entries {
     step: UpdateFn,
     materialize: PassFn,
     train: Option<TrainFn>,
-    /// Where the tape has a loss.
+    /// Linked on first use ([`Native::link_accumulate`]).
     accumulate: Option<AccumulateFn>,
 }
 
-// SAFETY: the LLJIT is used by one thread at a time (linked in `compile`, disposed in `drop`,
-// never touched in between), ORC is thread-safe anyway, and the machine code keeps no
-// thread-local state. `Native` stays `!Sync` through its cells.
+// SAFETY: the LLJIT is used by one thread at a time (linked in `compile` and, once,
+// `link_accumulate` through `&mut self`, disposed in `drop`, never touched in between), ORC
+// is thread-safe anyway, and the machine code keeps no thread-local state. `Native` stays
+// `!Sync` through its cells.
 unsafe impl Send for Native {}
 
-/// An ORC LLJIT that has linked one object: it owns the executable memory, the symbol table
+/// An ORC LLJIT that has linked the objects: it owns the executable memory, the symbol table
 /// and the math functions' absolute symbols, and frees them all when dropped. No LLVM context,
 /// module or code generator lives in it.
 struct Code {
@@ -197,8 +197,7 @@ impl Code {
         };
         code.define_math_symbols()?;
         let jit = code.jit.as_ptr();
-        // SAFETY: `jit` is live. The generator is owned by the library once added. Each object
-        // buffer is owned by the LLJIT from the call on (even on error), so it is forgotten here.
+        // SAFETY: `jit` is live. The generator is owned by the library once added.
         unsafe {
             let library = LLVMOrcLLJITGetMainJITDylib(jit);
             let mut generator = std::ptr::null_mut();
@@ -210,17 +209,26 @@ impl Code {
             );
             take_error("process symbols", error)?;
             LLVMOrcJITDylibAddGenerator(library, generator);
-
-            for bytes in objects {
-                let object = MemoryBuffer::create_from_memory_range_copy(&bytes, "tapejit");
-                drop(bytes);
-                let buffer = object.as_mut_ptr();
-                std::mem::forget(object);
-                let error = LLVMOrcLLJITAddObjectFile(jit, library, buffer);
-                take_error("object loading", error)?;
-            }
+        }
+        for bytes in objects {
+            code.add(bytes)?;
         }
         Ok(code)
+    }
+
+    /// Adds an object to the main library; its calls to the objects already there (and
+    /// theirs to it) resolve by name when a lookup first links it.
+    fn add(&self, bytes: Vec<u8>) -> Result<()> {
+        let jit = self.jit.as_ptr();
+        let object = MemoryBuffer::create_from_memory_range_copy(&bytes, "tapejit");
+        drop(bytes);
+        let buffer = object.as_mut_ptr();
+        std::mem::forget(object);
+        // SAFETY: `jit` is live; the buffer is owned by the LLJIT from the call on (even on
+        // error), so it was forgotten above.
+        let error =
+            unsafe { LLVMOrcLLJITAddObjectFile(jit, LLVMOrcLLJITGetMainJITDylib(jit), buffer) };
+        take_error("object loading", error)
     }
 
     /// Binds each [`MathFn::symbol`] to its [`MathFn::address`] in the main library, so the
@@ -362,10 +370,6 @@ impl Native {
         let (update, step) = (address(UPDATE)?, address(STEP)?);
         let materialize = address(MATERIALIZE)?;
         let train = if trains { Some(address(TRAIN)?) } else { None };
-        let accumulate = match tape.loss() {
-            Some(_) => Some(address(ACCUMULATE)?),
-            None => None,
-        };
         // The first lookup linked the objects; the linker's graph of them is gone too.
         release_free_memory();
         stats.codegen_secs += start.elapsed().as_secs_f64();
@@ -379,7 +383,7 @@ impl Native {
                 step: std::mem::transmute::<usize, UpdateFn>(step),
                 materialize: std::mem::transmute::<usize, PassFn>(materialize),
                 train: train.map(|t| std::mem::transmute::<usize, TrainFn>(t)),
-                accumulate: accumulate.map(|a| std::mem::transmute::<usize, AccumulateFn>(a)),
+                accumulate: None,
             }
         };
         let (vals, grads) = initial_buffers(tape);
@@ -404,6 +408,30 @@ impl Native {
             entries,
             code,
         })
+    }
+
+    /// Whether `accumulate` is linked.
+    pub fn accumulates(&self) -> bool {
+        self.entries.accumulate.is_some()
+    }
+
+    /// Links `accumulate`'s module ([`super::emit::ModuleRole::Accumulate`], compiled from
+    /// the plan this `Native` was compiled from) next to the others.
+    pub fn link_accumulate(&mut self, object: super::compiler::Object) -> Result<()> {
+        let profiled = perf_map_wanted().then(|| function_symbols(std::slice::from_ref(&object)));
+        if let (Some(ir), Some(more)) = (self.ir.as_mut(), object.ir.as_deref()) {
+            ir.push_str(more);
+        }
+        self.code.add(object.bytes)?;
+        let address = self.code.address(ACCUMULATE)? as usize;
+        if let Some(functions) = profiled {
+            write_perf_map(&self.code, &functions);
+        }
+        // SAFETY: the address is of the function the emitter defined with exactly this
+        // signature (see `emit/mod.rs`), and it stays valid while `code` lives.
+        self.entries.accumulate =
+            Some(unsafe { std::mem::transmute::<usize, AccumulateFn>(address) });
+        Ok(())
     }
 
     pub fn values(&self) -> &[f64] {
@@ -558,7 +586,7 @@ impl crate::program::Replica for NativeReplica<'_> {
     fn accumulate(&mut self, inputs: &[f64], losses: &mut [f64], grads: &mut [f64]) {
         let accumulate = self
             .accumulate
-            .expect("accumulate is called only for a tape with a loss, which has the entry");
+            .expect("replicas run after `prepare_replicas` linked `accumulate`");
         let n = losses.len();
         let whole = n >= 1 && inputs.len() == n * self.sample_width;
         assert!(

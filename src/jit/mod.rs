@@ -116,6 +116,10 @@ pub struct JitStats {
     pub codegen_secs: f64,
     /// Seconds from the tape to linked native code, as a clock on the wall sees them.
     pub compile_secs: f64,
+    /// Seconds compiling what only some methods run, when one first did: `accumulate`,
+    /// which [`crate::Program::train_minibatches`] runs (0 until then). The stage times and
+    /// sizes above include it from then on.
+    pub first_use_compile_secs: f64,
     /// LLVM modules the functions were grouped into (each compiled on its own).
     pub modules: usize,
     /// Threads that compiled them.
@@ -371,8 +375,9 @@ impl JitBuilder {
         let native = Native::compile(&tape, &plan, self, stats.compile_threads, &mut stats)?;
         stats.compile_secs = start.elapsed().as_secs_f64();
         Ok(Jit {
+            kept: plan.kept.clone(),
+            unlinked: tape.loss().map(|_| Box::new((plan, self.clone()))),
             tape,
-            kept: plan.kept,
             native,
             stats,
             opt_level: self.opt_level,
@@ -422,6 +427,9 @@ pub struct Jit {
     native: Native,
     stats: JitStats,
     opt_level: OptLevel,
+    /// The plan and options `accumulate`'s module is compiled from when minibatches first
+    /// need it, until then ([`emit::ModuleRole::Accumulate`]).
+    unlinked: Option<Box<(Plan, JitBuilder)>>,
 }
 
 impl Jit {
@@ -488,6 +496,23 @@ impl Backend for Jit {
     }
     fn begin_step(&mut self) {
         self.native.discard_deferred();
+    }
+    fn prepare_replicas(&mut self) -> Result<()> {
+        if self.native.accumulates() || self.tape.loss().is_none() {
+            return Ok(());
+        }
+        let Some(unlinked) = self.unlinked.as_deref() else {
+            return Ok(());
+        };
+        let start = Instant::now();
+        let (plan, options) = unlinked;
+        let object = compiler::compile_accumulate(&self.tape, plan, options)?;
+        self.stats.add_module(&object.stats);
+        self.stats.modules += 1;
+        self.native.link_accumulate(object)?;
+        self.stats.first_use_compile_secs += start.elapsed().as_secs_f64();
+        self.unlinked = None;
+        Ok(())
     }
     fn replica(&self) -> Box<dyn crate::program::Replica + '_> {
         Box::new(self.native.replica())

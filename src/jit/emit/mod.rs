@@ -3,7 +3,8 @@
 //! Every decision was made by the plan; the emitter only writes IR. Module `m` defines the
 //! plan's functions `plan.modules[m]` (each in every variant: forward, backward, `step`'s
 //! backward); module 0 also defines the entry points, which call the other modules' functions
-//! by name (the linker resolves them). Its state is what every function shares (context,
+//! by name (the linker resolves them). `accumulate`, which only minibatches run, is a module
+//! of its own ([`ModuleRole::Accumulate`]) that the JIT compiles when they first do. Its state is what every function shares (context,
 //! module, builder, the math-function table, tape and plan); what
 //! varies per function (its buffers, `step`'s learning rate, `train`'s samples) is a
 //! [`Frame`] passed down. Straight-line code (`straight.rs`) keeps values in SSA registers;
@@ -78,6 +79,18 @@ pub struct Lowered<'ctx> {
     pub trains: bool,
 }
 
+/// Which module of a plan to emit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModuleRole {
+    /// The plan's module `m` (below `plan.modules.len()`); module 0 with the entry points but
+    /// `accumulate`.
+    Plan(usize),
+    /// `accumulate` and the functions only it calls, declaring the rest: what minibatches
+    /// need and nothing else does, compiled on their first use (a quarter of compiling
+    /// MNIST's graph, for a program that may never run a minibatch).
+    Accumulate,
+}
+
 /// Builds the module for one plan.
 pub struct Emitter<'ctx, 't> {
     context: &'ctx Context,
@@ -92,6 +105,8 @@ pub struct Emitter<'ctx, 't> {
     defines: Range<usize>,
     /// Whether this module defines the entry points (module 0 does).
     entries: bool,
+    /// Whether this is the module of `accumulate`.
+    accumulates: bool,
     /// Lane vectors in registers, while a loop item is emitted ([`known`]).
     known: known::Known<'ctx>,
 }
@@ -203,16 +218,24 @@ enum Buf {
 }
 
 impl<'ctx, 't> Emitter<'ctx, 't> {
-    /// The emitter of the plan's module `module` (below `plan.modules.len()`).
+    /// The emitter of the plan's module `role`.
     pub fn new(
         context: &'ctx Context,
         tape: &'t Tape,
         plan: &'t Plan,
         cpu: &HostCpu,
-        module: usize,
+        role: ModuleRole,
     ) -> Self {
-        let (defines, entries) = (plan.modules[module].clone(), module == 0);
-        let module = context.create_module(&format!("tapejit{}", defines.start));
+        let (defines, entries, name) = match role {
+            ModuleRole::Plan(m) => {
+                let defines = plan.modules[m].clone();
+                let name = format!("tapejit{}", defines.start);
+                (defines, m == 0, name)
+            }
+            ModuleRole::Accumulate => (0..0, false, "tapejit_accumulate".to_string()),
+        };
+        let accumulates = role == ModuleRole::Accumulate;
+        let module = context.create_module(&name);
         let f64_type = context.f64_type();
         let math = MathFn::iter()
             .map(|m| {
@@ -252,6 +275,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
             plan,
             defines,
             entries,
+            accumulates,
             known: known::Known::default(),
         }
     }
@@ -261,6 +285,15 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
     pub fn emit(self) -> Emit<Lowered<'ctx>> {
         let forward = self.forward_parts("fwd", Pass::Forward)?;
         let backward = self.backward_parts("bwd", false)?;
+        if self.accumulates {
+            if self.tape.loss().is_some() {
+                self.accumulate(&forward, &backward)?;
+            }
+            return Ok(Lowered {
+                module: self.module,
+                trains: false,
+            });
+        }
         let step_backward = match self.plan.step {
             Some(_) => self.backward_parts("step_bwd", true)?,
             None => Vec::new(),
@@ -275,19 +308,16 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         self.driver(BACKWARD, &backward, false)?;
         let update = self.update_function(UPDATE, None)?;
         let trains = self.step_entries(&forward, &backward, &step_backward, update)?;
-        if self.tape.loss().is_some() {
-            self.accumulate(&forward, &backward)?;
-        }
         Ok(Lowered {
             module: self.module,
             trains,
         })
     }
 
-    /// The plan functions this module defines or calls: all of them in module 0 (the entry
-    /// points call each), its own elsewhere.
+    /// The plan functions this module defines or calls: all of them where entry points are
+    /// (they call each), its own elsewhere.
     fn visible(&self) -> Range<usize> {
-        if self.entries {
+        if self.entries || self.accumulates {
             0..self.plan.functions.len()
         } else {
             self.defines.clone()
@@ -381,8 +411,12 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
             second: Buf::Grads,
             lr,
         };
+        // Module 0 defines `init` and `rest`; `accumulate`'s module calls them.
+        let declared = |name: String| self.declare_function(&name, &[], false);
         if self.entries {
             parts.push(part(self.backward_init(prefix, steps)?, false));
+        } else if self.accumulates {
+            parts.push(part(declared(format!("{prefix}_init")), false));
         }
         for k in self.visible().rev() {
             let f = self.backward_function(&format!("{prefix}{k}"), k, steps)?;
@@ -390,6 +424,8 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         }
         if self.entries {
             parts.push(part(self.backward_rest(prefix, steps)?, false));
+        } else if self.accumulates {
+            parts.push(part(declared(format!("{prefix}_rest")), false));
         }
         Ok(parts)
     }

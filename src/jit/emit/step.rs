@@ -22,7 +22,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         update: Part<'ctx>,
     ) -> Emit<bool> {
         let Some(plan) = &self.plan.step else {
-            let mut parts = vec![self.zero_param_grads()?];
+            let mut parts = vec![self.zero_param_grads("zero_params")?];
             parts.extend_from_slice(forward);
             parts.extend_from_slice(backward);
             parts.push(update);
@@ -199,7 +199,8 @@ impl<'ctx> Emitter<'ctx, '_> {
             )),
             None => None,
         };
-        let zero = self.zero_param_grads()?;
+        // Its own name: module 0 defines `zero_params` too, and the linker sees both.
+        let zero = self.zero_param_grads("acc_zero_params")?;
         let f = self.begin_function(
             ACCUMULATE,
             &[ptr.into(), i64t.into(), ptr.into(), ptr.into()],
@@ -374,9 +375,9 @@ impl<'ctx> Emitter<'ctx, '_> {
         self.builder.build_float_sub(p, step, "p_new")
     }
 
-    /// `zero_params(vals, grads)`: what `zero_grad` does.
-    fn zero_param_grads(&self) -> Emit<Part<'ctx>> {
-        let f = self.begin_function("zero_params", &[], false);
+    /// `name(vals, grads)`: what `zero_grad` does.
+    fn zero_param_grads(&self, name: &str) -> Emit<Part<'ctx>> {
+        let f = self.begin_function(name, &[], false);
         let (_, grads) = self.buffers(f);
         let mut params = vec![false; self.tape.len()];
         params[..self.tape.num_params()].fill(true);
