@@ -127,6 +127,11 @@ mod backend {
         fn run_train(&mut self, inputs: &[f64], lr: f64) -> Vec<f64> {
             super::step_per_sample(self, inputs, lr)
         }
+        /// Called before `run_train`: a backend may build what it runs (the JIT compiles
+        /// `train` when it is first called). Fails only as compiling does.
+        fn prepare_train(&mut self) -> crate::Result<()> {
+            Ok(())
+        }
         /// Called before `replica`s are made: a backend may build what they run (the JIT
         /// compiles `accumulate` when minibatches first need it). Fails only as compiling
         /// does.
@@ -335,6 +340,7 @@ impl<B: Backend> Program for B {
         check_samples(self.tape(), inputs)?;
         check_finite("input", inputs)?;
         check_learning_rate(lr)?;
+        self.prepare_train()?;
         Ok(self.run_train(inputs, lr))
     }
 

@@ -167,18 +167,19 @@ fn bad_arguments_are_typed_errors_and_change_nothing() {
     ));
 }
 
-/// `accumulate`, which only minibatches run, is compiled when they first do: compiling a
-/// program costs nothing for it, the first `train_minibatches` links it (once), and the
-/// stats and the IR say so.
+/// `accumulate` and `train`, which only minibatches and `train` run, are compiled when they
+/// are first called: compiling a program costs nothing for them, the first call links each
+/// (once), the stats and the IR say so, and the bits stay the interpreter's.
 #[test]
-fn minibatches_compile_their_code_on_first_use() {
+fn minibatches_and_train_compile_their_code_on_first_use() {
     let g = Graph::new();
     classifier(&g);
     let inputs = samples(40, 23);
     let mut jit = tapejit::Jit::builder().keep_ir(true).compile(&g).unwrap();
     let compiled = jit.stats().clone();
     assert_eq!(compiled.first_use_compile_secs, 0.0);
-    assert!(!jit.ir().unwrap().contains("@accumulate("));
+    let ir = jit.ir().unwrap();
+    assert!(!ir.contains("@accumulate(") && !ir.contains("@train("));
     let mut reference = Interpreter::new(&g).unwrap();
     for round in 0..2 {
         let losses = jit.train_minibatches(&inputs, 8, 0.1, 2).unwrap();
@@ -195,13 +196,23 @@ fn minibatches_compile_their_code_on_first_use() {
         assert!(stats.functions > compiled.functions);
         assert!(jit.ir().unwrap().contains("define void @accumulate("));
     }
-    // Per-sample training is unaffected by the extra module.
-    let mut fresh = Interpreter::new(&g).unwrap();
-    fresh.set_params(&jit.params()).unwrap();
+    for round in 0..2 {
+        let losses = jit.train(&inputs, 0.05).unwrap();
+        let want = reference.train(&inputs, 0.05).unwrap();
+        assert_eq!(bits(&losses), bits(&want), "train round {round}");
+        assert_eq!(
+            bits(&jit.params()),
+            bits(&reference.params()),
+            "train round {round}"
+        );
+        assert_eq!(jit.stats().modules, compiled.modules + 2, "linked once");
+        assert!(jit.ir().unwrap().contains("define void @train("));
+    }
+    // `step` is unaffected by the extra modules.
     let one = &inputs[..WIDTH];
     assert_eq!(
         jit.step(one, 0.05).unwrap().to_bits(),
-        fresh.step(one, 0.05).unwrap().to_bits()
+        reference.step(one, 0.05).unwrap().to_bits()
     );
-    assert_eq!(bits(&jit.params()), bits(&fresh.params()));
+    assert_eq!(bits(&jit.params()), bits(&reference.params()));
 }

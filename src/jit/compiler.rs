@@ -14,7 +14,7 @@ use inkwell::passes::PassBuilderOptions;
 use inkwell::targets::{CodeModel, FileType, RelocMode, Target, TargetMachine};
 use inkwell::OptimizationLevel;
 
-use super::emit::{Emitter, HostCpu, Lowered, ModuleRole};
+use super::emit::{Emitter, HostCpu, LazyEntry, Lowered, ModuleRole};
 use super::{JitBuilder, JitStats};
 use crate::error::{Error, Result};
 use crate::plan::Plan;
@@ -32,8 +32,6 @@ pub(super) fn llvm_error(stage: &'static str, message: impl ToString) -> Error {
 pub(super) struct Object {
     pub bytes: Vec<u8>,
     pub ir: Option<String>,
-    /// Whether it defines `train` (module 0 may).
-    pub trains: bool,
     pub stats: JitStats,
 }
 
@@ -81,9 +79,14 @@ pub(super) fn compile_modules(
     results.into_iter().map(|(_, object)| object).collect()
 }
 
-/// The module of `accumulate` ([`ModuleRole::Accumulate`]), compiled on this thread.
-pub(super) fn compile_accumulate(tape: &Tape, plan: &Plan, options: &JitBuilder) -> Result<Object> {
-    compile_module(tape, plan, options, &host_cpu(), ModuleRole::Accumulate)
+/// The module of a lazy entry point ([`ModuleRole::Lazy`]), compiled on this thread.
+pub(super) fn compile_lazy(
+    tape: &Tape,
+    plan: &Plan,
+    options: &JitBuilder,
+    entry: LazyEntry,
+) -> Result<Object> {
+    compile_module(tape, plan, options, &host_cpu(), ModuleRole::Lazy(entry))
 }
 
 /// Module `role` of `plan`, compiled in a context of its own.
@@ -116,7 +119,7 @@ fn build(
 ) -> Result<Object> {
     let mut stats = JitStats::default();
     let start = Instant::now();
-    let Lowered { module, trains } = Emitter::new(ctx, tape, plan, cpu, role)
+    let Lowered { module } = Emitter::new(ctx, tape, plan, cpu, role)
         .emit()
         .map_err(|e| llvm_error("IR emission", e))?;
     module
@@ -151,12 +154,7 @@ fn build(
     stats.code_bytes = code_bytes(&buffer);
     let bytes = buffer.as_slice().to_vec();
     stats.codegen_secs = start.elapsed().as_secs_f64();
-    Ok(Object {
-        bytes,
-        ir,
-        trains,
-        stats,
-    })
+    Ok(Object { bytes, ir, stats })
 }
 
 pub(super) fn host_cpu() -> HostCpu {

@@ -33,7 +33,7 @@ use inkwell::memory_buffer::MemoryBuffer;
 use inkwell::targets::{InitializationConfig, Target};
 
 use super::compiler::{compile_modules, llvm_error};
-use super::emit::{ACCUMULATE, BACKWARD, FORWARD, MATERIALIZE, STEP, TRAIN, UPDATE};
+use super::emit::{LazyEntry, BACKWARD, FORWARD, MATERIALIZE, STEP, UPDATE};
 use super::{JitBuilder, JitStats};
 use crate::error::Result;
 use crate::op::MathFn;
@@ -138,13 +138,14 @@ struct Entries {
     update: UpdateFn,
     step: UpdateFn,
     materialize: PassFn,
+    /// Linked on first use ([`Native::link`]), where the plan merges a layer.
     train: Option<TrainFn>,
-    /// Linked on first use ([`Native::link_accumulate`]).
+    /// Linked on first use ([`Native::link`]).
     accumulate: Option<AccumulateFn>,
 }
 
-// SAFETY: the LLJIT is used by one thread at a time (linked in `compile` and, once,
-// `link_accumulate` through `&mut self`, disposed in `drop`, never touched in between), ORC
+// SAFETY: the LLJIT is used by one thread at a time (linked in `compile` and, once per lazy
+// entry, `link` through `&mut self`, disposed in `drop`, never touched in between), ORC
 // is thread-safe anyway, and the machine code keeps no thread-local state. `Native` stays
 // `!Sync` through its cells.
 unsafe impl Send for Native {}
@@ -355,7 +356,6 @@ impl Native {
         for object in &objects {
             stats.add_module(&object.stats);
         }
-        let trains = objects.first().is_some_and(|o| o.trains);
         let ir = options.keep_ir.then(|| {
             let texts: Vec<&str> = objects.iter().filter_map(|o| o.ir.as_deref()).collect();
             texts.concat()
@@ -369,7 +369,6 @@ impl Native {
         let (forward, backward) = (address(FORWARD)?, address(BACKWARD)?);
         let (update, step) = (address(UPDATE)?, address(STEP)?);
         let materialize = address(MATERIALIZE)?;
-        let train = if trains { Some(address(TRAIN)?) } else { None };
         // The first lookup linked the objects; the linker's graph of them is gone too.
         release_free_memory();
         stats.codegen_secs += start.elapsed().as_secs_f64();
@@ -382,7 +381,7 @@ impl Native {
                 update: std::mem::transmute::<usize, UpdateFn>(update),
                 step: std::mem::transmute::<usize, UpdateFn>(step),
                 materialize: std::mem::transmute::<usize, PassFn>(materialize),
-                train: train.map(|t| std::mem::transmute::<usize, TrainFn>(t)),
+                train: None,
                 accumulate: None,
             }
         };
@@ -410,27 +409,39 @@ impl Native {
         })
     }
 
-    /// Whether `accumulate` is linked.
-    pub fn accumulates(&self) -> bool {
-        self.entries.accumulate.is_some()
+    /// Whether the lazy entry point `entry` is linked.
+    pub fn links(&self, entry: LazyEntry) -> bool {
+        match entry {
+            LazyEntry::Train => self.entries.train.is_some(),
+            LazyEntry::Accumulate => self.entries.accumulate.is_some(),
+        }
     }
 
-    /// Links `accumulate`'s module ([`super::emit::ModuleRole::Accumulate`], compiled from
-    /// the plan this `Native` was compiled from) next to the others.
-    pub fn link_accumulate(&mut self, object: super::compiler::Object) -> Result<()> {
+    /// Links the module of `entry` ([`super::emit::ModuleRole::Lazy`], compiled from the plan
+    /// this `Native` was compiled from) next to the others.
+    pub fn link(&mut self, entry: LazyEntry, object: super::compiler::Object) -> Result<()> {
         let profiled = perf_map_wanted().then(|| function_symbols(std::slice::from_ref(&object)));
         if let (Some(ir), Some(more)) = (self.ir.as_mut(), object.ir.as_deref()) {
             ir.push_str(more);
         }
         self.code.add(object.bytes)?;
-        let address = self.code.address(ACCUMULATE)? as usize;
+        let address = self.code.address(entry.name())? as usize;
         if let Some(functions) = profiled {
             write_perf_map(&self.code, &functions);
         }
         // SAFETY: the address is of the function the emitter defined with exactly this
         // signature (see `emit/mod.rs`), and it stays valid while `code` lives.
-        self.entries.accumulate =
-            Some(unsafe { std::mem::transmute::<usize, AccumulateFn>(address) });
+        unsafe {
+            match entry {
+                LazyEntry::Train => {
+                    self.entries.train = Some(std::mem::transmute::<usize, TrainFn>(address))
+                }
+                LazyEntry::Accumulate => {
+                    self.entries.accumulate =
+                        Some(std::mem::transmute::<usize, AccumulateFn>(address))
+                }
+            }
+        }
         Ok(())
     }
 

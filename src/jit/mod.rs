@@ -19,6 +19,7 @@ use crate::passes::{layout, loops as recovery};
 use crate::plan::{Plan, PlanOptions, ZeroSkipping};
 use crate::program::Backend;
 use crate::tape::{Slot, Tape};
+use emit::LazyEntry;
 use engine::Native;
 
 /// The fewest repetitions loop recovery rolls into a loop (fewer run faster straight-line).
@@ -116,9 +117,10 @@ pub struct JitStats {
     pub codegen_secs: f64,
     /// Seconds from the tape to linked native code, as a clock on the wall sees them.
     pub compile_secs: f64,
-    /// Seconds compiling what only some methods run, when one first did: `accumulate`,
-    /// which [`crate::Program::train_minibatches`] runs (0 until then). The stage times and
-    /// sizes above include it from then on.
+    /// Seconds compiling what only some methods run, when they first did: `train`'s merged
+    /// first layer ([`crate::Program::train`]) and `accumulate`
+    /// ([`crate::Program::train_minibatches`]); 0 until then. The stage times and sizes
+    /// above include them from then on.
     pub first_use_compile_secs: f64,
     /// LLVM modules the functions were grouped into (each compiled on its own).
     pub modules: usize,
@@ -427,8 +429,8 @@ pub struct Jit {
     native: Native,
     stats: JitStats,
     opt_level: OptLevel,
-    /// The plan and options `accumulate`'s module is compiled from when minibatches first
-    /// need it, until then ([`emit::ModuleRole::Accumulate`]).
+    /// The plan and options the lazy entry points' modules are compiled from when first
+    /// called ([`emit::ModuleRole::Lazy`]), while one is left to link.
     unlinked: Option<Box<(Plan, JitBuilder)>>,
 }
 
@@ -464,6 +466,40 @@ impl Jit {
     pub fn ir(&self) -> Result<String> {
         self.native.ir().map(String::from).ok_or(Error::IrNotKept)
     }
+
+    /// Compiles and links `entry`'s module if this program has that entry point and it is not
+    /// linked yet; the plan is dropped once no lazy entry is left to link.
+    fn link_lazy(&mut self, entry: LazyEntry) -> Result<()> {
+        let Some(unlinked) = self.unlinked.as_deref() else {
+            return Ok(());
+        };
+        let (plan, options) = unlinked;
+        if !self.native.links(entry) && has_entry(&self.tape, plan, entry) {
+            let start = Instant::now();
+            let object = compiler::compile_lazy(&self.tape, plan, options, entry)?;
+            self.stats.add_module(&object.stats);
+            self.stats.modules += 1;
+            self.native.link(entry, object)?;
+            self.stats.first_use_compile_secs += start.elapsed().as_secs_f64();
+        }
+        let left = [LazyEntry::Train, LazyEntry::Accumulate]
+            .into_iter()
+            .any(|e| !self.native.links(e) && has_entry(&self.tape, plan, e));
+        if !left {
+            self.unlinked = None;
+        }
+        Ok(())
+    }
+}
+
+/// Whether a program of `tape` planned as `plan` has the lazy entry point `entry`: `train`
+/// where the plan merges a layer (elsewhere `train` is `step` per sample), `accumulate` where
+/// the tape has a loss.
+fn has_entry(tape: &Tape, plan: &Plan, entry: LazyEntry) -> bool {
+    match entry {
+        LazyEntry::Train => plan.step.as_ref().is_some_and(|s| s.train.is_some()),
+        LazyEntry::Accumulate => tape.loss().is_some(),
+    }
 }
 
 impl Backend for Jit {
@@ -497,22 +533,11 @@ impl Backend for Jit {
     fn begin_step(&mut self) {
         self.native.discard_deferred();
     }
+    fn prepare_train(&mut self) -> Result<()> {
+        self.link_lazy(LazyEntry::Train)
+    }
     fn prepare_replicas(&mut self) -> Result<()> {
-        if self.native.accumulates() || self.tape.loss().is_none() {
-            return Ok(());
-        }
-        let Some(unlinked) = self.unlinked.as_deref() else {
-            return Ok(());
-        };
-        let start = Instant::now();
-        let (plan, options) = unlinked;
-        let object = compiler::compile_accumulate(&self.tape, plan, options)?;
-        self.stats.add_module(&object.stats);
-        self.stats.modules += 1;
-        self.native.link_accumulate(object)?;
-        self.stats.first_use_compile_secs += start.elapsed().as_secs_f64();
-        self.unlinked = None;
-        Ok(())
+        self.link_lazy(LazyEntry::Accumulate)
     }
     fn replica(&self) -> Box<dyn crate::program::Replica + '_> {
         Box::new(self.native.replica())

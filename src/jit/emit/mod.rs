@@ -3,8 +3,9 @@
 //! Every decision was made by the plan; the emitter only writes IR. Module `m` defines the
 //! plan's functions `plan.modules[m]` (each in every variant: forward, backward, `step`'s
 //! backward); module 0 also defines the entry points, which call the other modules' functions
-//! by name (the linker resolves them). `accumulate`, which only minibatches run, is a module
-//! of its own ([`ModuleRole::Accumulate`]) that the JIT compiles when they first do. Its state is what every function shares (context,
+//! by name (the linker resolves them). `train` and `accumulate`, which only `train` and
+//! minibatches run, are modules of their own ([`ModuleRole::Lazy`]) that the JIT compiles
+//! when they are first called. Its state is what every function shares (context,
 //! module, builder, the math-function table, tape and plan); what
 //! varies per function (its buffers, `step`'s learning rate, `train`'s samples) is a
 //! [`Frame`] passed down. Straight-line code (`straight.rs`) keeps values in SSA registers;
@@ -64,6 +65,8 @@ pub const STEP: &str = "step";
 pub const MATERIALIZE: &str = "materialize";
 pub const TRAIN: &str = "train";
 pub const ACCUMULATE: &str = "accumulate";
+/// `step`'s update of the params its backward did not update in place.
+const STEP_UPDATE: &str = "step_update";
 
 pub(super) type Emit<T> = Result<T, BuilderError>;
 
@@ -73,22 +76,40 @@ pub struct HostCpu {
     pub features: String,
 }
 
-/// A lowered module, and whether it defines `train`.
+/// A lowered module.
 pub struct Lowered<'ctx> {
     pub module: Module<'ctx>,
-    pub trains: bool,
 }
 
 /// Which module of a plan to emit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ModuleRole {
     /// The plan's module `m` (below `plan.modules.len()`); module 0 with the entry points but
-    /// `accumulate`.
+    /// the lazy ones.
     Plan(usize),
-    /// `accumulate` and the functions only it calls, declaring the rest: what minibatches
-    /// need and nothing else does, compiled on their first use (a quarter of compiling
-    /// MNIST's graph, for a program that may never run a minibatch).
+    /// A lazy entry point and the functions only it calls, declaring the rest.
+    Lazy(LazyEntry),
+}
+
+/// An entry point only one method runs, compiled when it first does: together they were
+/// half of compiling MNIST's graph, for programs that may never call either.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LazyEntry {
+    /// `train` (where the plan merges a first layer) and its merged first-layer functions:
+    /// [`crate::Program::train`].
+    Train,
+    /// `accumulate` and its zero-skipping functions: [`crate::Program::train_minibatches`].
     Accumulate,
+}
+
+impl LazyEntry {
+    /// The entry point's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            LazyEntry::Train => TRAIN,
+            LazyEntry::Accumulate => ACCUMULATE,
+        }
+    }
 }
 
 /// Builds the module for one plan.
@@ -105,8 +126,8 @@ pub struct Emitter<'ctx, 't> {
     defines: Range<usize>,
     /// Whether this module defines the entry points (module 0 does).
     entries: bool,
-    /// Whether this is the module of `accumulate`.
-    accumulates: bool,
+    /// Which module this is.
+    role: ModuleRole,
     /// Lane vectors in registers, while a loop item is emitted ([`known`]).
     known: known::Known<'ctx>,
 }
@@ -232,9 +253,8 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
                 let name = format!("tapejit{}", defines.start);
                 (defines, m == 0, name)
             }
-            ModuleRole::Accumulate => (0..0, false, "tapejit_accumulate".to_string()),
+            ModuleRole::Lazy(entry) => (0..0, false, format!("tapejit_{}", entry.name())),
         };
-        let accumulates = role == ModuleRole::Accumulate;
         let module = context.create_module(&name);
         let f64_type = context.f64_type();
         let math = MathFn::iter()
@@ -275,7 +295,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
             plan,
             defines,
             entries,
-            accumulates,
+            role,
             known: known::Known::default(),
         }
     }
@@ -284,16 +304,35 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
     /// module over.
     pub fn emit(self) -> Emit<Lowered<'ctx>> {
         let forward = self.forward_parts("fwd", Pass::Forward)?;
-        let backward = self.backward_parts("bwd", false)?;
-        if self.accumulates {
-            if self.tape.loss().is_some() {
-                self.accumulate(&forward, &backward)?;
+        match self.role {
+            ModuleRole::Lazy(LazyEntry::Accumulate) => {
+                let backward = self.backward_parts("bwd", false)?;
+                if self.tape.loss().is_some() {
+                    self.accumulate(&forward, &backward)?;
+                }
+                return Ok(Lowered {
+                    module: self.module,
+                });
             }
-            return Ok(Lowered {
-                module: self.module,
-                trains: false,
-            });
+            ModuleRole::Lazy(LazyEntry::Train) => {
+                let train = self.plan.step.as_ref().and_then(|s| s.train.as_ref());
+                if let Some(train) = train {
+                    let step_backward = self.backward_parts("step_bwd", true)?;
+                    // Module 0 defines `step`'s update.
+                    let update = Part {
+                        f: self.declare_function(STEP_UPDATE, &[self.f64_type.into()], false),
+                        second: Buf::Grads,
+                        lr: true,
+                    };
+                    self.train(train, &forward, &step_backward, update)?;
+                }
+                return Ok(Lowered {
+                    module: self.module,
+                });
+            }
+            ModuleRole::Plan(_) => {}
         }
+        let backward = self.backward_parts("bwd", false)?;
         let step_backward = match self.plan.step {
             Some(_) => self.backward_parts("step_bwd", true)?,
             None => Vec::new(),
@@ -301,23 +340,26 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         if !self.entries {
             return Ok(Lowered {
                 module: self.module,
-                trains: false,
             });
         }
         self.driver(FORWARD, &forward, false)?;
         self.driver(BACKWARD, &backward, false)?;
         let update = self.update_function(UPDATE, None)?;
-        let trains = self.step_entries(&forward, &backward, &step_backward, update)?;
+        self.step_entries(&forward, &backward, &step_backward, update)?;
         Ok(Lowered {
             module: self.module,
-            trains,
         })
+    }
+
+    /// Whether this is a lazy entry's module.
+    fn is_lazy(&self) -> bool {
+        matches!(self.role, ModuleRole::Lazy(_))
     }
 
     /// The plan functions this module defines or calls: all of them where entry points are
     /// (they call each), its own elsewhere.
     fn visible(&self) -> Range<usize> {
-        if self.entries || self.accumulates {
+        if self.entries || self.is_lazy() {
             0..self.plan.functions.len()
         } else {
             self.defines.clone()
@@ -356,7 +398,12 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
             second: if straight_only { Buf::Vals } else { Buf::Grads },
             lr: false,
         };
-        if !self.defines.contains(&k) {
+        // `train`'s forward lives in `train`'s module.
+        let defined = match pass {
+            Pass::TrainForward => self.role == ModuleRole::Lazy(LazyEntry::Train),
+            _ => self.defines.contains(&k),
+        };
+        if !defined {
             return Ok(part);
         }
         let f = self.begin_body(part.f);
@@ -411,11 +458,11 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
             second: Buf::Grads,
             lr,
         };
-        // Module 0 defines `init` and `rest`; `accumulate`'s module calls them.
+        // Module 0 defines `init` and `rest`; a lazy entry's module calls them.
         let declared = |name: String| self.declare_function(&name, &[], false);
         if self.entries {
             parts.push(part(self.backward_init(prefix, steps)?, false));
-        } else if self.accumulates {
+        } else if self.is_lazy() {
             parts.push(part(declared(format!("{prefix}_init")), false));
         }
         for k in self.visible().rev() {
@@ -424,7 +471,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         }
         if self.entries {
             parts.push(part(self.backward_rest(prefix, steps)?, false));
-        } else if self.accumulates {
+        } else if self.is_lazy() {
             parts.push(part(declared(format!("{prefix}_rest")), false));
         }
         Ok(parts)

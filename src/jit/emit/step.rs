@@ -12,34 +12,30 @@ use crate::plan::{StepPlan, TrainPlan};
 use crate::tape::Slot;
 
 impl<'ctx> Emitter<'ctx, '_> {
-    /// `step`, `train` if the plan merges a layer, and `materialize`; whether there is
-    /// `train`. `step_backward` are `step`'s own backward parts, if the plan has a step.
+    /// `step` and `materialize` (`train`, which calls `step`'s functions, is a lazy entry's
+    /// module of its own). `step_backward` are `step`'s own backward parts, if the plan has a
+    /// step.
     pub(super) fn step_entries(
         &self,
         forward: &[Part<'ctx>],
         backward: &[Part<'ctx>],
         step_backward: &[Part<'ctx>],
         update: Part<'ctx>,
-    ) -> Emit<bool> {
+    ) -> Emit<()> {
         let Some(plan) = &self.plan.step else {
             let mut parts = vec![self.zero_param_grads("zero_params")?];
             parts.extend_from_slice(forward);
             parts.extend_from_slice(backward);
             parts.push(update);
             self.driver(STEP, &parts, true)?;
-            self.materialize(None)?;
-            return Ok(false);
+            return self.materialize(None);
         };
-        let step_update = self.update_function("step_update", Some(&plan.fused))?;
+        let step_update = self.update_function(super::STEP_UPDATE, Some(&plan.fused))?;
         let mut parts = forward.to_vec();
         parts.extend_from_slice(step_backward);
         parts.push(step_update);
         self.driver(STEP, &parts, true)?;
-        if let Some(train) = &plan.train {
-            self.train(train, forward, step_backward, step_update)?;
-        }
-        self.materialize(Some(plan))?;
-        Ok(plan.train.is_some())
+        self.materialize(Some(plan))
     }
 
     /// `train(vals, grads, lr, inputs, n, losses)`: `step` on each of the `n >= 1` samples
@@ -48,7 +44,7 @@ impl<'ctx> Emitter<'ctx, '_> {
     /// (its merged dot also computes the next sample's first-layer sums from that sample's
     /// inputs), the rest of the update, and `train_fwd0` (the next forward without that dot);
     /// the last sample runs `step`'s backward.
-    fn train(
+    pub(super) fn train(
         &self,
         plan: &TrainPlan,
         forward: &[Part<'ctx>],
