@@ -124,8 +124,6 @@ pub struct Emitter<'ctx, 't> {
     plan: &'t Plan,
     /// The plan functions this module defines.
     defines: Range<usize>,
-    /// Whether this module defines the entry points (module 0 does).
-    entries: bool,
     /// Which module this is.
     role: ModuleRole,
     /// Lane vectors in registers, while a loop item is emitted ([`known`]).
@@ -247,13 +245,13 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         cpu: &HostCpu,
         role: ModuleRole,
     ) -> Self {
-        let (defines, entries, name) = match role {
+        let (defines, name) = match role {
             ModuleRole::Plan(m) => {
                 let defines = plan.modules[m].clone();
                 let name = format!("tapejit{}", defines.start);
-                (defines, m == 0, name)
+                (defines, name)
             }
-            ModuleRole::Lazy(entry) => (0..0, false, format!("tapejit_{}", entry.name())),
+            ModuleRole::Lazy(entry) => (0..0, format!("tapejit_{}", entry.name())),
         };
         let module = context.create_module(&name);
         let f64_type = context.f64_type();
@@ -294,7 +292,6 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
             tape,
             plan,
             defines,
-            entries,
             role,
             known: known::Known::default(),
         }
@@ -337,7 +334,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
             Some(_) => self.backward_parts("step_bwd", true)?,
             None => Vec::new(),
         };
-        if !self.entries {
+        if !self.entries() {
             return Ok(Lowered {
                 module: self.module,
             });
@@ -351,6 +348,11 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         })
     }
 
+    /// Whether this module defines the entry points but the lazy ones (module 0 does).
+    fn entries(&self) -> bool {
+        self.role == ModuleRole::Plan(0)
+    }
+
     /// Whether this is a lazy entry's module.
     fn is_lazy(&self) -> bool {
         matches!(self.role, ModuleRole::Lazy(_))
@@ -359,7 +361,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
     /// The plan functions this module defines or calls: all of them where entry points are
     /// (they call each), its own elsewhere.
     fn visible(&self) -> Range<usize> {
-        if self.entries || self.is_lazy() {
+        if self.entries() || self.is_lazy() {
             0..self.plan.functions.len()
         } else {
             self.defines.clone()
@@ -460,7 +462,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         };
         // Module 0 defines `init` and `rest`; a lazy entry's module calls them.
         let declared = |name: String| self.declare_function(&name, &[], false);
-        if self.entries {
+        if self.entries() {
             parts.push(part(self.backward_init(prefix, steps)?, false));
         } else if self.is_lazy() {
             parts.push(part(declared(format!("{prefix}_init")), false));
@@ -469,7 +471,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
             let f = self.backward_function(&format!("{prefix}{k}"), k, steps)?;
             parts.push(part(f, steps));
         }
-        if self.entries {
+        if self.entries() {
             parts.push(part(self.backward_rest(prefix, steps)?, false));
         } else if self.is_lazy() {
             parts.push(part(declared(format!("{prefix}_rest")), false));

@@ -96,13 +96,8 @@ impl<'ctx> Emitter<'ctx, '_> {
         let n = f.get_nth_param(4).unwrap().into_int_value();
         let losses = f.get_nth_param(5).unwrap().into_pointer_value();
         let guard = f.get_nth_param(6).unwrap().into_pointer_value();
-        let loss = self.tape.loss().expect("the plan merges only with a loss");
-        let (p, width) = (self.tape.num_params() as u64, self.tape.num_inputs() as u64);
-        let bytes = i64t.const_int(8 * width, false);
-        let input_slots = |this: &Self| this.slot_ptr(vals, Slot(p as u32));
-
-        self.builder
-            .build_memcpy(input_slots(self)?, 8, inputs, 8, bytes)?;
+        let p = self.tape.num_params() as u64;
+        self.copy_sample(vals, inputs)?;
         self.calls(forward, vals, grads, Some(lr))?;
         let entry = self.builder.get_insert_block().expect("positioned");
         let body = self.context.append_basic_block(f, "sample");
@@ -114,16 +109,8 @@ impl<'ctx> Emitter<'ctx, '_> {
         self.builder.position_at_end(body);
         let s = self.builder.build_phi(i64t, "s")?;
         let s_value = s.as_basic_value().into_int_value();
-        let value = self.load_slot(vals, loss, "loss")?;
-        // `losses` has `n` entries and s < n.
-        self.builder
-            .build_store(self.element_ptr(losses, s_value)?, value)?;
-        let next = self
-            .builder
-            .build_int_add(s_value, i64t.const_int(1, false), "next")?;
-        let more = self
-            .builder
-            .build_int_compare(inkwell::IntPredicate::ULT, next, n, "more")?;
+        self.store_loss(vals, losses, s_value)?;
+        let (next, more) = self.next_sample(s_value, n)?;
         self.builder
             .build_conditional_branch(more, merged_block, last)?;
 
@@ -167,8 +154,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         // `step`'s backward reads this sample's inputs from `vals`, and after `train` they
         // hold the last sample's, as after `step`.
         let last_inputs = self.sample_ptr(inputs, s_value, "last_inputs")?;
-        self.builder
-            .build_memcpy(input_slots(self)?, 8, last_inputs, 8, bytes)?;
+        self.copy_sample(vals, last_inputs)?;
         self.calls(step_backward, vals, grads, Some(lr))?;
         self.calls(&[update], vals, grads, Some(lr))?;
         self.builder.build_unconditional_branch(exit)?;
@@ -208,9 +194,6 @@ impl<'ctx> Emitter<'ctx, '_> {
         let n = param(3).into_int_value();
         let losses = param(4).into_pointer_value();
         let guard = param(5).into_pointer_value();
-        let loss = self.tape.loss().expect("accumulate is emitted for a loss");
-        let p = self.tape.num_params() as u32;
-        let bytes = i64t.const_int(8 * self.tape.num_inputs() as u64, false);
         self.calls(&[zero], vals, grads, None)?;
         let entry = self.block();
         let body = self.context.append_basic_block(f, "sample");
@@ -221,9 +204,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         let s = self.builder.build_phi(i64t, "s")?;
         let s_value = s.as_basic_value().into_int_value();
         let sample = self.sample_ptr(inputs, s_value, "sample")?;
-        let input_slots = self.slot_ptr(vals, Slot(p))?;
-        self.builder
-            .build_memcpy(input_slots, 8, sample, 8, bytes)?;
+        self.copy_sample(vals, sample)?;
         // Each part in turn, `at`'s replaced by its skipping function if there is one.
         let run = |parts: &[Part<'ctx>], at: usize, skipping: Option<Part<'ctx>>| -> Emit<()> {
             for (k, part) in parts.iter().enumerate() {
@@ -238,17 +219,9 @@ impl<'ctx> Emitter<'ctx, '_> {
             Ok(())
         };
         run(forward, forward_at, skipping.map(|s| s.0))?;
-        let value = self.load_slot(vals, loss, "loss")?;
-        // `losses` has `n` entries and s < n.
-        self.builder
-            .build_store(self.element_ptr(losses, s_value)?, value)?;
+        self.store_loss(vals, losses, s_value)?;
         run(backward, backward_at, skipping.map(|s| s.1))?;
-        let next = self
-            .builder
-            .build_int_add(s_value, i64t.const_int(1, false), "next")?;
-        let more = self
-            .builder
-            .build_int_compare(inkwell::IntPredicate::ULT, next, n, "more")?;
+        let (next, more) = self.next_sample(s_value, n)?;
         let latch = self.block();
         self.builder.build_conditional_branch(more, body, exit)?;
         s.add_incoming(&[(&i64t.const_zero(), entry), (&next, latch)]);
@@ -298,6 +271,47 @@ impl<'ctx> Emitter<'ctx, '_> {
             .builder
             .build_int_mul(sample, i64t.const_int(width, false), name)?;
         self.element_ptr(inputs, offset)
+    }
+
+    /// Copies a sample (at `sample`, `num_inputs` numbers) into the input slots.
+    fn copy_sample(&self, vals: PointerValue<'ctx>, sample: PointerValue<'ctx>) -> Emit<()> {
+        let bytes = 8 * self.tape.num_inputs() as u64;
+        let bytes = self.context.i64_type().const_int(bytes, false);
+        let inputs = self.slot_ptr(vals, Slot(self.tape.num_params() as u32))?;
+        self.builder.build_memcpy(inputs, 8, sample, 8, bytes)?;
+        Ok(())
+    }
+
+    /// `losses[s] = vals[loss]` (the entry points that take samples have a loss; `losses`
+    /// has `n` entries and `s < n`).
+    fn store_loss(
+        &self,
+        vals: PointerValue<'ctx>,
+        losses: PointerValue<'ctx>,
+        s: IntValue<'ctx>,
+    ) -> Emit<()> {
+        let loss = self
+            .tape
+            .loss()
+            .expect("entry points that take samples have a loss");
+        let value = self.load_slot(vals, loss, "loss")?;
+        self.builder
+            .build_store(self.element_ptr(losses, s)?, value)?;
+        Ok(())
+    }
+
+    /// `s + 1`, and whether it is below `n`.
+    fn next_sample(
+        &self,
+        s: IntValue<'ctx>,
+        n: IntValue<'ctx>,
+    ) -> Emit<(IntValue<'ctx>, IntValue<'ctx>)> {
+        let one = self.context.i64_type().const_int(1, false);
+        let next = self.builder.build_int_add(s, one, "next")?;
+        let more = self
+            .builder
+            .build_int_compare(inkwell::IntPredicate::ULT, next, n, "more")?;
+        Ok((next, more))
     }
 
     /// `materialize(vals, grads)`: stores the gradients `step` deferred, from the values and
