@@ -96,6 +96,28 @@ fn a_chain_whose_iterations_depend_on_each_other() {
 }
 
 #[test]
+fn a_rollout_whose_state_feeds_several_nodes_of_the_next_step() {
+    // Each state is read three times by the next step (the first element's neighbour is
+    // itself) and the last one by the loss, twice by one node: backward stores each
+    // gradient's first addition instead of zeroing it, and the script runs backward many
+    // times, so a gradient neither zeroed nor stored would show.
+    let g = Graph::new();
+    let k = g.param(0.3);
+    let mut x: Vec<Value> = g.inputs(6);
+    for _ in 0..30 {
+        x = (0..x.len())
+            .map(|i| {
+                let left = x[i.saturating_sub(1)];
+                x[i] + ((x[i] - left) * k - x[i] * x[i] * 0.01)
+            })
+            .collect();
+    }
+    let squares: Vec<Value> = x.iter().map(|&v| v * v).collect();
+    g.set_loss(g.sum(&squares)).unwrap();
+    assert!(check("rollout", &g) > 0);
+}
+
+#[test]
 fn constants_between_run_members_and_repeated_operands() {
     let g = Graph::new();
     let x = g.inputs(30);

@@ -32,7 +32,7 @@ pub const MAX_NEST_DEPTH: usize = 4;
 /// Slot `base + stride * t + outer[0] * j0 + outer[1] * j1 + ...` of iteration `t` of a loop,
 /// in repetition `j0` of the outermost [`Nest`] around it, `j1` of the next one in, and so
 /// on to the innermost (all `j` are 0 outside nests).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Affine {
     pub base: i64,
     pub stride: i64,
@@ -292,24 +292,33 @@ pub struct Access {
 impl Access {
     /// Calls `f` on every slot, inside nests of `counts` repetitions (outermost first).
     pub fn for_each_slot(&self, counts: &[u32], mut f: impl FnMut(Slot)) {
-        let mut js = vec![0u32; counts.len()];
-        loop {
-            for t in 0..self.len {
-                f(self.at.at_levels(t, &js));
+        every_rep(counts, self.len, |t, js| {
+            f(self.at.at_levels(t, js));
+            true
+        });
+    }
+}
+
+/// Whether `f(t, js)` holds for every iteration `t < len` of a loop in every repetition `js`
+/// of nests of `counts` repetitions (outermost first), stopping at the first that does not.
+pub fn every_rep(counts: &[u32], len: u32, mut f: impl FnMut(u32, &[u32]) -> bool) -> bool {
+    let mut js = vec![0u32; counts.len()];
+    loop {
+        if !(0..len).all(|t| f(t, &js)) {
+            return false;
+        }
+        // The next repetition, the first level fastest.
+        let mut level = 0;
+        while level < counts.len() {
+            js[level] += 1;
+            if js[level] < counts[level] {
+                break;
             }
-            // The next repetition, the first level fastest.
-            let mut level = 0;
-            while level < counts.len() {
-                js[level] += 1;
-                if js[level] < counts[level] {
-                    break;
-                }
-                js[level] = 0;
-                level += 1;
-            }
-            if level == counts.len() {
-                return;
-            }
+            js[level] = 0;
+            level += 1;
+        }
+        if level == counts.len() {
+            return true;
         }
     }
 }

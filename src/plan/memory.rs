@@ -7,8 +7,10 @@
 //! it. Otherwise it holds the interpreter's starting value: 1 for the loss, the accumulated
 //! gradient for a param (0 in `step`), 0 for anything else.
 
+use std::collections::HashSet;
+
 use crate::passes::lanes::vertical_arg;
-use crate::passes::loops::{Access, AccessKind, Item, Lanes};
+use crate::passes::loops::{every_rep, Access, AccessKind, Affine, Item, Lanes, MapLoop, SumLoop};
 use crate::plan::StepPlan;
 use crate::tape::{Slot, Tape};
 
@@ -23,6 +25,8 @@ pub struct GradMemory {
     /// Whether one loop writes its gradient whole, starting from 0: then nothing zeroes the
     /// slot first.
     whole: Vec<Whole>,
+    /// The loop operands that store their first additions ([`Whole::Stored`]).
+    stored: HashSet<Addition>,
 }
 
 const NONE: u32 = u32::MAX;
@@ -32,9 +36,12 @@ const NONE: u32 = u32::MAX;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Whole {
     No,
-    /// It gets exactly one addition, from a loop whose every slot of that operand is such a
-    /// slot: the loop stores `0 + g` (what the zeroed buffer would hold after the addition)
-    /// instead of adding.
+    /// Its first addition in backward (the interpreter's order) comes from a loop operand
+    /// that makes the first addition to every slot it adds into: the loop stores `0 + g`
+    /// (what the zeroed buffer would hold after the addition) instead of adding, and any
+    /// later additions add to that. A rollout's state, used by several nodes of the next
+    /// step, is such a slot: on a rollout that leaves almost nothing for backward's first
+    /// function to zero, which saves a pass over the gradients.
     Stored,
     /// Its additions all come from one vertical block of a dot whose every lane adds into it
     /// (the operand the lanes share, [`Lanes::Both`] `vertical`, all the nest's repetitions in
@@ -56,7 +63,6 @@ pub enum GradStart {
 impl GradMemory {
     pub fn new(tape: &Tape, functions: &[Vec<Item>], step: Option<&StepPlan>) -> GradMemory {
         let additions = additions(tape);
-        let once: Vec<bool> = additions.iter().map(|&n| n == 1).collect();
         let mut in_loops = vec![false; tape.len()];
         let mut whole = vec![Whole::No; tape.len()];
         for item in functions.iter().flatten() {
@@ -68,21 +74,13 @@ impl GradMemory {
                 if !marks {
                     continue;
                 }
-                // A loop operand's gradients are stored whole if every slot's is added once.
-                let adds = access.kind == (AccessKind::Reads { grad: true });
-                let mut all_once = adds;
-                access.for_each_slot(&counts, |s| {
-                    in_loops[s.index()] = true;
-                    all_once &= once[s.index()];
-                });
-                if all_once {
-                    access.for_each_slot(&counts, |s| whole[s.index()] = Whole::Stored);
-                }
+                access.for_each_slot(&counts, |s| in_loops[s.index()] = true);
             }
         }
         for item in functions.iter().flatten() {
-            mark_summed_whole(item, &[], &additions, &mut whole);
+            mark_summed_whole(item, &[], &additions.count, &mut whole);
         }
+        let stored = mark_stored_whole(tape, &additions.last_consumer, functions, &mut whole);
         if let Some(step) = step {
             // `step` updates fused params in the loops, and never reads their gradients.
             for (m, &f) in in_loops.iter_mut().zip(&step.fused) {
@@ -120,6 +118,7 @@ impl GradMemory {
             in_loops,
             first_store,
             whole,
+            stored,
         }
     }
 
@@ -136,10 +135,14 @@ impl GradMemory {
             .unwrap_or(Whole::No)
     }
 
-    /// Whether the loop operand whose first slot (every counter at 0) is `slot` stores its
-    /// gradients rather than adding them (see [`Whole::Stored`]): the plan marks
-    /// an operand's slots all or none.
-    pub fn stores_whole(&self, slot: i64) -> bool {
+    /// Whether a loop operand's additions store rather than add (see [`Whole::Stored`]).
+    pub fn stores_whole(&self, additions: Addition) -> bool {
+        self.stored.contains(&additions)
+    }
+
+    /// Whether `slot`'s gradient is stored by a loop operand's first addition.
+    #[cfg(test)]
+    pub fn stored_slot(&self, slot: i64) -> bool {
         self.whole_at(slot) == Whole::Stored
     }
 
@@ -193,25 +196,44 @@ impl GradMemory {
     }
 }
 
-/// Per slot: how many additions its gradient gets (as an operand of a node that takes a
-/// gradient; at most 255 counted), 0 for params and the loss (whose gradients start from
-/// what is there): what a loop operand's slots must all get once for
-/// [`Whole::Stored`], and once per lane for [`Whole::Summed`].
-fn additions(tape: &Tape) -> Vec<u8> {
-    let mut uses = vec![0u8; tape.len()];
+/// Per slot, the additions its gradient gets (as an operand of a node that takes a
+/// gradient), none for params and the loss (whose gradients start from what is there).
+struct Additions {
+    /// How many (at most 255 counted): what a vertical operand's slots must all get once
+    /// per lane for [`Whole::Summed`].
+    count: Vec<u8>,
+    /// The last node that adds (backward's first, in the interpreter's order), or
+    /// [`NO_CONSUMER`]: for [`Whole::Stored`].
+    last_consumer: Vec<u32>,
+}
+
+const NO_CONSUMER: u32 = u32::MAX;
+
+fn additions(tape: &Tape) -> Additions {
+    let mut count = vec![0u8; tape.len()];
+    let mut last_consumer = vec![NO_CONSUMER; tape.len()];
     for s in tape.slots() {
         if tape.op(s).is_leaf() || !tape.needs_grad(s) {
             continue;
         }
-        for &a in tape.args(s).iter().filter(|&&a| tape.needs_grad(a)) {
-            uses[a.index()] = uses[a.index()].saturating_add(1);
+        for &a in tape.args(s) {
+            if tape.needs_grad(a) {
+                count[a.index()] = count[a.index()].saturating_add(1);
+                last_consumer[a.index()] = s.0;
+            }
         }
     }
-    uses[..tape.num_params()].fill(0);
+    let leading = tape.num_params();
+    count[..leading].fill(0);
+    last_consumer[..leading].fill(NO_CONSUMER);
     if let Some(loss) = tape.loss() {
-        uses[loss.index()] = 0;
+        count[loss.index()] = 0;
+        last_consumer[loss.index()] = NO_CONSUMER;
     }
-    uses
+    Additions {
+        count,
+        last_consumer,
+    }
 }
 
 /// Marks in `whole` the slots of `item` (inside nests of `counts` repetitions) that
@@ -356,5 +378,141 @@ pub fn repeated_runs(which: &[bool]) -> Vec<RepeatedRuns> {
         });
         i += period * count;
     }
+    out
+}
+
+/// Marks in `whole` the slots of the loop operands that [`Whole::Stored`] describes, and
+/// returns those operands: an operand's emission is the same in every iteration and
+/// repetition, so one is marked only if it makes the first addition to each of its slots.
+fn mark_stored_whole(
+    tape: &Tape,
+    last_consumer: &[u32],
+    functions: &[Vec<Item>],
+    whole: &mut [Whole],
+) -> HashSet<Addition> {
+    let mut marked = Vec::new();
+    for item in functions.iter().flatten() {
+        for (add, len, counts) in grad_additions(item) {
+            let makes_first = every_rep(&counts, len, |t, js| {
+                let s = add.operand.at_levels(t, js);
+                let consumer = add.consumer.at_levels(if add.per_step { t } else { 0 }, js);
+                let args = tape.args(consumer);
+                // Not an operand of the consumer before this one: a map's earlier operands,
+                // a sum's first and (unless the tail moves) its tail's earlier iterations.
+                let first_position = match add.per_step {
+                    true => !args[..add.position as usize].contains(&s),
+                    false => {
+                        add.position == 0 || (args[0] != s && (add.operand.stride != 0 || t == 0))
+                    }
+                };
+                whole[s.index()] == Whole::No
+                    && last_consumer[s.index()] == consumer.0
+                    && first_position
+            });
+            if makes_first {
+                marked.push((add, len, counts));
+            }
+        }
+    }
+    let mut stored = HashSet::new();
+    for (add, len, counts) in marked {
+        every_rep(&counts, len, |t, js| {
+            whole[add.operand.at_levels(t, js).index()] = Whole::Stored;
+            true
+        });
+        stored.insert(add);
+    }
+    stored
+}
+
+/// A loop operand's gradient additions: into `operand` at iteration `t`, each from the node
+/// `consumer` at `t` as its operand `position` (`per_step`: a map's), or from the one node
+/// `consumer` as its operand `position + t` (a sum's). What the emitter asks
+/// [`GradMemory::stores_whole`] about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Addition {
+    operand: Affine,
+    consumer: Affine,
+    per_step: bool,
+    position: u32,
+}
+
+impl Addition {
+    /// Into operand `j` of `map`.
+    pub fn map_arg(map: &MapLoop, j: usize) -> Addition {
+        Addition {
+            operand: map.args[j],
+            consumer: map.out,
+            per_step: true,
+            position: j as u32,
+        }
+    }
+
+    /// Into `sum`'s first operand.
+    pub fn sum_first(sum: &SumLoop) -> Addition {
+        Addition {
+            operand: sum.first,
+            consumer: sum.slot,
+            per_step: false,
+            position: 0,
+        }
+    }
+
+    /// Into `sum`'s tail.
+    pub fn sum_tail(sum: &SumLoop) -> Addition {
+        Addition {
+            operand: sum.tail,
+            consumer: sum.slot,
+            per_step: false,
+            position: 1,
+        }
+    }
+
+    pub fn operand(&self) -> Affine {
+        self.operand
+    }
+}
+
+/// The gradient additions of a loop item (a nest's body's too), each with its iterations
+/// and the repetition counts of the nests around it, outermost first: what
+/// [`Item::accesses`] reads with a gradient, with the nodes that add.
+fn grad_additions(item: &Item) -> Vec<(Addition, u32, Vec<u32>)> {
+    fn visit(item: &Item, counts: &[u32], out: &mut Vec<(Addition, u32, Vec<u32>)>) {
+        let mut add = |addition, len| out.push((addition, len, counts.to_vec()));
+        let map = |m: &MapLoop, needs_grad: bool, add: &mut dyn FnMut(Addition, u32)| {
+            for (j, &g) in m.grad_args.iter().enumerate() {
+                if g && needs_grad {
+                    add(Addition::map_arg(m, j), m.len);
+                }
+            }
+        };
+        match item {
+            Item::Map(m) => map(m, m.needs_grad, &mut add),
+            // The products' operands, as `Item::accesses` has them.
+            Item::Dot(d) => {
+                if d.sum.needs_grad && d.sum.grad_first {
+                    add(Addition::sum_first(&d.sum), 1);
+                }
+                map(&d.products, d.sum.needs_grad, &mut add);
+            }
+            Item::Sum(s) => {
+                if s.needs_grad && s.grad_first {
+                    add(Addition::sum_first(s), 1);
+                }
+                if s.needs_grad && s.grad_tail {
+                    add(Addition::sum_tail(s), s.tail_len);
+                }
+            }
+            Item::Nest(n) => {
+                let inner: Vec<u32> = counts.iter().copied().chain([n.count]).collect();
+                for b in &n.body {
+                    visit(b, &inner, out);
+                }
+            }
+            Item::Straight(_) | Item::SumPart { .. } => {}
+        }
+    }
+    let mut out = Vec::new();
+    visit(item, &[], &mut out);
     out
 }

@@ -274,7 +274,7 @@ fn marked_slots(seed: u64, which: fn(&GradMemory, i64) -> bool) -> (Tape, Vec<us
 
 #[test]
 fn gradients_with_one_addition_from_a_loop_are_stored_not_zeroed() {
-    let (tape, whole, zeroed) = marked_slots(2, GradMemory::stores_whole);
+    let (tape, whole, zeroed) = marked_slots(2, GradMemory::stored_slot);
     // Each neuron's dot sum feeds only its relu: one addition each, in every copy.
     assert!(whole.len() >= 5 * 32, "{} slots stored whole", whole.len());
     for &s in &whole {
@@ -282,6 +282,50 @@ fn gradients_with_one_addition_from_a_loop_are_stored_not_zeroed() {
         assert!(s >= tape.num_params(), "param {s} stored whole");
         assert_ne!(Some(crate::tape::Slot(s as u32)), tape.loss());
     }
+}
+
+/// A rollout of `steps` steps over `n` elements, each element of the state read by several
+/// nodes of the next step (itself twice, its neighbour), the last state squared into the loss.
+fn rollout(g: &Graph, n: usize, steps: usize) {
+    let k = g.param(0.3);
+    let mut x: Vec<Value> = g.inputs(n);
+    for _ in 0..steps {
+        x = (0..n)
+            .map(|i| {
+                let left = x[i.saturating_sub(1)];
+                x[i] + ((x[i] - left) * k - x[i] * x[i] * 0.01)
+            })
+            .collect();
+    }
+    let squares: Vec<Value> = x.iter().map(|&v| v * v).collect();
+    g.set_loss(g.sum(&squares)).unwrap();
+}
+
+#[test]
+fn a_rollouts_state_is_stored_by_its_first_addition_not_zeroed() {
+    let g = Graph::new();
+    rollout(&g, 8, 40);
+    let (tape, plan) = planned(&g);
+    let zeroed = plan.grads.zeroed_first(&tape, false);
+    let in_loops = plan.grads.in_loops.iter().filter(|&&l| l).count();
+    let stored: Vec<usize> = (0..tape.len())
+        .filter(|&s| plan.grads.stored_slot(s as i64))
+        .collect();
+    // Every gradient a loop adds into is stored by its first addition but those of the
+    // steps the nest does not cover (the first and the last may differ).
+    assert!(in_loops > 8 * 40 * 5, "{in_loops} slots in loops");
+    let zeroed = zeroed.iter().filter(|&&z| z).count();
+    assert!(zeroed <= 8 * 5 * 4, "{zeroed} of {in_loops} zeroed");
+    // Among them the state, which three nodes of the next step read.
+    let args: Vec<crate::tape::Slot> = tape.slots().flat_map(|s| tape.args(s).to_vec()).collect();
+    let used_thrice = stored
+        .iter()
+        .filter(|&&s| args.iter().filter(|a| a.index() == s).count() >= 3)
+        .count();
+    assert!(
+        used_thrice >= 8 * 30,
+        "{used_thrice} stored slots read 3 times or more"
+    );
 }
 
 #[test]

@@ -16,6 +16,7 @@ use inkwell::types::VectorType;
 
 use crate::passes::lanes::{vertical_arg, VERTICAL_BLOCK};
 use crate::passes::loops::{Affine, DotLoop, Item, Lanes, MapLoop, Nest, SharedGrad, SumLoop};
+use crate::plan::memory::Addition;
 use crate::plan::shared::SHARED_CHUNK;
 use crate::plan::ZeroSkip;
 
@@ -373,7 +374,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         if sum.grad_tail {
             self.emit_loop::<V>(sum.tail_len, false, &[], |this, t, _| {
                 for (&lanes, &g) in reps.vectors.iter().zip(&gs).rev() {
-                    V::accumulate(this, frame, sum.tail, t, reps, lanes, g)?;
+                    V::accumulate(this, frame, Addition::sum_tail(sum), t, reps, lanes, g)?;
                 }
                 Ok(Vec::new())
             })?;
@@ -739,7 +740,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         let gs = self.load_first::<V>(frame.grads, sum.slot, reps)?;
         if sum.grad_first {
             for (&lanes, &g) in reps.vectors.iter().zip(&gs).rev() {
-                V::accumulate(self, frame, sum.first, zero, reps, lanes, g)?;
+                V::accumulate(self, frame, Addition::sum_first(sum), zero, reps, lanes, g)?;
             }
         }
         Ok(gs)
@@ -821,12 +822,20 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         locals: &[Vec<V>],
         except: Option<usize>,
     ) -> Emit<()> {
-        for (i, (&a, &takes)) in map.args.iter().zip(&map.grad_args).enumerate() {
+        for (i, &takes) in map.grad_args.iter().enumerate() {
             if !takes || except == Some(i) {
                 continue;
             }
             for (&lanes, local) in reps.vectors.iter().zip(locals).rev() {
-                V::accumulate(self, frame, a, t, reps, lanes, local[i])?;
+                V::accumulate(
+                    self,
+                    frame,
+                    Addition::map_arg(map, i),
+                    t,
+                    reps,
+                    lanes,
+                    local[i],
+                )?;
             }
         }
         Ok(())

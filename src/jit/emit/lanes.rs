@@ -18,6 +18,7 @@ use super::known::Place;
 use super::{Emit, Emitter, Frame};
 use crate::passes::loops::Affine;
 use crate::plan::lanes::VECTOR_WIDTH;
+use crate::plan::memory::Addition;
 
 /// The lanes of one vector: repetitions `first + offset ..` `first + offset + width` of the
 /// innermost nest, `first` its [`Reps`]' last repetition index.
@@ -111,12 +112,13 @@ pub(super) trait LaneIo<'ctx>: super::Lanes<'ctx> {
         v: Self,
     ) -> Emit<()>;
 
-    /// `grads[a(t, j)] += d[lane]` for the vector's repetitions `j`; in `step`, a fused
-    /// param's gradient stored and applied instead.
+    /// `grads[a(t, j)] += d[lane]` for the vector's repetitions `j`, `a` the operand that
+    /// `additions` add into (stored, `0 + d`, where the plan says they are its slots' first);
+    /// in `step`, a fused param's gradient stored and applied instead.
     fn accumulate(
         e: &Emitter<'ctx, '_>,
         frame: Frame<'ctx>,
-        a: Affine,
+        additions: Addition,
         t: IntValue<'ctx>,
         reps: &Reps<'ctx>,
         lanes: Vector,
@@ -160,16 +162,17 @@ impl<'ctx> LaneIo<'ctx> for FloatValue<'ctx> {
     fn accumulate(
         e: &Emitter<'ctx, '_>,
         frame: Frame<'ctx>,
-        a: Affine,
+        additions: Addition,
         t: IntValue<'ctx>,
         reps: &Reps<'ctx>,
         lanes: Vector,
         d: Self,
     ) -> Emit<()> {
+        let a = additions.operand();
         e.wrote(Place::new(frame.grads, a, t, reps, lanes));
         let ptr = e.ptr_at(frame.grads, a, t, &reps.js)?;
-        if e.plan.grads.stores_whole(a.base) {
-            // Its one addition: what the zeroed buffer would hold after it.
+        if e.plan.grads.stores_whole(additions) {
+            // Its first addition: what the zeroed buffer would hold after it.
             let whole = e.fresh(&[d])?[0];
             e.builder.build_store(ptr, whole)?;
             return Ok(());
@@ -251,18 +254,19 @@ impl<'ctx> LaneIo<'ctx> for VectorValue<'ctx> {
     fn accumulate(
         e: &Emitter<'ctx, '_>,
         frame: Frame<'ctx>,
-        a: Affine,
+        additions: Addition,
         t: IntValue<'ctx>,
         reps: &Reps<'ctx>,
         lanes: Vector,
         d: Self,
     ) -> Emit<()> {
+        let a = additions.operand();
         let across = a.outer[reps.lane_level()];
         if across == 1 && e.fuses_update(frame, a) {
             return e.fused_update(frame, a, t, (reps, lanes), d);
         }
-        if across != 0 && e.plan.grads.stores_whole(a.base) {
-            // Each lane's one addition: what the zeroed buffer would hold after it.
+        if across != 0 && e.plan.grads.stores_whole(additions) {
+            // Each lane's first addition: what the zeroed buffer would hold after it.
             let whole = e.fresh(&[d])?[0];
             return Self::store(e, frame.grads, a, t, reps, lanes, whole);
         }

@@ -527,10 +527,8 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
     }
 
     /// `{prefix}_init`: zeroes the gradients loops accumulate in memory (they have no
-    /// registers to start from 0 in), and sets the loss's to 1 if it is among them.
-    /// On a rollout nearly every slot is in a loop, and this pass over the gradients costs a
-    /// third of `backward` (springs at T = 1,000, 4.3 MB of gradients: 776 us, 512 without
-    /// it); letting each gradient's first contribution store instead of add would save it.
+    /// registers to start from 0 in) but those whose first addition stores
+    /// ([`crate::plan::memory::Addition`]), and sets the loss's to 1 if it is among them.
     fn backward_init(&self, prefix: &str, steps: bool) -> Emit<FunctionValue<'ctx>> {
         let f = self.begin_function(&format!("{prefix}_init"), &[], false);
         let (_, grads) = self.buffers(f);
