@@ -4,9 +4,8 @@
 //! forward when no repetition reads what another writes, backward when the lane order adds
 //! every gradient's contributions in the interpreter's order; and only where it pays: enough
 //! of the body's accesses must be vector loads, stores or broadcasts ([`mostly_strided`]).
-//! Nests of nests run one
-//! repetition after the other, and the nests in their bodies in lanes where the analyses
-//! hold in every repetition of the nests around.
+//! Nests of nests run one repetition after the other, and the nests in their bodies in lanes
+//! where the analyses hold in every repetition of the nests around.
 
 use crate::passes::lanes::{backward_lanes_keep_order, repetitions_independent, vertical_arg};
 use crate::passes::loops::{iteration, Item, Lanes, Nest};

@@ -3,7 +3,7 @@
 //! Straight-line code keeps gradients in registers and stores each once, at the end of its
 //! function (or before a loop in it); loops work on memory. So when a backward function
 //! starts, a gradient is in memory if loops accumulate it (`backward`'s first function zeroes
-//! those) or if a function that ran before (backward runs functions from the last) stored
+//! those whose first addition adds rather than stores) or if a function that ran before (backward runs functions from the last) stored
 //! it. Otherwise it holds the interpreter's starting value: 1 for the loss, the accumulated
 //! gradient for a param (0 in `step`), 0 for anything else.
 
@@ -22,8 +22,7 @@ pub struct GradMemory {
     /// The backward function whose straight-line code stores its gradient first (the one
     /// with the highest index), or [`NONE`].
     first_store: Vec<u32>,
-    /// Whether one loop writes its gradient whole, starting from 0: then nothing zeroes the
-    /// slot first.
+    /// Whether a loop starts its gradient from 0 itself: then nothing zeroes the slot first.
     whole: Vec<Whole>,
     /// The loop operands that store their first additions ([`Whole::Stored`]).
     stored: HashSet<Addition>,
@@ -31,8 +30,8 @@ pub struct GradMemory {
 
 const NONE: u32 = u32::MAX;
 
-/// How a loop computes a gradient whole (never a param's, whose gradients accumulate across
-/// `backward` calls, or the loss's).
+/// How a loop starts a gradient from 0 itself (never a param's, whose gradients accumulate
+/// across `backward` calls, or the loss's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Whole {
     No,

@@ -826,16 +826,9 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
             if !takes || except == Some(i) {
                 continue;
             }
+            let additions = Addition::map_arg(map, i);
             for (&lanes, local) in reps.vectors.iter().zip(locals).rev() {
-                V::accumulate(
-                    self,
-                    frame,
-                    Addition::map_arg(map, i),
-                    t,
-                    reps,
-                    lanes,
-                    local[i],
-                )?;
+                V::accumulate(self, frame, additions, t, reps, lanes, local[i])?;
             }
         }
         Ok(())
