@@ -222,7 +222,22 @@ fn moons_demo_is_one_nest_over_its_100_copies() {
         "{}",
         outline(&stats.nests)
     );
-    assert!(stats.coverage() > 0.95, "coverage {}", stats.coverage());
+    // The L2 term `sum(p * p for p in params)` reads the params in creation order, neuron by
+    // neuron, where the layout pass moved each layer's weights input-major: its products read
+    // a layer's rows transposed, which repeat row after row, a nest of 16 neurons' weights and
+    // bias per hidden layer (the output neuron's stay in order).
+    assert_eq!(
+        stats
+            .nests
+            .iter()
+            .filter(|n| n.count == 16)
+            .map(|n| n.nodes)
+            .collect::<Vec<_>>(),
+        [16 * 3, 16 * 17],
+        "{}",
+        outline(&stats.nests)
+    );
+    assert!(stats.coverage() > 0.999, "coverage {}", stats.coverage());
     // The second layer's weights, which every copy shares, get their gradients after the
     // copies ran (the first layer's dots are too short to be dot loops).
     assert_eq!(nest.shared_grads, 1, "{}", outline(&stats.nests));

@@ -7,11 +7,19 @@
 //! matrix a nest reads into that order (input-major, repetition-minor), which makes the
 //! lowering's loads unit-stride across repetitions, and rewrites the schedule it was given to
 //! the moved slots. Nests inside nests count too, for the params the nests around them share
-//! (a layer applied to every copy of a batch, or at every step of a rollout). Only slots move; no operation changes, so results stay bit-identical.
+//! (a layer applied to every copy of a batch, or at every step of a rollout). Only slots
+//! move; no operation changes, so results stay bit-identical.
+//!
+//! A top-level loop over params in creation order (an L2 term, `sum(p * p for p in params)`)
+//! reads a moved matrix transposed: no longer affine. Its nodes go back to structure
+//! recovery, over the moved tape, which finds the transposed rows repeating row after row
+//! (micrograd's moons demo: its L2 term straight-line was half of its compile time).
+//!
 //! [`crate::Program::params`] and friends keep speaking creation order.
 
 use crate::error::Result;
-use crate::passes::loops::{AccessKind, Affine, Item, Nest, Schedule};
+use crate::passes::loops::{AccessKind, Affine, Item, Nest, Schedule, SumLoop};
+use crate::passes::nest;
 use crate::tape::Tape;
 
 /// `tape` and `schedule` with the params of `schedule`'s nests laid out input-major; both
@@ -25,19 +33,60 @@ pub fn apply(tape: Tape, schedule: Schedule) -> Result<(Tape, Schedule)> {
         to[f as usize] = s as u32;
     }
     let mut items = Vec::with_capacity(schedule.items.len());
+    // The nodes of loops that stopped being loops, as straight-line ranges, by index in
+    // `items`.
+    let mut unrolled = Vec::new();
     for item in &schedule.items {
         let mut ok = true;
         let moved = remap(item, &to, &[], &mut ok);
+        if ok {
+            items.push(moved);
+            continue;
+        }
         // A loop over params in creation order (an L2 term) is no longer one once they
-        // moved: it runs straight-line. Inside a nest there is no such way out.
-        match (ok, straight_line(item)) {
-            (true, _) => items.push(moved),
-            (false, Some(straight)) => items.push(straight),
-            (false, None) => return Ok((tape, schedule)),
+        // moved. Inside a nest there is no way out.
+        let Some((nodes, sum)) = unrolled_nodes(item) else {
+            return Ok((tape, schedule));
+        };
+        unrolled.push(items.len());
+        items.push(nodes);
+        if let Some(sum) = sum {
+            let mut ok = true;
+            items.push(remap(&Item::Sum(Box::new(sum.clone())), &to, &[], &mut ok));
+            if !ok {
+                return Ok((tape, schedule));
+            }
         }
     }
     let moved = tape.into_param_layout(&from)?;
-    Ok((moved, Schedule { items, ..schedule }))
+    // Their repetitions are there still, with the moved params' slots: a matrix's rows,
+    // transposed, repeat with a stride of one row. Structure recovery finds them again.
+    for &at in unrolled.iter().rev() {
+        let nodes = std::mem::replace(&mut items[at], Item::Straight(0..0));
+        items.splice(at..=at, nest::recover(&moved, vec![nodes]));
+    }
+    let schedule = Schedule {
+        loops: items.iter().map(Item::loops).sum(),
+        loop_nodes: items.iter().map(Item::loop_nodes).sum(),
+        items,
+    };
+    Ok((moved, schedule))
+}
+
+/// A top-level loop as the straight-line range of the nodes it computes, and a dot's sum
+/// apart (a loop of its own over the products, which reach memory now); `None` for items
+/// that are not a top-level loop.
+fn unrolled_nodes(item: &Item) -> Option<(Item, Option<&SumLoop>)> {
+    let (map, sum) = match item {
+        Item::Map(m) => (m, None),
+        Item::Dot(d) => (&d.products, Some(&d.sum)),
+        _ => return straight_line(item).map(|s| (s, None)),
+    };
+    if map.out.stride != 1 {
+        return None;
+    }
+    let (first, last) = (map.out.at(0).0, map.out.at(map.len - 1).0);
+    Some((Item::Straight(first..last + 1), sum))
 }
 
 /// The param layout for `schedule`'s nests as `from` for [`Tape::with_param_layout`] (the
@@ -87,15 +136,15 @@ pub fn param_layout(tape: &Tape, schedule: &Schedule) -> Option<Vec<u32>> {
     moved.then_some(from)
 }
 
-/// A top-level loop as the straight-line range of the slots it computes.
+/// A top-level sum as the straight-line range of its one slot.
 fn straight_line(item: &Item) -> Option<Item> {
-    let (first, last) = match item {
-        Item::Map(m) if m.out.stride == 1 => (m.out.at(0).0, m.out.at(m.len - 1).0),
-        Item::Sum(sum) => (sum.slot.at(0).0, sum.slot.at(0).0),
-        Item::Dot(d) if d.products.out.stride == 1 => (d.products.out.at(0).0, d.sum.slot.at(0).0),
-        _ => return None,
-    };
-    Some(Item::Straight(first..last + 1))
+    match item {
+        Item::Sum(sum) => {
+            let s = sum.slot.at(0).0;
+            Some(Item::Straight(s..s + 1))
+        }
+        _ => None,
+    }
 }
 
 /// A nest whose body holds no nest, inside `level` nests.
