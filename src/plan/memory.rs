@@ -10,7 +10,9 @@
 use std::collections::HashSet;
 
 use crate::passes::lanes::vertical_arg;
-use crate::passes::loops::{every_rep, Access, AccessKind, Affine, Item, Lanes, MapLoop, SumLoop};
+use crate::passes::loops::{
+    every_rep, every_repetition, Access, AccessKind, Affine, Item, Lanes, MapLoop, SumLoop,
+};
 use crate::plan::StepPlan;
 use crate::tape::{Slot, Tape};
 
@@ -392,21 +394,28 @@ fn mark_stored_whole(
     let mut marked = Vec::new();
     for item in functions.iter().flatten() {
         for (add, len, counts) in grad_additions(item) {
-            let makes_first = every_rep(&counts, len, |t, js| {
-                let s = add.operand.at_levels(t, js);
-                let consumer = add.consumer.at_levels(if add.per_step { t } else { 0 }, js);
-                let args = tape.args(consumer);
-                // Not an operand of the consumer before this one: a map's earlier operands,
-                // a sum's first and (unless the tail moves) its tail's earlier iterations.
-                let first_position = match add.per_step {
-                    true => !args[..add.position as usize].contains(&s),
-                    false => {
-                        add.position == 0 || (args[0] != s && (add.operand.stride != 0 || t == 0))
-                    }
-                };
-                whole[s.index()] == Whole::No
-                    && last_consumer[s.index()] == consumer.0
-                    && first_position
+            // Slots computed per repetition, then moved along by their strides.
+            let consumer_stride = if add.per_step { add.consumer.stride } else { 0 };
+            let makes_first = every_repetition(&counts, |js| {
+                let (s0, c0) = (add.operand.at_levels(0, js), add.consumer.at_levels(0, js));
+                (0..len as i64).all(|t| {
+                    let s = Slot((s0.0 as i64 + add.operand.stride * t) as u32);
+                    let consumer = Slot((c0.0 as i64 + consumer_stride * t) as u32);
+                    // Not an operand of the consumer before this one: a map's earlier
+                    // operands, a sum's first and (unless the tail moves) its tail's earlier
+                    // iterations.
+                    let first_position = || match add.per_step {
+                        true => !tape.args(consumer)[..add.position as usize].contains(&s),
+                        false => {
+                            add.position == 0
+                                || (tape.args(consumer)[0] != s
+                                    && (add.operand.stride != 0 || t == 0))
+                        }
+                    };
+                    whole[s.index()] == Whole::No
+                        && last_consumer[s.index()] == consumer.0
+                        && first_position()
+                })
             });
             if makes_first {
                 marked.push((add, len, counts));
