@@ -37,7 +37,7 @@ use super::emit::{LazyEntry, BACKWARD, FORWARD, MATERIALIZE, STEP, UPDATE};
 use super::{JitBuilder, JitStats};
 use crate::error::Result;
 use crate::op::MathFn;
-use crate::plan::Plan;
+use crate::plan::{Plan, GUARD_FINITE, GUARD_NO_NEGATIVE_ZERO};
 use crate::program::{all_finite, initial_buffers};
 use crate::tape::Tape;
 use strum::IntoEnumIterator;
@@ -106,11 +106,13 @@ pub struct Native {
     code: Code,
 }
 
-/// The guard word of `train` and `accumulate`: bit 0 is set only while every weight whose
-/// zero products they skip is finite (the bits above are `train`'s own, see
-/// `emit/sparse.rs`). `train` keeps it true (after each sample it is whether every sum its
-/// updated weights went into is finite), `accumulate` changes no weight; anything else that
-/// may change params makes it stale, and the next call computes it again from the weights.
+/// The guard word of `train` and `accumulate`: [`GUARD_FINITE`] is set only while every
+/// weight whose zero products they skip is finite, [`GUARD_NO_NEGATIVE_ZERO`] only while none
+/// is -0 (the bits above are `train`'s own, see `emit/sparse.rs`). `train` keeps them true
+/// (after each sample the first is whether every sum its updated weights went into is
+/// finite; it makes no -0 weight), `accumulate` changes no weight; anything else that may
+/// change params makes the word stale, and the next call computes it again from the
+/// weights.
 #[derive(Clone)]
 struct ZeroSkipGuard {
     weights: Vec<std::ops::Range<u32>>,
@@ -122,9 +124,21 @@ impl ZeroSkipGuard {
     /// The word, computed again from `vals` if it is stale.
     fn word(&mut self, vals: &[f64]) -> &mut i64 {
         if !self.fresh {
-            let finite =
-                |r: &std::ops::Range<u32>| all_finite(&vals[r.start as usize..r.end as usize]);
-            self.word = self.weights.iter().all(finite) as i64;
+            let weights = || {
+                self.weights
+                    .iter()
+                    .map(|r| &vals[r.start as usize..r.end as usize])
+            };
+            let finite = weights().all(all_finite);
+            let negative_zero = (-0.0f64).to_bits();
+            let no_negative_zero =
+                weights().all(|ws| ws.iter().filter(|w| w.to_bits() == negative_zero).count() == 0);
+            self.word = if finite { GUARD_FINITE } else { 0 }
+                | if no_negative_zero {
+                    GUARD_NO_NEGATIVE_ZERO
+                } else {
+                    0
+                };
             self.fresh = true;
         }
         &mut self.word

@@ -34,7 +34,10 @@ use crate::passes::loops::{Item, Schedule};
 use crate::tape::Tape;
 
 pub use memory::GradMemory;
-pub use step::{StepPlan, TrainPlan, ZeroSkip, ZeroSkipping};
+pub use step::{
+    StepPlan, TrainPlan, ZeroSkip, ZeroSkipping, GUARD_FINITE, GUARD_NO_NEGATIVE_ZERO,
+    GUARD_WAIT_SHIFT,
+};
 
 /// How the emitter lowers a tape: the result of every planning decision.
 #[derive(Clone, Debug, PartialEq)]

@@ -86,6 +86,15 @@ pub struct ZeroSkip {
     pub always: bool,
 }
 
+/// The guard word's bits (see [`ZeroSkip`] and `emit/sparse.rs`): whether every weight of the
+/// dot is finite; whether none is -0 (then `train`'s skipping loop updates a weight by
+/// `w - lr * g` where the interpreter computes `w - lr * (0 + g)`: the two differ only when
+/// `g` is -0 and `w` is -0, and `train` never makes a -0 weight: `a - b` is -0 only for a -0
+/// `a`); above them, how many samples `train` still runs dense before looking again.
+pub const GUARD_FINITE: i64 = 1;
+pub const GUARD_NO_NEGATIVE_ZERO: i64 = 2;
+pub const GUARD_WAIT_SHIFT: u64 = 2;
+
 /// Whether `train` skips zero inputs ([`crate::JitBuilder::zero_skipping`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ZeroSkipping {

@@ -154,6 +154,10 @@ enum Pass<'ctx> {
     TrainBackward {
         lr: FloatValue<'ctx>,
         samples: Samples<'ctx>,
+        /// No weight of the merged dot is -0 (in the skipping loop that the guard word's
+        /// [`crate::plan::GUARD_NO_NEGATIVE_ZERO`] selects): a deferred weight's update
+        /// subtracts `lr * g`, not `lr * (0 + g)`, the same number then.
+        plain_updates: bool,
     },
     /// `accumulate`'s forward or backward function 0, which skips the zero inputs of
     /// `train`'s dot while `guard` (an `i64` word) says the dot's weights are finite.
@@ -184,6 +188,29 @@ pub(super) struct MergedDot<'a, 'ctx, V> {
     g_products: Vec<V>,
 }
 
+impl<'a, 'ctx, V: Clone> MergedDot<'a, 'ctx, V> {
+    /// The same dot in the skipping loop that runs without -0 weights.
+    fn with_plain_updates(&self) -> Self {
+        let Pass::TrainBackward { lr, samples, .. } = self.frame.pass else {
+            unreachable!("a merged dot is in train's backward")
+        };
+        MergedDot {
+            frame: Frame {
+                pass: Pass::TrainBackward {
+                    lr,
+                    samples,
+                    plain_updates: true,
+                },
+                ..self.frame
+            },
+            dot: self.dot,
+            reps: self.reps.clone(),
+            samples: self.samples,
+            g_products: self.g_products.clone(),
+        }
+    }
+}
+
 impl<'a, 'ctx, V> MergedDot<'a, 'ctx, V> {
     /// The same dot with the products' gradients as `g_products` (vectors for scalars).
     fn with_products<W>(self, g_products: Vec<W>) -> MergedDot<'a, 'ctx, W> {
@@ -205,6 +232,17 @@ impl<'ctx> Frame<'ctx> {
             Pass::TrainBackward { lr, .. } => Some(lr),
             _ => None,
         }
+    }
+
+    /// Whether deferred weights' updates may skip the `0 +` (see [`Pass::TrainBackward`]).
+    fn plain_updates(&self) -> bool {
+        matches!(
+            self.pass,
+            Pass::TrainBackward {
+                plain_updates: true,
+                ..
+            }
+        )
     }
 
     /// Whether this is `step`'s (or `train`'s) backward.

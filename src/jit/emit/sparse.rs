@@ -5,15 +5,17 @@
 //! if guard, all gradients finite, lr not negative and not waiting:
 //!     steps = the t whose input is not 0 in this sample or the next
 //!     if steps are few enough (or always):
-//!         for t in steps: the merged step    (update, next sample's products)
+//!         for t in steps: the merged step    (update, next sample's products; `w - lr * g`
+//!                                             where no weight is -0, else `w - lr * (0 + g)`)
 //!         if a sum is -0: the sums again, every step, from the updated weights
 //!         goto done
 //! for every t: the merged step         (waiting: one sample less; too many steps: wait 8)
 //! done: guard = every sum is finite, and how long to wait
 //! ```
 //!
-//! The guard word's bit 0 is the guard; the bits above it count the samples still to run
-//! dense before looking at the inputs again.
+//! The guard word's [`GUARD_FINITE`] bit is the guard; [`GUARD_NO_NEGATIVE_ZERO`] says no
+//! weight is -0 (set by `train`'s caller, kept by `train`, which makes no -0 weight); the
+//! bits above them count the samples still to run dense before looking at the inputs again.
 //!
 //! The last line keeps the guard true: every weight a loop updates, it then multiplies by
 //! the next sample's input (finite, maybe 0), so a weight that is not finite makes its sum
@@ -34,7 +36,7 @@ use inkwell::{FloatPredicate, IntPredicate};
 use super::lanes::Reps;
 use super::{Emit, Emitter, Frame, MergedDot};
 use crate::passes::loops::{Affine, DotLoop};
-use crate::plan::ZeroSkip;
+use crate::plan::{ZeroSkip, GUARD_FINITE, GUARD_NO_NEGATIVE_ZERO, GUARD_WAIT_SHIFT};
 
 /// How many samples run dense without looking after one too dense to skip (so dense data
 /// builds the list of steps once in `DENSE_WAIT + 1` samples).
@@ -58,11 +60,16 @@ impl<'ctx> Emitter<'ctx, '_> {
         let word = self.builder.build_load(i64t, guard, "guard")?;
         let word = word.into_int_value();
         let one = i64t.const_int(1, false);
-        let set = self.builder.build_and(word, one, "")?;
-        let set = self
-            .builder
-            .build_int_compare(IntPredicate::NE, set, zero, "")?;
-        let wait = self.builder.build_right_shift(word, one, false, "wait")?;
+        let bit = |mask: i64, name| -> Emit<IntValue<'ctx>> {
+            let mask = i64t.const_int(mask as u64, false);
+            let bit = self.builder.build_and(word, mask, "")?;
+            self.builder
+                .build_int_compare(IntPredicate::NE, bit, zero, name)
+        };
+        let set = bit(GUARD_FINITE, "finite_weights")?;
+        let plain = bit(GUARD_NO_NEGATIVE_ZERO, "plain_updates")?;
+        let shift = i64t.const_int(GUARD_WAIT_SHIFT, false);
+        let wait = self.builder.build_right_shift(word, shift, false, "wait")?;
         let finite = self.all_finite(&m.g_products)?;
         let lr = m.frame.lr().expect("train's backward has a learning rate");
         let lr_bits = self.builder.build_bit_cast(lr, i64t, "")?.into_int_value();
@@ -105,10 +112,27 @@ impl<'ctx> Emitter<'ctx, '_> {
         let list_end = self.block();
 
         self.builder.position_at_end(sparse);
-        let skipped = self.counted_loop(n, biases, |this, k, sums| {
-            let t = this.load_step(steps, k)?;
-            this.merged_step(m, t, sums)
-        })?;
+        // Without a -0 weight, in a loop of their own the updates skip the `0 +`.
+        let (plain_loop, fresh_loop, looped) = (
+            block("plain_updates"),
+            block("fresh_updates"),
+            block("skipped"),
+        );
+        self.builder
+            .build_conditional_branch(plain, plain_loop, fresh_loop)?;
+        let mut arms = Vec::new();
+        for (start, m) in [(plain_loop, &m.with_plain_updates()), (fresh_loop, m)] {
+            self.builder.position_at_end(start);
+            let sums = self.counted_loop(n, biases, |this, k, sums| {
+                let t = this.load_step(steps, k)?;
+                this.merged_step(m, t, sums)
+            })?;
+            arms.push((sums, self.block()));
+            self.builder.build_unconditional_branch(looped)?;
+        }
+        self.builder.position_at_end(looped);
+        let arms: Vec<_> = arms.iter().map(|(s, b)| (&s[..], *b)).collect();
+        let skipped = self.join(&arms)?;
         let negative_zero = self.any_negative_zero(&skipped)?;
         let sparse_end = self.block();
         self.builder
@@ -146,10 +170,15 @@ impl<'ctx> Emitter<'ctx, '_> {
             (&wait_phi.as_basic_value().into_int_value(), dense_end),
         ]);
         let finite = self.all_finite(&sums)?;
+        // 1 or 0: GUARD_FINITE is bit 0.
         let finite = self.builder.build_int_z_extend(finite, i64t, "")?;
         let wait = wait.as_basic_value().into_int_value();
-        let wait = self.builder.build_left_shift(wait, one, "")?;
-        let word = self.builder.build_or(finite, wait, "guard")?;
+        let wait = self.builder.build_left_shift(wait, shift, "")?;
+        // `train` makes no -0 weight: the bit stays as it was.
+        let no_negative_zero = i64t.const_int(GUARD_NO_NEGATIVE_ZERO as u64, false);
+        let kept = self.builder.build_and(word, no_negative_zero, "")?;
+        let word = self.builder.build_or(finite, wait, "")?;
+        let word = self.builder.build_or(word, kept, "guard")?;
         self.builder.build_store(guard, word)?;
         Ok(sums)
     }
@@ -266,7 +295,8 @@ impl<'ctx> Emitter<'ctx, '_> {
             .builder
             .build_load(i64t, guard, "guard")?
             .into_int_value();
-        let set = self.builder.build_and(word, i64t.const_int(1, false), "")?;
+        let finite = i64t.const_int(GUARD_FINITE as u64, false);
+        let set = self.builder.build_and(word, finite, "")?;
         let set =
             self.builder
                 .build_int_compare(IntPredicate::NE, set, i64t.const_zero(), "finite")?;

@@ -68,6 +68,7 @@ impl<'ctx> Emitter<'ctx, '_> {
                 vals,
                 grads,
                 pass: Pass::TrainBackward {
+                    plain_updates: false,
                     lr: param(2).into_float_value(),
                     samples: Samples {
                         next: param(3).into_pointer_value(),
@@ -428,11 +429,16 @@ impl<'ctx> Emitter<'ctx, '_> {
             self.ptr_at(frame.grads, a, t, &js)?,
             self.ptr_at(frame.vals, a, t, &js)?,
         );
-        let g = self.fresh(&[d])?[0];
         let deferred = self.plan.step.as_ref().map(|s| &s.deferred_slots);
-        if !deferred.is_some_and(|d| d[a.at(0).index()]) {
+        let g = if !deferred.is_some_and(|d| d[a.at(0).index()]) {
+            let g = self.fresh(&[d])?[0];
             self.store_vector(g_ptr, g)?;
-        }
+            g
+        } else if frame.plain_updates() {
+            d
+        } else {
+            self.fresh(&[d])?[0]
+        };
         let p = self.load_vector(p_ptr, g.get_type())?;
         let lr_lanes = self.splat(lr, lanes.width)?;
         let mut ar = self.arith::<VectorValue>(lanes);
