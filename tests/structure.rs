@@ -4,7 +4,8 @@
 //!
 //! 1. The families: moons (one nest over the 100 copies of the MLP), minibatch as B copies
 //!    (one nest over B), an Elman RNN and a mass-spring rollout (a nest over the steps).
-//!    A ring of particles integrated by Verlet, whose steps have no inner repetition.
+//!    A ring of particles integrated by Verlet, whose steps have no inner repetition; an
+//!    n-body rollout, whose bodies' pairs skip themselves.
 //! 2. Boundaries: a first or last copy that differs, a copy that reads a neighbour's value,
 //!    copies with params of their own (in either order; an ensemble), a stride that changes
 //!    midway, a block interrupted by an unrelated node, copies that differ only in which
@@ -500,6 +501,57 @@ fn a_ring_rollout_of_four_is_a_nest_over_its_steps() {
     let stats = jit.stats();
     assert!(
         stats.nests.iter().any(|n| n.count as usize >= steps - 3),
+        "{}",
+        outline(&stats.nests)
+    );
+}
+
+/// `n` bodies pulling on each other, `steps` explicit Euler steps: per body, a force from
+/// every other body (`m_j * r / (r^2 + 0.01)^1.5`, so each body's pairs skip the one where
+/// `j == i`), summed; the masses are params, the loss pulls the bodies to the origin.
+fn n_body<'g>(g: &'g Graph, n: usize, steps: usize) {
+    let m: Vec<Value> = (0..n).map(|i| g.param(1.0 + 0.1 * i as f64)).collect();
+    let state = g.inputs_without_grad(4 * n);
+    let mut x: Vec<Value> = state.iter().step_by(4).copied().collect();
+    let mut y: Vec<Value> = state.iter().skip(1).step_by(4).copied().collect();
+    let mut vx: Vec<Value> = state.iter().skip(2).step_by(4).copied().collect();
+    let mut vy: Vec<Value> = state.iter().skip(3).step_by(4).copied().collect();
+    let dt = 0.01;
+    for _ in 0..steps {
+        let (mut ax, mut ay) = (Vec::new(), Vec::new());
+        for i in 0..n {
+            let (mut fx, mut fy) = (Vec::new(), Vec::new());
+            for j in (0..n).filter(|&j| j != i) {
+                let (dx, dy) = (x[j] - x[i], y[j] - y[i]);
+                let pull = m[j] * (dx * dx + dy * dy + 0.01).powf(-1.5);
+                fx.push(dx * pull);
+                fy.push(dy * pull);
+            }
+            ax.push(g.sum(&fx));
+            ay.push(g.sum(&fy));
+        }
+        let next = |p: &[Value<'g>], v: &[Value<'g>], i: usize| p[i] + v[i] * dt;
+        let (x2, y2): (Vec<Value>, Vec<Value>) =
+            (0..n).map(|i| (next(&x, &vx, i), next(&y, &vy, i))).unzip();
+        let (vx2, vy2): (Vec<Value>, Vec<Value>) = (0..n)
+            .map(|i| (next(&vx, &ax, i), next(&vy, &ay, i)))
+            .unzip();
+        (x, y, vx, vy) = (x2, y2, vx2, vy2);
+    }
+    let pulls: Vec<Value> = (0..n).map(|i| x[i] * x[i] + y[i] * y[i]).collect();
+    g.set_loss(g.sum(&pulls)).unwrap();
+}
+
+#[test]
+fn an_n_body_rollout_is_a_nest_over_its_steps() {
+    // The pairs of each body split where `j == i` is skipped: per step, runs of pairs that
+    // differ from body to body, inside the nest over the steps.
+    let steps = 10;
+    let g = Graph::new();
+    n_body(&g, 4, steps);
+    let stats = check("n-body, 4 bodies, T = 10", &g);
+    assert!(
+        largest(&stats).count as usize >= steps - 2,
         "{}",
         outline(&stats.nests)
     );
