@@ -127,6 +127,16 @@ fn outline(nests: &[NestStats]) -> String {
 }
 
 /// How deep `nest` nests (1: no nest inside).
+/// The nodes of each top-level nest of `count` repetitions, in tape order.
+fn top_nest_nodes(stats: &JitStats, count: u32) -> Vec<usize> {
+    stats
+        .nests
+        .iter()
+        .filter(|n| n.count == count)
+        .map(|n| n.nodes)
+        .collect()
+}
+
 fn depth(nest: &NestStats) -> usize {
     1 + nest.inner.iter().map(depth).max().unwrap_or(0)
 }
@@ -213,12 +223,7 @@ fn moons_demo_is_one_nest_over_its_100_copies() {
         outline(&stats.nests)
     );
     assert_eq!(
-        stats
-            .nests
-            .iter()
-            .filter(|n| n.count == 100)
-            .map(|n| n.nodes)
-            .collect::<Vec<_>>(),
+        top_nest_nodes(&stats, 100),
         [100 * MOONS_MLP_NODES, 100 * 4],
         "{}",
         outline(&stats.nests)
@@ -228,12 +233,7 @@ fn moons_demo_is_one_nest_over_its_100_copies() {
     // a layer's rows transposed, which repeat row after row, a nest of 16 neurons' weights and
     // bias per hidden layer (the output neuron's stay in order).
     assert_eq!(
-        stats
-            .nests
-            .iter()
-            .filter(|n| n.count == 16)
-            .map(|n| n.nodes)
-            .collect::<Vec<_>>(),
+        top_nest_nodes(&stats, 16),
         [16 * 3, 16 * 17],
         "{}",
         outline(&stats.nests)
