@@ -54,7 +54,10 @@ pub(crate) fn train<B: Backend + ?Sized>(
     threads: usize,
 ) -> Vec<f64> {
     let tape = b.program_tape();
-    let (width, params, slots) = (tape.num_inputs(), tape.num_params(), tape.len());
+    let (width, params) = (tape.num_inputs(), tape.num_params());
+    // The backend's buffers may hold fewer numbers than the tape has slots.
+    let slots = b.value_buffer().len();
+    let tape = b.program_tape();
     if tape.loss().is_none() {
         return Vec::new();
     }

@@ -88,10 +88,28 @@ mod backend {
     pub trait Backend {
         /// The tape being run.
         fn program_tape(&self) -> &Tape;
-        /// One value per slot.
+        /// The values buffer: one value per slot, or the backend's own layout of them, where
+        /// params and inputs keep their slots (the JIT's: [`crate::plan::Buffers`]).
         fn value_buffer(&self) -> &[f64];
-        /// One gradient per slot (a backend stores any it deferred before handing them out).
+        /// The gradients buffer, laid out as the values (a backend stores any it deferred
+        /// before handing them out).
         fn grad_buffer(&self) -> &[f64];
+        /// The value of kept slot `s`.
+        fn value_at(&self, s: Slot) -> f64 {
+            self.value_buffer()[s.index()]
+        }
+        /// The gradient of kept slot `s`.
+        fn grad_at(&self, s: Slot) -> f64 {
+            self.grad_buffer()[s.index()]
+        }
+        /// One value per slot, in slot order.
+        fn slot_values(&self) -> &[f64] {
+            self.value_buffer()
+        }
+        /// One gradient per slot, in slot order.
+        fn slot_grads(&self) -> &[f64] {
+            self.grad_buffer()
+        }
         /// Whether the buffers hold `slot`; the interpreter keeps every slot.
         fn keeps(&self, slot: Slot) -> bool {
             let _ = slot;
@@ -282,11 +300,11 @@ impl<B: Backend> Program for B {
     }
 
     fn values(&self) -> &[f64] {
-        self.value_buffer()
+        self.slot_values()
     }
 
     fn grads(&self) -> &[f64] {
-        self.grad_buffer()
+        self.slot_grads()
     }
 
     fn set_inputs(&mut self, inputs: &[f64]) -> Result<()> {
@@ -303,12 +321,12 @@ impl<B: Backend> Program for B {
 
     fn loss(&self) -> Result<f64> {
         let l = self.tape().loss().ok_or(Error::NoLoss)?;
-        Ok(self.values()[l.index()])
+        Ok(self.value_at(l))
     }
 
     fn outputs(&self) -> Vec<f64> {
-        let v = self.values();
-        self.tape().outputs().iter().map(|s| v[s.index()]).collect()
+        let outputs = self.tape().outputs();
+        outputs.iter().map(|&s| self.value_at(s)).collect()
     }
 
     fn zero_grad(&mut self) {
@@ -367,7 +385,8 @@ impl<B: Backend> Program for B {
     }
 
     fn params(&self) -> Vec<f64> {
-        in_creation_order(self.tape(), self.values())
+        // Params keep their slots in every layout.
+        in_creation_order(self.tape(), self.value_buffer())
     }
 
     fn set_params(&mut self, params: &[f64]) -> Result<()> {
@@ -389,7 +408,7 @@ impl<B: Backend> Program for B {
     }
 
     fn param_grads(&self) -> Vec<f64> {
-        in_creation_order(self.tape(), self.grads())
+        in_creation_order(self.tape(), self.grad_buffer())
     }
 
     fn is_kept(&self, slot: Slot) -> bool {
@@ -434,11 +453,11 @@ impl<B: Backend> Program for B {
     }
 
     fn value(&self, v: Value<'_>) -> Result<f64> {
-        Ok(self.values()[self.kept_slot(v)?.index()])
+        Ok(self.value_at(self.kept_slot(v)?))
     }
 
     fn grad(&self, v: Value<'_>) -> Result<f64> {
-        Ok(self.grads()[self.kept_slot(v)?.index()])
+        Ok(self.grad_at(self.kept_slot(v)?))
     }
 
     fn kept_slot(&self, v: Value<'_>) -> Result<Slot> {
@@ -475,12 +494,12 @@ fn checked_step<B: Backend + ?Sized>(b: &mut B, inputs: &[f64], lr: f64) -> f64 
     b.buffers_mut().0[base..base + n].copy_from_slice(inputs);
     // The update changes params only, so a computed loss is still in the buffers
     // afterwards; a leaf loss (a param) is read before.
-    let before = b.value_buffer()[loss.index()];
+    let before = b.value_at(loss);
     b.run_step(lr);
     if b.program_tape().op(loss).is_leaf() {
         before
     } else {
-        b.value_buffer()[loss.index()]
+        b.value_at(loss)
     }
 }
 

@@ -239,6 +239,12 @@ fn moons_demo_is_one_nest_over_its_100_copies() {
         outline(&stats.nests)
     );
     assert!(stats.coverage() > 0.999, "coverage {}", stats.coverage());
+    // The buffers hold what the code keeps in memory: not the products of the copies' fused
+    // dots (each copy's second layer, 16 x 16, and output neuron, 16), kept in registers.
+    assert_eq!(
+        stats.buffered_slots,
+        stats.tape_nodes - 100 * (16 * 16 + 16)
+    );
     // The second layer's weights, which every copy shares, get their gradients after the
     // copies ran (the first layer's dots are too short to be dot loops).
     assert_eq!(nest.shared_grads, 1, "{}", outline(&stats.nests));

@@ -37,9 +37,9 @@ use super::emit::{LazyEntry, BACKWARD, FORWARD, MATERIALIZE, STEP, UPDATE};
 use super::{JitBuilder, JitStats};
 use crate::error::Result;
 use crate::op::MathFn;
-use crate::plan::{Plan, GUARD_FINITE, GUARD_NO_NEGATIVE_ZERO};
+use crate::plan::{Buffers, Plan, GUARD_FINITE, GUARD_NO_NEGATIVE_ZERO};
 use crate::program::{all_finite, initial_buffers};
-use crate::tape::Tape;
+use crate::tape::{Slot, Tape};
 use strum::IntoEnumIterator;
 
 type PassFn = unsafe extern "C" fn(*mut f64, *mut f64);
@@ -84,13 +84,21 @@ fn initialize_llvm() -> Result<()> {
 
 /// Compiled native code and everything it lives in.
 pub struct Native {
-    /// One value and one gradient per slot; the only memory the native code touches.
+    /// One value and one gradient per kept slot, where `layout` says; the only memory the
+    /// native code touches.
     vals: Vec<f64>,
     /// In a cell because reading gradients (a `&self` method) may first have to store the
     /// ones `step` deferred (`pending`).
     grads: UnsafeCell<Vec<f64>>,
     /// `step` deferred gradients to `materialize`; nothing has read `grads` since.
     pending: Cell<bool>,
+    /// Where each slot lives in the buffers.
+    layout: Buffers,
+    /// The buffers in slot order, for readers of every slot ([`Native::slot_values`]), made
+    /// when first asked for after the buffers changed (unless `layout` is in place).
+    in_slot_order: UnsafeCell<(Vec<f64>, Vec<f64>)>,
+    /// Whether `in_slot_order` holds the buffers as they are.
+    in_slot_order_fresh: Cell<bool>,
     /// Whether `step` defers any gradient.
     defers: bool,
     /// The numbers per sample `train` reads: the tape's `num_inputs`, which the code was
@@ -400,10 +408,14 @@ impl Native {
             }
         };
         let (vals, grads) = initial_buffers(tape);
+        let layout = plan.buffers.clone();
         Ok(Native {
-            vals,
-            grads: UnsafeCell::new(grads),
+            vals: layout.lay_out(&vals),
+            grads: UnsafeCell::new(layout.lay_out(&grads)),
             pending: Cell::new(false),
+            layout,
+            in_slot_order: UnsafeCell::new((Vec::new(), Vec::new())),
+            in_slot_order_fresh: Cell::new(false),
             defers: plan.step.as_ref().is_some_and(|s| !s.deferred.is_empty()),
             sample_width: tape.num_inputs(),
             guard: ZeroSkipGuard {
@@ -459,11 +471,12 @@ impl Native {
         Ok(())
     }
 
+    /// The values buffer, laid out as the plan's [`Buffers`] say.
     pub fn values(&self) -> &[f64] {
         &self.vals
     }
 
-    /// The gradients, after storing any that `step` deferred.
+    /// The gradients buffer, after storing any that `step` deferred.
     pub fn grads(&self) -> &[f64] {
         self.materialize();
         // SAFETY: `materialize` has returned; from here on no `&self` method writes `grads`
@@ -471,10 +484,52 @@ impl Native {
         unsafe { &*self.grads.get() }
     }
 
+    /// The value of kept slot `s`.
+    pub fn value_at(&self, s: Slot) -> f64 {
+        self.vals[self.layout.address(s)]
+    }
+
+    /// The gradient of kept slot `s`.
+    pub fn grad_at(&self, s: Slot) -> f64 {
+        self.grads()[self.layout.address(s)]
+    }
+
+    /// Every slot's value in slot order (0 for slots the buffers do not hold).
+    pub fn slot_values(&self) -> &[f64] {
+        if self.layout.in_place() {
+            return &self.vals;
+        }
+        &self.in_slot_order().0
+    }
+
+    /// Every slot's gradient in slot order (0 for slots the buffers do not hold).
+    pub fn slot_grads(&self) -> &[f64] {
+        if self.layout.in_place() {
+            return self.grads();
+        }
+        &self.in_slot_order().1
+    }
+
+    /// The buffers in slot order, made again if they changed since.
+    fn in_slot_order(&self) -> &(Vec<f64>, Vec<f64>) {
+        let grads = self.grads();
+        if !self.in_slot_order_fresh.replace(true) {
+            // SAFETY: references into `in_slot_order` are handed out only while it is fresh,
+            // and only `&mut self` methods (which end those borrows) make it stale: none is
+            // alive here.
+            let (vals, slot_grads) = unsafe { &mut *self.in_slot_order.get() };
+            self.layout.in_slot_order(&self.vals, vals);
+            self.layout.in_slot_order(grads, slot_grads);
+        }
+        // SAFETY: fresh from here until a `&mut self` method, which ends this borrow.
+        unsafe { &*self.in_slot_order.get() }
+    }
+
     /// Both buffers, for writing (deferred gradients stored first).
     pub fn buffers_mut(&mut self) -> (&mut [f64], &mut [f64]) {
         self.materialize();
         self.guard.fresh = false;
+        self.in_slot_order_fresh.set(false);
         (&mut self.vals, self.grads.get_mut())
     }
 
@@ -504,8 +559,9 @@ impl Native {
     pub fn forward(&mut self) {
         let f = self.entries.forward;
         let (vals, grads) = self.buffers_mut();
-        // SAFETY: the code reads and writes slots below the tape length only, both buffers
-        // have that length (they are never resized), and the code is alive (owned by self).
+        // SAFETY: the code reads and writes addresses below the layout's length only, both
+        // buffers have that length (they are never resized), and the code is alive (owned
+        // by self).
         unsafe { f(vals.as_mut_ptr(), grads.as_mut_ptr()) }
     }
 
@@ -537,6 +593,7 @@ impl Native {
         }
         let mut losses = vec![0.0; n];
         self.pending.set(false);
+        self.in_slot_order_fresh.set(false);
         let guard: *mut i64 = self.guard.word(&self.vals);
         let (vals, grads) = (self.vals.as_mut_ptr(), self.grads.get_mut().as_mut_ptr());
         // SAFETY: as in `forward`; `train` reads `n * sample_width` numbers of `inputs` (its
@@ -561,6 +618,7 @@ impl Native {
     pub fn step(&mut self, lr: f64) {
         self.pending.set(false);
         self.guard.fresh = false;
+        self.in_slot_order_fresh.set(false);
         let (vals, grads) = (self.vals.as_mut_ptr(), self.grads.get_mut().as_mut_ptr());
         // SAFETY: as in `forward`.
         unsafe { (self.entries.step)(vals, grads, lr) }

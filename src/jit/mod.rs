@@ -133,9 +133,13 @@ pub struct JitStats {
     /// How deep the loops nest (0: no nest; 1: nests of loops; 2: nests of nests ...).
     pub nest_depth: usize,
     /// Bytes of machine code and its constants (the object's text and read-only data
-    /// sections): with the buffers (2 x 8 bytes per tape node), about what a live `Jit`
+    /// sections): with the buffers (2 x 8 bytes per buffered slot), about what a live `Jit`
     /// keeps resident beyond its tape.
     pub code_bytes: usize,
+    /// Numbers each of the values and gradients buffers holds: the slots the code keeps in
+    /// memory, side by side (a fused dot's products live in registers and take no room;
+    /// `tape_nodes` if a loop would address them otherwise).
+    pub buffered_slots: usize,
     /// The repeated structure loop recovery found: each outermost nest in tape order (a
     /// batch written as copies, a rollout's steps, a layer's neurons), with the nests in it.
     pub nests: Vec<NestStats>,
@@ -373,6 +377,7 @@ impl JitBuilder {
             .flat_map(|f| NestStats::of(f))
             .collect();
         stats.modules = plan.modules.len();
+        stats.buffered_slots = plan.buffers.buffer_len();
         stats.compile_threads = self.threads().min(plan.modules.len());
         let native = Native::compile(&tape, &plan, self, stats.compile_threads, &mut stats)?;
         stats.compile_secs = start.elapsed().as_secs_f64();
@@ -511,6 +516,18 @@ impl Backend for Jit {
     }
     fn grad_buffer(&self) -> &[f64] {
         self.native.grads()
+    }
+    fn value_at(&self, s: Slot) -> f64 {
+        self.native.value_at(s)
+    }
+    fn grad_at(&self, s: Slot) -> f64 {
+        self.native.grad_at(s)
+    }
+    fn slot_values(&self) -> &[f64] {
+        self.native.slot_values()
+    }
+    fn slot_grads(&self) -> &[f64] {
+        self.native.slot_grads()
     }
     fn buffers_mut(&mut self) -> (&mut [f64], &mut [f64]) {
         self.native.buffers_mut()

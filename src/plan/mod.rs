@@ -18,6 +18,7 @@
 //! [`Plan::verify`] checks the invariants the emitter relies on, as [`Tape::verify`] does for
 //! the tape.
 
+pub mod buffers;
 pub mod functions;
 pub mod lanes;
 pub mod memory;
@@ -33,6 +34,7 @@ use std::ops::Range;
 use crate::passes::loops::{Item, Schedule};
 use crate::tape::Tape;
 
+pub use buffers::Buffers;
 pub use memory::GradMemory;
 pub use step::{
     StepPlan, TrainPlan, ZeroSkip, ZeroSkipping, GUARD_FINITE, GUARD_NO_NEGATIVE_ZERO,
@@ -51,6 +53,8 @@ pub struct Plan {
     /// Per slot: whether its value and gradient reach the buffers. Everything does but the
     /// products of fused dots.
     pub kept: Vec<bool>,
+    /// Where each slot lives in the buffers (see [`Buffers`]).
+    pub buffers: Buffers,
     /// Where backward's gradients live (see [`GradMemory`]).
     pub grads: GradMemory,
     /// `step`'s own backward, if it pays (else `step` calls the four passes).
@@ -87,8 +91,10 @@ impl Plan {
         let step = step::plan(tape, &items, options.zero_skipping);
         let functions = functions::cut(tape, &items, options.chunk_size);
         let grads = GradMemory::new(tape, &functions, step.as_ref());
+        let kept = schedule.kept(tape);
         Ok(Plan {
-            kept: schedule.kept(tape),
+            buffers: Buffers::new(tape, &kept, &functions),
+            kept,
             grads,
             step,
             fast_math: options.fast_math,

@@ -310,7 +310,7 @@ impl<'ctx> Emitter<'ctx, '_> {
     }
 
     /// `&buf[a.base + a.stride * t + a.outer[0] * js[0] + a.outer[1] * js[1] + ...]`
-    /// (`js` outermost first)
+    /// (`js` outermost first), slots at their addresses ([`crate::plan::Buffers`]).
     pub(super) fn ptr_at(
         &self,
         buf: PointerValue<'ctx>,
@@ -318,6 +318,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         t: IntValue<'ctx>,
         js: &[IntValue<'ctx>],
     ) -> Emit<PointerValue<'ctx>> {
+        let a = self.plan.buffers.affine(a);
         let i64t = self.context.i64_type();
         let mut index = i64t.const_int(a.base as u64, true);
         let terms =
@@ -412,8 +413,9 @@ impl<'ctx> Emitter<'ctx, '_> {
         let first = self.ptr_at(buf, a, t, &self.lane_js(reps, lanes)?)?;
         let first = self.builder.build_ptr_to_int(first, i64t, "")?;
         let addrs = self.broadcast(first.into(), i64t.vec_type(lanes.width))?;
+        let across = self.plan.buffers.affine(a).outer[reps.lane_level()];
         let bytes: Vec<_> = (0..lanes.width as i64)
-            .map(|l| i64t.const_int((l * a.outer[reps.lane_level()] * 8) as u64, true))
+            .map(|l| i64t.const_int((l * across * 8) as u64, true))
             .collect();
         let addrs = self
             .builder

@@ -674,9 +674,10 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         }
     }
 
-    /// `&buf[slot]`
+    /// `&buf[slot]`, at its address.
     fn slot_ptr(&self, buf: PointerValue<'ctx>, slot: Slot) -> Emit<PointerValue<'ctx>> {
-        let index = self.context.i64_type().const_int(slot.0 as u64, false);
+        let address = self.plan.buffers.address(slot) as u64;
+        let index = self.context.i64_type().const_int(address, false);
         self.element_ptr(buf, index)
     }
 
@@ -707,7 +708,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
     fn zero_grads_where(&self, grads: PointerValue<'ctx>, which: &[bool]) -> Emit<()> {
         let zero = self.context.i8_type().const_zero();
         let i64t = self.context.i64_type();
-        for block in repeated_runs(which) {
+        for block in repeated_runs(&self.plan.buffers.compact(which)) {
             let stride = i64t.const_int(block.stride as u64, false);
             let no_carried: &[FloatValue<'ctx>] = &[];
             self.emit_loop(block.count, false, no_carried, |this, c, _| {
