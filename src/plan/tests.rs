@@ -363,3 +363,45 @@ fn train_skips_the_zero_inputs_of_its_merged_layer_guarding_exactly_its_weights(
     let train = plan.step.as_ref().and_then(|s| s.train.as_ref()).unwrap();
     assert_eq!(train.skip_zeros, None);
 }
+
+#[test]
+fn buffers_hold_kept_slots_side_by_side_where_loops_stay_affine() {
+    use super::Buffers;
+    use crate::passes::loops::{Affine, MapLoop, MAX_NEST_DEPTH};
+    use crate::tape::Slot;
+    // A param and an input, then 12 nodes (slots 2..14).
+    let g = Graph::new();
+    let (p, x) = (g.param(0.5), g.input());
+    let mut v = p * x;
+    for _ in 0..11 {
+        v *= p;
+    }
+    g.set_loss(v).unwrap();
+    let tape = Tape::from_graph(&g).unwrap();
+    assert_eq!(tape.len(), 14);
+    // A loop reading slots 2, 5 and 8 and writing 11, 12 and 13.
+    let at = |base, stride| Affine {
+        base,
+        stride,
+        outer: [0; MAX_NEST_DEPTH],
+    };
+    let functions = vec![vec![Item::Map(MapLoop {
+        op: crate::op::Op::Neg,
+        out: at(11, 1),
+        args: vec![at(2, 3)],
+        len: 3,
+        needs_grad: false,
+        grad_args: vec![false],
+    })]];
+    let kept = |unkept: &[usize]| -> Vec<bool> { (0..14).map(|s| !unkept.contains(&s)).collect() };
+    // One slot not kept after each read: the reads stay affine, 2 addresses apart.
+    let regular = Buffers::new(&tape, &kept(&[3, 6, 9]), &functions);
+    assert_eq!(regular.buffer_len(), 11);
+    assert!((0..2).all(|s| regular.address(Slot(s)) == s as usize));
+    assert_eq!(regular.affine(at(2, 3)), at(2, 2));
+    assert_eq!(regular.affine(at(11, 1)), at(8, 1));
+    // Two after the first read only: addresses 2, 3, 6, not affine: slot by slot.
+    let irregular = Buffers::new(&tape, &kept(&[3, 4]), &functions);
+    assert_eq!(irregular.buffer_len(), 14);
+    assert!(irregular.in_place());
+}
