@@ -53,11 +53,11 @@ pub(crate) fn train<B: Backend + ?Sized>(
     lr: f64,
     threads: usize,
 ) -> Vec<f64> {
+    // Gradients laid out as the backend's buffers (the JIT's hold fewer numbers than the
+    // tape has slots).
+    let buffer_len = b.value_buffer().len();
     let tape = b.program_tape();
     let (width, params) = (tape.num_inputs(), tape.num_params());
-    // The backend's buffers may hold fewer numbers than the tape has slots.
-    let slots = b.value_buffer().len();
-    let tape = b.program_tape();
     if tape.loss().is_none() {
         return Vec::new();
     }
@@ -68,7 +68,7 @@ pub(crate) fn train<B: Backend + ?Sized>(
     let mut replicas: Vec<Box<dyn Replica + '_>> = (0..workers).map(|_| b.replica()).collect();
     // Each chunk's gradients (every slot's: backward needs them all), accumulated in place.
     let chunk_grads: Vec<RwLock<Vec<f64>>> = (0..chunks_per_batch)
-        .map(|_| RwLock::new(vec![0.0; slots]))
+        .map(|_| RwLock::new(vec![0.0; buffer_len]))
         .collect();
     // The params each thread adds up and updates (consecutive ranges, whole cache lines),
     // and the new values of each range, which the other threads copy.
