@@ -139,8 +139,7 @@ impl ZeroSkipGuard {
             };
             let finite = weights().all(all_finite);
             let negative_zero = (-0.0f64).to_bits();
-            let no_negative_zero =
-                weights().all(|ws| ws.iter().filter(|w| w.to_bits() == negative_zero).count() == 0);
+            let no_negative_zero = weights().flatten().all(|w| w.to_bits() != negative_zero);
             self.word = if finite { GUARD_FINITE } else { 0 }
                 | if no_negative_zero {
                     GUARD_NO_NEGATIVE_ZERO

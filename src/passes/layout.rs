@@ -18,7 +18,7 @@
 //! [`crate::Program::params`] and friends keep speaking creation order.
 
 use crate::error::Result;
-use crate::passes::loops::{AccessKind, Affine, Item, Nest, Schedule, SumLoop};
+use crate::passes::loops::{every_rep, AccessKind, Affine, Item, Nest, Schedule, SumLoop};
 use crate::passes::nest;
 use crate::tape::Tape;
 
@@ -234,39 +234,8 @@ fn remap_affine(a: Affine, len: u32, counts: &[u32], to: &[u32]) -> Option<Affin
             b.outer[level] = moved(a.at_levels(0, &js).0) as i64 - origin;
         }
     }
-    let mut affine = true;
-    for_each_point(len, &counts, |t, js| {
-        affine &= b.at_levels(t, js).0 == moved(a.at_levels(t, js).0);
-        affine
+    let affine = every_rep(&counts, len, |t, js| {
+        b.at_levels(t, js).0 == moved(a.at_levels(t, js).0)
     });
     affine.then_some(b)
-}
-
-/// Calls `f(t, js)` for every `t < len` and every repetition `js < counts` (the first level
-/// slowest) until it returns false.
-fn for_each_point(len: u32, counts: &[u32], mut f: impl FnMut(u32, &[u32]) -> bool) {
-    if counts.contains(&0) {
-        return;
-    }
-    let mut js = vec![0u32; counts.len()];
-    loop {
-        for t in 0..len {
-            if !f(t, &js) {
-                return;
-            }
-        }
-        // The next repetition, the innermost level fastest.
-        let mut level = counts.len();
-        loop {
-            if level == 0 {
-                return;
-            }
-            level -= 1;
-            js[level] += 1;
-            if js[level] < counts[level] {
-                break;
-            }
-            js[level] = 0;
-        }
-    }
 }

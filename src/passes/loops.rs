@@ -307,8 +307,11 @@ pub fn every_rep(counts: &[u32], len: u32, mut f: impl FnMut(u32, &[u32]) -> boo
 
 /// Whether `f(js)` holds for every repetition `js` of nests of `counts` repetitions
 /// (outermost first), stopping at the first that does not: [`every_rep`] for callers that
-/// walk a repetition's iterations themselves.
+/// walk a repetition's iterations themselves. Nests of no repetitions have none.
 pub fn every_repetition(counts: &[u32], mut f: impl FnMut(&[u32]) -> bool) -> bool {
+    if counts.contains(&0) {
+        return true;
+    }
     let mut js = vec![0u32; counts.len()];
     loop {
         if !f(&js) {

@@ -3,9 +3,10 @@
 //! Straight-line code keeps gradients in registers and stores each once, at the end of its
 //! function (or before a loop in it); loops work on memory. So when a backward function
 //! starts, a gradient is in memory if loops accumulate it (`backward`'s first function zeroes
-//! those whose first addition adds rather than stores) or if a function that ran before (backward runs functions from the last) stored
-//! it. Otherwise it holds the interpreter's starting value: 1 for the loss, the accumulated
-//! gradient for a param (0 in `step`), 0 for anything else.
+//! those whose first addition adds rather than stores) or if a function that ran before
+//! (backward runs functions from the last) stored it. Otherwise it holds the interpreter's
+//! starting value: 1 for the loss, the accumulated gradient for a param (0 in `step`), 0 for
+//! anything else.
 
 use std::collections::HashSet;
 
