@@ -8,7 +8,7 @@
 //! where the analyses hold in every repetition of the nests around.
 
 use crate::passes::lanes::{backward_lanes_keep_order, repetitions_independent, vertical_arg};
-use crate::passes::loops::{iteration, Item, Lanes, Nest};
+use crate::passes::loops::{iteration, Item, Lanes, Nest, MAX_NEST_DEPTH};
 
 /// At most this many repetitions run together in lanes (eight vectors of eight).
 pub const MAX_LANE_GROUP: u32 = 64;
@@ -56,11 +56,18 @@ fn mostly_strided(body: &[Item]) -> bool {
 /// `item` with its lanes decided (a nest's, and those of the nests in its body; anything
 /// else is returned as it is).
 pub fn decide(item: &Item) -> Item {
-    decide_within(item, &[])
+    decide_within(item, &[], false)
+}
+
+/// [`decide`], checking a nest in every repetition of the nests around even where
+/// [`alike_in_every_repetition`] says the first decides them all.
+#[cfg(test)]
+pub fn decide_checking_every_repetition(item: &Item) -> Item {
+    decide_within(item, &[], true)
 }
 
 /// [`decide`] for an item inside nests of `outer` repetitions (outermost first).
-fn decide_within(item: &Item, outer: &[u32]) -> Item {
+fn decide_within(item: &Item, outer: &[u32], check_each: bool) -> Item {
     let Item::Nest(nest) = item else {
         return item.clone();
     };
@@ -72,7 +79,7 @@ fn decide_within(item: &Item, outer: &[u32]) -> Item {
             body: nest
                 .body
                 .iter()
-                .map(|b| decide_within(b, &within))
+                .map(|b| decide_within(b, &within, check_each))
                 .collect(),
             lanes: Lanes::None,
             ..nest.clone()
@@ -80,7 +87,12 @@ fn decide_within(item: &Item, outer: &[u32]) -> Item {
     }
     // Lanes reorder the repetitions within one repetition of the nests around: the analyses
     // must hold in every one of those (a repetition's slots differ from the next one's).
-    let instances = instances(&nest.body, outer);
+    let instances = if !check_each && alike_in_every_repetition(&nest.body, outer, nest.count) {
+        // The first repetition of each nest around.
+        instances(&nest.body, &vec![1; outer.len()])
+    } else {
+        instances(&nest.body, outer)
+    };
     let group = lane_group(nest.count);
     // The vertical order where some dot has a shared operand (it is faster), if it keeps
     // every gradient's order; else the plain lane order.
@@ -131,4 +143,79 @@ fn instances(body: &[Item], outer: &[u32]) -> Vec<Vec<Item>> {
             .collect();
     }
     bodies
+}
+
+/// Whether `body` (of a nest of `count` repetitions inside nests of `outer` repetitions,
+/// outermost first) meets the lane analyses alike in every repetition of the nests around,
+/// so that checking the first decides them all. The analyses compare slots only for
+/// equality. Group the accesses by how they move across the nests around (a batch's params
+/// stay, a copy's values move by the copy's stride): within a group every repetition is the
+/// first moved as a whole, so equal slots stay equal and distinct ones distinct; and where no
+/// group's slots (over every repetition) reach another group's, no two groups ever meet.
+/// Then a nest of 50 neurons inside 128 copies is checked once, not 128 times.
+fn alike_in_every_repetition(body: &[Item], outer: &[u32], count: u32) -> bool {
+    let levels = outer.len();
+    let counts: Vec<u32> = outer.iter().copied().chain([count]).collect();
+    let mut groups: Vec<([i64; MAX_NEST_DEPTH], (i64, i64))> = Vec::new();
+    for access in body.iter().flat_map(Item::accesses) {
+        let mut moves = [0; MAX_NEST_DEPTH];
+        moves[..levels].copy_from_slice(&access.at.outer[..levels]);
+        let (lo, hi) = access.at.bounds(access.len, &counts);
+        match groups.iter_mut().find(|(m, _)| *m == moves) {
+            Some((_, span)) => *span = (span.0.min(lo), span.1.max(hi)),
+            None => groups.push((moves, (lo, hi))),
+        }
+    }
+    let mut spans: Vec<(i64, i64)> = groups.into_iter().map(|(_, span)| span).collect();
+    spans.sort_unstable();
+    spans.windows(2).all(|w| w[0].1 < w[1].0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::op::Op;
+    use crate::passes::loops::{Affine, MapLoop};
+
+    /// A map of 5 iterations in a nest of 4 repetitions inside one of 3: it writes a block
+    /// per repetition (moving by 20 per outer one) and reads `read`.
+    fn map_reading(read: Affine) -> Vec<Item> {
+        let out = Affine {
+            base: 100,
+            stride: 1,
+            outer: [20, 5, 0, 0],
+        };
+        vec![Item::Map(MapLoop {
+            op: Op::Neg,
+            out,
+            args: vec![read],
+            len: 5,
+            needs_grad: true,
+            grad_args: vec![true],
+        })]
+    }
+
+    #[test]
+    fn the_first_repetition_decides_only_where_groups_of_slots_never_meet() {
+        let shared = |base| Affine {
+            base,
+            stride: 1,
+            outer: [0, 5, 0, 0],
+        };
+        // Shared slots 0..20 lie below every repetition's 100..160.
+        assert!(alike_in_every_repetition(&map_reading(shared(0)), &[3], 4));
+        // Shared slots 110..130 meet the writes of the first two outer repetitions only.
+        assert!(!alike_in_every_repetition(
+            &map_reading(shared(110)),
+            &[3],
+            4
+        ));
+        // Reads that move with the writes (the previous block) form their group.
+        let previous = Affine {
+            base: 95,
+            stride: 1,
+            outer: [20, 5, 0, 0],
+        };
+        assert!(alike_in_every_repetition(&map_reading(previous), &[3], 4));
+    }
 }

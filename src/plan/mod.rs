@@ -78,11 +78,11 @@ pub struct PlanOptions {
 }
 
 impl Plan {
-    /// Plans the lowering of `tape` as `schedule` lays it out. A schedule that does not
-    /// compute the tape (each non-leaf slot once, in order, as the tape says) is an
-    /// [`crate::Error::InvalidPlan`].
+    /// Plans the lowering of `tape` as `schedule` lays it out, and verifies the plan
+    /// ([`Plan::verify`]). A schedule that does not compute the tape (each non-leaf slot
+    /// once, in order, as the tape says) is an [`crate::Error::InvalidPlan`].
     pub fn new(tape: &Tape, schedule: &Schedule, options: PlanOptions) -> crate::Result<Plan> {
-        verify::verify_items(&schedule.items, tape)?;
+        verify::verify_shapes(&schedule.items, tape)?;
         let items: Vec<Item> = schedule
             .items
             .iter()
@@ -92,7 +92,7 @@ impl Plan {
         let functions = functions::cut(tape, &items, options.chunk_size);
         let grads = GradMemory::new(tape, &functions, step.as_ref());
         let kept = schedule.kept(tape);
-        Ok(Plan {
+        let plan = Plan {
             buffers: Buffers::new(tape, &kept, &functions),
             kept,
             grads,
@@ -103,7 +103,9 @@ impl Plan {
             nest_depth: items.iter().map(Item::depth).max().unwrap_or(0),
             modules: functions::modules(functions.len()),
             functions,
-        })
+        };
+        plan.verify(tape)?;
+        Ok(plan)
     }
 
     /// Checks the invariants the emitter relies on: every non-leaf slot of `tape` computed

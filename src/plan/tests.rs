@@ -405,3 +405,47 @@ fn buffers_hold_kept_slots_side_by_side_where_loops_stay_affine() {
     assert_eq!(irregular.buffer_len(), 14);
     assert!(irregular.in_place());
 }
+
+/// A nest inside copies is checked for lanes in the first copy alone where every copy is the
+/// first moved (params shared, the copy's own values at its stride): the decisions match
+/// checking every copy. Among the graphs, copies that read their neighbour's values (their
+/// slots meet another copy's), where the first copy cannot decide for the others.
+#[test]
+fn lanes_decided_in_the_first_repetition_match_checking_every_one() {
+    let neighbours = |g: &Graph| {
+        let mut rng = StdRng::seed_from_u64(3);
+        let layer = Layer::new(g, 12, 12, Activation::Tanh, &mut rng);
+        let mut x = g.inputs(12);
+        let mut terms = Vec::new();
+        for _ in 0..6 {
+            let y = layer.call(&x).unwrap();
+            // The next copy reads this one's outputs, shifted by one.
+            x = (0..12).map(|i| y[(i + 1) % 12] + x[i]).collect();
+            terms.extend(y);
+        }
+        g.set_loss(g.sum(&terms)).unwrap();
+    };
+    let builders: [&dyn Fn(&Graph); 4] = [
+        &|g| copies_of_two_layers(g, 5),
+        &|g| rollout(g, 8, 40),
+        &|g| rollout(g, 16, 12),
+        &neighbours,
+    ];
+    for (k, build) in builders.iter().enumerate() {
+        let g = Graph::new();
+        build(&g);
+        let tape = Tape::from_graph(&g).unwrap();
+        let s = schedule(&tape, true);
+        let (_, s) = layout::apply(tape, s).unwrap();
+        let (mut once, mut each) = (Vec::new(), Vec::new());
+        for item in &s.items {
+            collect_lanes(&super::lanes::decide(item), &mut once);
+            collect_lanes(
+                &super::lanes::decide_checking_every_repetition(item),
+                &mut each,
+            );
+        }
+        assert_eq!(once, each, "graph {k}");
+        assert!(!once.is_empty(), "graph {k} has no nests");
+    }
+}

@@ -46,19 +46,26 @@ pub(super) fn verify(plan: &Plan, tape: &Tape) -> Result<()> {
     Ok(())
 }
 
+/// The items are in shapes the emitter lowers and form addresses inside the buffers: what
+/// [`Plan::new`] checks of a schedule before its analyses index the tape with them. (That
+/// they compute the tape, [`verify_items`], is checked once, of the finished plan: it walks
+/// every node.)
+pub(super) fn verify_shapes(items: &[Item], tape: &Tape) -> Result<()> {
+    items.iter().try_for_each(|item| {
+        check_shape(item, 0).map_err(|what| Error::InvalidPlan { slot: 0, what })?;
+        check_bounds(item, tape).map_err(|(slot, what)| Error::InvalidPlan { slot, what })
+    })
+}
+
 /// The items, in order, compute every non-leaf slot of `tape` once, as the tape says, in
 /// shapes the emitter lowers, at addresses inside the buffers.
-pub(super) fn verify_items<'a>(
-    items: impl IntoIterator<Item = &'a Item>,
-    tape: &Tape,
-) -> Result<()> {
+fn verify_items<'a>(items: impl IntoIterator<Item = &'a Item>, tape: &Tape) -> Result<()> {
     let bad = |slot: u32, what: String| Error::InvalidPlan { slot, what };
     // Coverage: every non-leaf slot once, in slot order, as the tape says.
     let mut next = Coverage {
         tape,
         expected: (tape.num_params() + tape.num_inputs()) as u32,
         sum_args: 0,
-        args: Vec::new(),
     };
     for item in items {
         check_shape(item, 0).map_err(|what| bad(next.expected, what))?;
@@ -145,8 +152,6 @@ struct Coverage<'t> {
     expected: u32,
     /// Operands of the `sum` at `expected` covered by its parts so far.
     sum_args: u32,
-    /// The operands of the node being covered (one buffer for all of them).
-    args: Vec<Slot>,
 }
 
 impl Coverage<'_> {
@@ -166,9 +171,19 @@ impl Coverage<'_> {
     }
 
     /// Covers `slot`, computed as `op` from `args`: the tape's next node must be just that.
-    fn node(&mut self, slot: Slot, op: Op, args: &[Slot]) -> std::result::Result<(), String> {
+    fn node(
+        &mut self,
+        slot: Slot,
+        op: Op,
+        args: impl ExactSizeIterator<Item = Slot>,
+    ) -> std::result::Result<(), String> {
         self.advance_to(slot.0)?;
-        if self.sum_args != 0 || self.tape.op(slot) != op || self.tape.args(slot) != args {
+        let tape_args = self.tape.args(slot);
+        let same = self.sum_args == 0
+            && self.tape.op(slot) == op
+            && tape_args.len() == args.len()
+            && args.zip(tape_args).all(|(a, &s)| a == s);
+        if !same {
             return Err(format!(
                 "slot {} is not the {} the plan says",
                 slot.0,
@@ -181,23 +196,18 @@ impl Coverage<'_> {
 
     fn map(&mut self, m: &MapLoop, js: &[u32]) -> std::result::Result<(), String> {
         (0..m.len).try_for_each(|t| {
-            let mut args = std::mem::take(&mut self.args);
-            args.clear();
-            args.extend(m.args.iter().map(|a| a.at_levels(t, js)));
-            let covered = self.node(m.out.at_levels(t, js), m.op, &args);
-            self.args = args;
-            covered
+            let args = m.args.iter().map(|a| a.at_levels(t, js));
+            self.node(m.out.at_levels(t, js), m.op, args)
         })
     }
 
     fn sum(&mut self, s: &SumLoop, js: &[u32]) -> std::result::Result<(), String> {
-        let mut args = std::mem::take(&mut self.args);
-        args.clear();
-        args.push(s.first.at_levels(0, js));
-        args.extend((0..s.tail_len).map(|t| s.tail.at_levels(t, js)));
-        let covered = self.node(s.slot.at_levels(0, js), Op::Sum, &args);
-        self.args = args;
-        covered
+        let first = s.first.at_levels(0, js);
+        let args = (0..s.tail_len + 1).map(|t| match t {
+            0 => first,
+            t => s.tail.at_levels(t - 1, js),
+        });
+        self.node(s.slot.at_levels(0, js), Op::Sum, args)
     }
 
     /// Covers `item` in repetition `js` of the nests around it.
