@@ -20,6 +20,7 @@
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Value};
 use crate::op::Op;
+use std::sync::OnceLock;
 
 /// A position in the tape and in its value and gradient buffers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -64,9 +65,65 @@ pub struct Tape {
     loss: Option<Slot>,
     /// Graph node id -> slot, `u32::MAX` for nodes that were dropped.
     slot_of: Vec<u32>,
+    /// Counted on first use ([`Tape::consumers`]).
+    consumers: OnceLock<Consumers>,
 }
 
 const DROPPED: u32 = u32::MAX;
+
+/// Moves the per-slot entries of the params as a param layout moves them: the one in slot
+/// `from[s]` to slot `s`.
+fn move_params<T: Copy>(per_slot: &mut [T], from: &[u32]) {
+    let params = per_slot[..from.len()].to_vec();
+    for (s, &f) in from.iter().enumerate() {
+        per_slot[s] = params[f as usize];
+    }
+}
+
+/// Who reads each slot: what several planning passes ask of every slot, counted in one walk
+/// over the operands ([`Tape::consumers`]).
+#[derive(Clone, Debug)]
+pub(crate) struct Consumers {
+    /// Per slot: the operand positions that read it, plus one per output or loss that names
+    /// it (at most 255 counted).
+    pub uses: Vec<u8>,
+    /// Per slot that takes a gradient: the additions backward makes into it, one per operand
+    /// position of a node backward visits (at most 255 counted); 0 for any other slot.
+    pub grad_additions: Vec<u8>,
+    /// Per slot: the last node that adds into its gradient (backward's first, in the
+    /// interpreter's order), or [`Consumers::NONE`].
+    pub last_grad_consumer: Vec<u32>,
+}
+
+impl Consumers {
+    pub const NONE: u32 = u32::MAX;
+
+    fn of(tape: &Tape) -> Consumers {
+        let n = tape.len();
+        let mut uses = vec![0u8; n];
+        let mut grad_additions = vec![0u8; n];
+        let mut last_grad_consumer = vec![Consumers::NONE; n];
+        for (s, node) in tape.nodes.iter().enumerate() {
+            let args = &tape.args[node.args_start as usize..][..node.args_len as usize];
+            for &a in args {
+                let a = a.index();
+                uses[a] = uses[a].saturating_add(1);
+                if node.needs_grad && tape.nodes[a].needs_grad {
+                    grad_additions[a] = grad_additions[a].saturating_add(1);
+                    last_grad_consumer[a] = s as u32;
+                }
+            }
+        }
+        for o in tape.outputs.iter().chain(&tape.loss) {
+            uses[o.index()] = uses[o.index()].saturating_add(1);
+        }
+        Consumers {
+            uses,
+            grad_additions,
+            last_grad_consumer,
+        }
+    }
+}
 
 impl Tape {
     /// Linearizes `graph`: keeps what an output or the loss depends on (and every param and
@@ -157,6 +214,7 @@ impl Tape {
                 .collect(),
             loss: g.loss.map(|l| Slot(slot_of[l as usize])),
             slot_of,
+            consumers: OnceLock::new(),
         };
         tape.verify()?;
         Ok(tape)
@@ -346,10 +404,7 @@ impl Tape {
                 s
             }
         };
-        let params: Vec<TapeNode> = self.nodes[..p].to_vec();
-        for (s, &f) in from.iter().enumerate() {
-            self.nodes[s] = params[f as usize];
-        }
+        move_params(&mut self.nodes, from);
         for a in self
             .args
             .iter_mut()
@@ -362,12 +417,23 @@ impl Tape {
         for s in self.slot_of.iter_mut().filter(|s| **s != DROPPED) {
             *s = moved(Slot(*s)).0;
         }
+        if let Some(c) = self.consumers.get_mut() {
+            // Params read nothing: only their own entries move.
+            move_params(&mut c.uses, from);
+            move_params(&mut c.grad_additions, from);
+            move_params(&mut c.last_grad_consumer, from);
+        }
         // Every tape is verified when it is made, and permuting the params among their own
         // slots keeps every invariant: param `k` is where `param_slots[k]` says, operands
         // still precede their users (params precede every node that has operands), and no
         // node's gradient cone changes. So the tape is not walked again.
         debug_assert!(self.verify().is_ok());
         Ok(self)
+    }
+
+    /// Who reads each slot, counted on the first call.
+    pub(crate) fn consumers(&self) -> &Consumers {
+        self.consumers.get_or_init(|| Consumers::of(self))
     }
 
     pub fn outputs(&self) -> &[Slot] {

@@ -712,15 +712,7 @@ fn sum_loop_at(tape: &Tape, s: Slot) -> Option<SumLoop> {
 /// Fuses each map of `mul` followed by a sum of exactly its products into a [`DotLoop`],
 /// when nothing else reads a product (no other node, output or loss).
 fn fuse_dots(tape: &Tape, items: Vec<Item>) -> Vec<Item> {
-    let mut uses = vec![0u32; tape.len()];
-    for s in tape.slots() {
-        for a in tape.args(s) {
-            uses[a.index()] += 1;
-        }
-    }
-    for o in tape.outputs().iter().chain(&tape.loss()) {
-        uses[o.index()] += 1;
-    }
+    let uses = &tape.consumers().uses;
     let mut out: Vec<Item> = Vec::with_capacity(items.len());
     for item in items {
         if let (Some(Item::Map(m)), Item::Sum(sum)) = (out.last(), &item) {

@@ -15,7 +15,7 @@ use crate::passes::loops::{
     every_rep, every_repetition, Access, AccessKind, Affine, Item, Lanes, MapLoop, SumLoop,
 };
 use crate::plan::StepPlan;
-use crate::tape::{Slot, Tape};
+use crate::tape::{Consumers, Slot, Tape};
 
 /// The gradients' places, per slot.
 #[derive(Clone, Debug, PartialEq)]
@@ -64,7 +64,7 @@ pub enum GradStart {
 
 impl GradMemory {
     pub fn new(tape: &Tape, functions: &[Vec<Item>], step: Option<&StepPlan>) -> GradMemory {
-        let additions = additions(tape);
+        let additions = Additions { tape };
         let mut in_loops = vec![false; tape.len()];
         let mut whole = vec![Whole::No; tape.len()];
         for item in functions.iter().flatten() {
@@ -80,9 +80,9 @@ impl GradMemory {
             }
         }
         for item in functions.iter().flatten() {
-            mark_summed_whole(item, &[], &additions.count, &mut whole);
+            mark_summed_whole(item, &[], &additions, &mut whole);
         }
-        let stored = mark_stored_whole(tape, &additions.last_consumer, functions, &mut whole);
+        let stored = mark_stored_whole(tape, &additions, functions, &mut whole);
         if let Some(step) = step {
             // `step` updates fused params in the loops, and never reads their gradients.
             for (m, &f) in in_loops.iter_mut().zip(&step.fused) {
@@ -199,42 +199,31 @@ impl GradMemory {
 }
 
 /// Per slot, the additions its gradient gets (as an operand of a node that takes a
-/// gradient), none for params and the loss (whose gradients start from what is there).
-struct Additions {
-    /// How many (at most 255 counted): what a vertical operand's slots must all get once
-    /// per lane for [`Whole::Summed`].
-    count: Vec<u8>,
-    /// The last node that adds (backward's first, in the interpreter's order), or
-    /// [`NO_CONSUMER`]: for [`Whole::Stored`].
-    last_consumer: Vec<u32>,
+/// gradient, counted in [`Tape::consumers`]), none for params and the loss (whose gradients
+/// start from what is there).
+struct Additions<'t> {
+    tape: &'t Tape,
 }
 
-const NO_CONSUMER: u32 = u32::MAX;
+impl Additions<'_> {
+    fn counted(&self, s: Slot) -> bool {
+        s.index() >= self.tape.num_params() && Some(s) != self.tape.loss()
+    }
 
-fn additions(tape: &Tape) -> Additions {
-    let mut count = vec![0u8; tape.len()];
-    let mut last_consumer = vec![NO_CONSUMER; tape.len()];
-    for s in tape.slots() {
-        if tape.op(s).is_leaf() || !tape.needs_grad(s) {
-            continue;
-        }
-        for &a in tape.args(s) {
-            if tape.needs_grad(a) {
-                count[a.index()] = count[a.index()].saturating_add(1);
-                last_consumer[a.index()] = s.0;
-            }
+    /// How many (at most 255 counted): what a vertical operand's slots must all get once
+    /// per lane for [`Whole::Summed`].
+    fn count(&self, s: Slot) -> u8 {
+        match self.counted(s) {
+            true => self.tape.consumers().grad_additions[s.index()],
+            false => 0,
         }
     }
-    let leading = tape.num_params();
-    count[..leading].fill(0);
-    last_consumer[..leading].fill(NO_CONSUMER);
-    if let Some(loss) = tape.loss() {
-        count[loss.index()] = 0;
-        last_consumer[loss.index()] = NO_CONSUMER;
-    }
-    Additions {
-        count,
-        last_consumer,
+
+    /// The last node that adds (backward's first, in the interpreter's order), if any: for
+    /// [`Whole::Stored`].
+    fn last_consumer(&self, s: Slot) -> Option<u32> {
+        let last = self.tape.consumers().last_grad_consumer[s.index()];
+        (self.counted(s) && last != Consumers::NONE).then_some(last)
     }
 }
 
@@ -243,7 +232,7 @@ fn additions(tape: &Tape) -> Additions {
 /// repetitions all run in one group, when every slot's additions are that many (so all of
 /// them come from that dot: it adds once per lane into each slot, distinct across steps
 /// and the nests around).
-fn mark_summed_whole(item: &Item, counts: &[u32], additions: &[u8], whole: &mut [Whole]) {
+fn mark_summed_whole(item: &Item, counts: &[u32], additions: &Additions, whole: &mut [Whole]) {
     let Item::Nest(nest) = item else { return };
     let inner: Vec<u32> = counts.iter().copied().chain([nest.count]).collect();
     for b in &nest.body {
@@ -270,7 +259,7 @@ fn mark_summed_whole(item: &Item, counts: &[u32], additions: &[u8], whole: &mut 
             kind: AccessKind::Reads { grad: true },
         };
         let mut all = dot.sum.needs_grad;
-        access.for_each_slot(counts, |s| all &= additions[s.index()] as u32 == nest.count);
+        access.for_each_slot(counts, |s| all &= additions.count(s) as u32 == nest.count);
         if all {
             access.for_each_slot(counts, |s| whole[s.index()] = Whole::Summed);
         }
@@ -388,7 +377,7 @@ pub fn repeated_runs(which: &[bool]) -> Vec<RepeatedRuns> {
 /// repetition, so one is marked only if it makes the first addition to each of its slots.
 fn mark_stored_whole(
     tape: &Tape,
-    last_consumer: &[u32],
+    additions: &Additions,
     functions: &[Vec<Item>],
     whole: &mut [Whole],
 ) -> HashSet<Addition> {
@@ -414,7 +403,7 @@ fn mark_stored_whole(
                         }
                     };
                     whole[s.index()] == Whole::No
-                        && last_consumer[s.index()] == consumer.0
+                        && additions.last_consumer(s) == Some(consumer.0)
                         && first_position()
                 })
             });

@@ -138,17 +138,9 @@ pub fn plan(tape: &Tape, items: &[Item], zero_skipping: ZeroSkipping) -> Option<
 /// The params a lane loop adds into with one vector per group (unit stride across
 /// repetitions), that no other node reads in backward and that are not the loss.
 fn fused_updates(tape: &Tape, items: &[Item]) -> Vec<bool> {
-    let mut contributions = vec![0u32; tape.len()];
-    for s in tape.slots() {
-        if tape.op(s).is_leaf() || !tape.needs_grad(s) {
-            continue;
-        }
-        for &a in tape.args(s) {
-            contributions[a.index()] += tape.needs_grad(a) as u32;
-        }
-    }
+    let additions = &tape.consumers().grad_additions;
     let p = tape.num_params();
-    let sole = |s: Slot| s.index() < p && contributions[s.index()] == 1 && Some(s) != tape.loss();
+    let sole = |s: Slot| s.index() < p && additions[s.index()] == 1 && Some(s) != tape.loss();
     let mut fused = vec![false; tape.len()];
     for item in items {
         let Item::Nest(nest) = item else { continue };
