@@ -42,12 +42,36 @@ pub struct TapeNodeView<'t> {
     pub needs_grad: bool,
 }
 
+/// A node of the tape in 24 bytes (a compile streams millions of them): its op, where its
+/// operands start in [`Tape::args`], and their count with, in the top bit, whether it needs
+/// a gradient (a node of 2^31 operands would take 8 GB of them).
 #[derive(Clone, Copy, Debug)]
 struct TapeNode {
     op: Op,
     args_start: u32,
-    args_len: u32,
-    needs_grad: bool,
+    args_len_and_grad: u32,
+}
+
+const NEEDS_GRAD_BIT: u32 = 1 << 31;
+
+impl TapeNode {
+    fn new(op: Op, args_start: u32, args_len: u32, needs_grad: bool) -> TapeNode {
+        debug_assert!(args_len < NEEDS_GRAD_BIT);
+        let grad = if needs_grad { NEEDS_GRAD_BIT } else { 0 };
+        TapeNode {
+            op,
+            args_start,
+            args_len_and_grad: args_len | grad,
+        }
+    }
+
+    fn args_len(self) -> u32 {
+        self.args_len_and_grad & !NEEDS_GRAD_BIT
+    }
+
+    fn needs_grad(self) -> bool {
+        self.args_len_and_grad & NEEDS_GRAD_BIT != 0
+    }
 }
 
 /// A linearized graph. Build it with [`Tape::from_graph`]; backends run it.
@@ -104,11 +128,11 @@ impl Consumers {
         let mut grad_additions = vec![0u8; n];
         let mut last_grad_consumer = vec![Consumers::NONE; n];
         for (s, node) in tape.nodes.iter().enumerate() {
-            let args = &tape.args[node.args_start as usize..][..node.args_len as usize];
+            let args = &tape.args[node.args_start as usize..][..node.args_len() as usize];
             for &a in args {
                 let a = a.index();
                 uses[a] = uses[a].saturating_add(1);
-                if node.needs_grad && tape.nodes[a].needs_grad {
+                if node.needs_grad() && tape.nodes[a].needs_grad() {
                     grad_additions[a] = grad_additions[a].saturating_add(1);
                     last_grad_consumer[a] = s as u32;
                 }
@@ -160,12 +184,7 @@ impl Tape {
         let num_params = g.param_init.len();
         let num_inputs = g.num_inputs as usize;
         let leaves = (num_params + num_inputs) as u32;
-        let leaf = |op: Op, needs_grad: bool| TapeNode {
-            op,
-            args_start: 0,
-            args_len: 0,
-            needs_grad,
-        };
+        let leaf = |op: Op, needs_grad: bool| TapeNode::new(op, 0, 0, needs_grad);
         let mut nodes = vec![leaf(Op::Const(0.0), false); leaves as usize];
         nodes.reserve(n - leaves as usize);
         let mut args = Vec::with_capacity(g.args.len());
@@ -189,12 +208,7 @@ impl Tape {
                 op => {
                     let args_start = args.len() as u32;
                     args.extend(g.args_of(node).iter().map(|&a| Slot(slot_of[a as usize])));
-                    nodes.push(TapeNode {
-                        op,
-                        args_start,
-                        args_len: node.args_len,
-                        needs_grad,
-                    });
+                    nodes.push(TapeNode::new(op, args_start, node.args_len, needs_grad));
                     nodes.len() as u32 - 1
                 }
             };
@@ -276,7 +290,7 @@ impl Tape {
                 }
                 let operand = self.nodes[a.index()];
                 let exempt = matches!(operand.op, Op::Input(_));
-                if node.needs_grad && !operand.needs_grad && !exempt {
+                if node.needs_grad() && !operand.needs_grad() && !exempt {
                     return Err(bad(
                         s,
                         format!("operand slot {} is outside the gradient cone", a.0),
@@ -290,7 +304,7 @@ impl Tape {
             }
         }
         if let Some(l) = self.loss {
-            if !self.nodes[l.index()].needs_grad {
+            if !self.nodes[l.index()].needs_grad() {
                 return Err(bad(
                     l.index(),
                     "the loss is outside the gradient cone".into(),
@@ -331,12 +345,12 @@ impl Tape {
     }
 
     pub(crate) fn args(&self, s: Slot) -> &[Slot] {
-        let n = &self.nodes[s.index()];
-        &self.args[n.args_start as usize..(n.args_start + n.args_len) as usize]
+        let n = self.nodes[s.index()];
+        &self.args[n.args_start as usize..(n.args_start + n.args_len()) as usize]
     }
 
     pub(crate) fn needs_grad(&self, s: Slot) -> bool {
-        self.nodes[s.index()].needs_grad
+        self.nodes[s.index()].needs_grad()
     }
 
     /// All slots in forward order.

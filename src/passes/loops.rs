@@ -50,8 +50,20 @@ impl Affine {
         }
     }
 
+    /// The slot in iteration `t` of repetition 0 of every nest around.
     pub fn at(self, t: u32) -> Slot {
-        self.at_nested(t, 0)
+        Slot((self.base + self.stride * t as i64) as u32)
+    }
+
+    /// The sequence in repetition `js` of the nests around (outermost first; missing
+    /// levels are 0), those nests removed.
+    pub fn in_repetition(self, js: &[u32]) -> Affine {
+        let across: i64 = self.outer.iter().zip(js).map(|(&o, &j)| o * j as i64).sum();
+        Affine {
+            base: self.base + across,
+            stride: self.stride,
+            outer: [0; MAX_NEST_DEPTH],
+        }
     }
 
     /// The slot in iteration `t`, repetition `j` of its nest (of the outermost one, if
@@ -63,8 +75,7 @@ impl Affine {
     /// The slot in iteration `t`, repetition `js[0]` of the outermost nest, `js[1]` of the
     /// next one in, ... (missing levels are 0).
     pub fn at_levels(self, t: u32, js: &[u32]) -> Slot {
-        let across: i64 = self.outer.iter().zip(js).map(|(&o, &j)| o * j as i64).sum();
-        Slot((self.base + self.stride * t as i64 + across) as u32)
+        self.in_repetition(js).at(t)
     }
 
     /// The same sequence inside a new outermost nest, each of whose repetitions moves it by

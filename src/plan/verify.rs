@@ -2,7 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::op::Op;
-use crate::passes::loops::{Item, Lanes, MapLoop, SumLoop, MAX_NEST_DEPTH};
+use crate::passes::loops::{Affine, Item, Lanes, MapLoop, SumLoop, MAX_NEST_DEPTH};
 use crate::plan::Plan;
 use crate::tape::{Slot, Tape};
 
@@ -195,17 +195,17 @@ impl Coverage<'_> {
     }
 
     fn map(&mut self, m: &MapLoop, js: &[u32]) -> std::result::Result<(), String> {
-        (0..m.len).try_for_each(|t| {
-            let args = m.args.iter().map(|a| a.at_levels(t, js));
-            self.node(m.out.at_levels(t, js), m.op, args)
-        })
+        let out = m.out.in_repetition(js);
+        let args: Vec<Affine> = m.args.iter().map(|a| a.in_repetition(js)).collect();
+        (0..m.len).try_for_each(|t| self.node(out.at(t), m.op, args.iter().map(|a| a.at(t))))
     }
 
     fn sum(&mut self, s: &SumLoop, js: &[u32]) -> std::result::Result<(), String> {
         let first = s.first.at_levels(0, js);
+        let tail = s.tail.in_repetition(js);
         let args = (0..s.tail_len + 1).map(|t| match t {
             0 => first,
-            t => s.tail.at_levels(t - 1, js),
+            t => tail.at(t - 1),
         });
         self.node(s.slot.at_levels(0, js), Op::Sum, args)
     }
