@@ -442,3 +442,66 @@ fn inputs_at_a_stride_and_a_ragged_last_chunk() {
     let params = Interpreter::new(&g).unwrap().params().to_vec();
     assert_train_exact_on(&g, "stride 2, 13 inputs", &params, &[(inputs, 0.05)]);
 }
+
+/// `train` on samples one of which holds a non-finite number fails with that number's index
+/// and changes nothing, whether it checks every sample first (few samples) or as its steps
+/// reach them (many: the JIT stops at the sample, and the buffers are put back).
+#[test]
+fn a_non_finite_sample_stops_train_and_changes_nothing() {
+    let g = Graph::new();
+    Classifier::new(&g, NIN, &[HIDDEN], CLASSES, &mut StdRng::seed_from_u64(3)).unwrap();
+    let mut rng = StdRng::seed_from_u64(17);
+    let warm_up = samples(&mut rng, 5, 0.6, 0.1, 1.0);
+    let mut programs: Vec<(String, Box<dyn Program>)> = vec![(
+        "interpreter".into(),
+        Box::new(Interpreter::new(&g).unwrap()),
+    )];
+    for level in [OptLevel::O0, OptLevel::O2] {
+        for skipping in [ZeroSkipping::Auto, ZeroSkipping::Never] {
+            let jit = Jit::builder()
+                .opt_level(level)
+                .zero_skipping(skipping)
+                .compile(&g)
+                .unwrap();
+            programs.push((format!("{level:?}, {skipping:?}"), Box::new(jit)));
+        }
+    }
+    for (name, program) in &mut programs {
+        program.train(&warm_up, 0.05).unwrap();
+        let before = (
+            program.params(),
+            program.values().to_vec(),
+            program.grads().to_vec(),
+        );
+        // 3 samples are checked first; 6,000 (162,000 numbers, some chunks of them) as
+        // `train` goes.
+        for n in [3, 6000] {
+            let clean = samples(&mut rng, n, 0.6, 0.1, 1.0);
+            for (sample, input, bad) in [
+                (0, 0, f64::NAN),
+                (n / 2 + 1, 5, f64::INFINITY),
+                (n - 1, NIN - 1, f64::NEG_INFINITY),
+            ] {
+                let at = format!("{name}: {n} samples, {bad} in sample {sample}");
+                let mut inputs = clean.clone();
+                let index = sample * WIDTH + input;
+                inputs[index] = bad;
+                match program.train(&inputs, 0.05) {
+                    Err(tapejit::Error::NonFinite {
+                        what: "input",
+                        index: i,
+                        value,
+                    }) => {
+                        assert_eq!(i, index, "{at}");
+                        assert_eq!(value.to_bits(), bad.to_bits(), "{at}");
+                    }
+                    Err(other) => panic!("{at}: expected NonFinite, got {other:?}"),
+                    Ok(losses) => panic!("{at}: expected NonFinite, trained {}", losses.len()),
+                }
+                assert_same(&at, "params", &before.0, &program.params());
+                assert_same(&at, "values", &before.1, program.values());
+                assert_same(&at, "grads", &before.2, program.grads());
+            }
+        }
+    }
+}

@@ -44,7 +44,8 @@ use strum::IntoEnumIterator;
 
 type PassFn = unsafe extern "C" fn(*mut f64, *mut f64);
 type UpdateFn = unsafe extern "C" fn(*mut f64, *mut f64, f64);
-type TrainFn = unsafe extern "C" fn(*mut f64, *mut f64, f64, *const f64, i64, *mut f64, *mut i64);
+type TrainFn =
+    unsafe extern "C" fn(*mut f64, *mut f64, f64, *const f64, i64, *mut f64, *mut i64, *mut i64);
 type AccumulateFn = unsafe extern "C" fn(*mut f64, *mut f64, *const f64, i64, *mut f64, *mut i64);
 
 /// Initializes the native target and sets LLVM's global codegen options, once per process.
@@ -580,10 +581,16 @@ impl Native {
         unsafe { f(vals.as_mut_ptr(), grads.as_mut_ptr(), lr) }
     }
 
-    /// Runs `train` over the samples of `inputs` and returns their losses; `None` if the
-    /// module has no `train`, or if `inputs` is not a whole number `>= 1` of samples of the
-    /// width the code was compiled for.
-    pub fn train(&mut self, inputs: &[f64], lr: f64) -> Option<Vec<f64>> {
+    /// Runs `train` over the samples of `inputs` and returns their losses, or the index of
+    /// the first sample holding a non-finite number (`train` checks each sample right before
+    /// it reads it, and stops there, the buffers mid-way); `None` if the module has no
+    /// `train`, or if `inputs` is not a whole number `>= 1` of samples of the width the code
+    /// was compiled for.
+    pub fn train(
+        &mut self,
+        inputs: &[f64],
+        lr: f64,
+    ) -> Option<std::result::Result<Vec<f64>, usize>> {
         let train = self.entries.train?;
         let width = self.sample_width;
         let n = inputs.len().checked_div(width).filter(|&n| n >= 1)?;
@@ -591,12 +598,14 @@ impl Native {
             return None;
         }
         let mut losses = vec![0.0; n];
+        let mut trained: i64 = 0;
         self.pending.set(false);
         self.in_slot_order_fresh.set(false);
         let guard: *mut i64 = self.guard.word(&self.vals);
         let (vals, grads) = (self.vals.as_mut_ptr(), self.grads.get_mut().as_mut_ptr());
         // SAFETY: as in `forward`; `train` reads `n * sample_width` numbers of `inputs` (its
-        // length, checked above), writes `n` losses, and reads and writes the guard word.
+        // length, checked above), writes `n` losses, reads and writes the guard word, and
+        // writes how many samples it trained on.
         unsafe {
             train(
                 vals,
@@ -606,10 +615,17 @@ impl Native {
                 n as i64,
                 losses.as_mut_ptr(),
                 guard,
+                &mut trained,
             )
         }
         self.pending.set(self.defers);
-        Some(losses)
+        if trained as usize != n {
+            // It stopped at a sample holding a non-finite number; the caller puts the
+            // buffers back.
+            self.guard.fresh = false;
+            return Some(Err(trained as usize));
+        }
+        Some(Ok(losses))
     }
 
     /// Runs `step` (zero_grad, forward, backward, update) over the buffers. The gradients it

@@ -559,10 +559,10 @@ impl Backend for Jit {
         Box::new(self.native.replica())
     }
 
-    fn run_train(&mut self, inputs: &[f64], lr: f64) -> Vec<f64> {
+    fn run_train(&mut self, inputs: &[f64], lr: f64) -> std::result::Result<Vec<f64>, usize> {
         match self.native.train(inputs, lr) {
-            Some(losses) => losses,
-            None => crate::program::step_per_sample(self, inputs, lr),
+            Some(trained) => trained,
+            None => crate::program::train_checking_chunks(self, inputs, lr),
         }
     }
 }

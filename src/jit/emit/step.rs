@@ -11,6 +11,10 @@ use crate::passes::loops::Affine;
 use crate::plan::{StepPlan, TrainPlan};
 use crate::tape::Slot;
 
+/// Independent vectors of sums in `train`'s check of a sample's inputs (one chain of
+/// additions would wait on each one's latency).
+const FINITE_SUMS: u32 = 4;
+
 impl<'ctx> Emitter<'ctx, '_> {
     /// `step` and `materialize` (`train`, which calls `step`'s functions, is a lazy entry's
     /// module of its own). `step_backward` are `step`'s own backward parts, if the plan has a
@@ -38,12 +42,15 @@ impl<'ctx> Emitter<'ctx, '_> {
         self.materialize(Some(plan))
     }
 
-    /// `train(vals, grads, lr, inputs, n, losses)`: `step` on each of the `n >= 1` samples
-    /// of `inputs` (`num_inputs` each), the losses into `losses`. Sample 0 runs forward; then
-    /// each sample but the last runs `train_bwd0` in place of `step`'s backward function 0
-    /// (its merged dot also computes the next sample's first-layer sums from that sample's
-    /// inputs), the rest of the update, and `train_fwd0` (the next forward without that dot);
-    /// the last sample runs `step`'s backward.
+    /// `train(vals, grads, lr, inputs, n, losses, guard, trained)`: `step` on each of the
+    /// `n >= 1` samples of `inputs` (`num_inputs` each), the losses into `losses`. Sample 0
+    /// runs forward; then each sample but the last runs `train_bwd0` in place of `step`'s
+    /// backward function 0 (its merged dot also computes the next sample's first-layer sums
+    /// from that sample's inputs), the rest of the update, and `train_fwd0` (the next forward
+    /// without that dot); the last sample runs `step`'s backward. Each sample is checked
+    /// right before its forward reads it (so it comes into cache once, not once for a check
+    /// first): at the first one holding a non-finite number `train` stops, its index in
+    /// `*trained`, the buffers mid-way; else `*trained = n`.
     pub(super) fn train(
         &self,
         plan: &TrainPlan,
@@ -88,6 +95,7 @@ impl<'ctx> Emitter<'ctx, '_> {
                 i64t.into(),
                 ptr.into(),
                 ptr.into(),
+                ptr.into(),
             ],
             true,
         );
@@ -97,14 +105,23 @@ impl<'ctx> Emitter<'ctx, '_> {
         let n = f.get_nth_param(4).unwrap().into_int_value();
         let losses = f.get_nth_param(5).unwrap().into_pointer_value();
         let guard = f.get_nth_param(6).unwrap().into_pointer_value();
+        let trained = f.get_nth_param(7).unwrap().into_pointer_value();
         let p = self.tape.num_params() as u64;
-        self.copy_sample(vals, inputs)?;
-        self.calls(forward, vals, grads, Some(lr))?;
-        let entry = self.builder.get_insert_block().expect("positioned");
+        let first = self.context.append_basic_block(f, "first");
         let body = self.context.append_basic_block(f, "sample");
+        let check_next = self.context.append_basic_block(f, "check_next");
         let merged_block = self.context.append_basic_block(f, "merged");
         let last = self.context.append_basic_block(f, "last");
         let exit = self.context.append_basic_block(f, "exit");
+        let stop = self.context.append_basic_block(f, "stop");
+        let finite = self.finite_sample(inputs)?;
+        let checked_first = self.block();
+        self.builder.build_conditional_branch(finite, first, stop)?;
+
+        self.builder.position_at_end(first);
+        self.copy_sample(vals, inputs)?;
+        self.calls(forward, vals, grads, Some(lr))?;
+        let entry = self.block();
         self.builder.build_unconditional_branch(body)?;
 
         self.builder.position_at_end(body);
@@ -113,10 +130,16 @@ impl<'ctx> Emitter<'ctx, '_> {
         self.store_loss(vals, losses, s_value)?;
         let (next, more) = self.next_sample(s_value, n)?;
         self.builder
-            .build_conditional_branch(more, merged_block, last)?;
+            .build_conditional_branch(more, check_next, last)?;
+
+        self.builder.position_at_end(check_next);
+        let next_inputs = self.sample_ptr(inputs, next, "next_inputs")?;
+        let finite = self.finite_sample(next_inputs)?;
+        let checked_next = self.block();
+        self.builder
+            .build_conditional_branch(finite, merged_block, stop)?;
 
         self.builder.position_at_end(merged_block);
-        let next_inputs = self.sample_ptr(inputs, next, "next_inputs")?;
         let sample_inputs = self.sample_ptr(inputs, s_value, "sample_inputs")?;
         // `step`'s backward parts are init, the functions from the last, rest: function 0
         // is the last but one.
@@ -160,8 +183,133 @@ impl<'ctx> Emitter<'ctx, '_> {
         self.calls(&[update], vals, grads, Some(lr))?;
         self.builder.build_unconditional_branch(exit)?;
         self.builder.position_at_end(exit);
+        self.builder.build_store(trained, n)?;
+        self.builder.build_return(None)?;
+
+        self.builder.position_at_end(stop);
+        let at = self.builder.build_phi(i64t, "non_finite")?;
+        at.add_incoming(&[(&i64t.const_zero(), checked_first), (&next, checked_next)]);
+        self.builder.build_store(trained, at.as_basic_value())?;
         self.builder.build_return(None)?;
         Ok(())
+    }
+
+    /// Whether every input of the sample at `sample` is finite: `x - x` is 0 for a finite
+    /// `x` and NaN otherwise, summed in [`FINITE_SUMS`] vectors of eight (independent chains
+    /// of additions; no order of the sums can hide a NaN), the last vectors and the rest one
+    /// by one.
+    fn finite_sample(&self, sample: PointerValue<'ctx>) -> Emit<IntValue<'ctx>> {
+        const LANES: u32 = 8;
+        let width = self.tape.num_inputs() as u32;
+        let i64t = self.context.i64_type();
+        let vector = self.f64_type.vec_type(LANES);
+        let zeros = vector.const_zero();
+        let block = LANES * FINITE_SUMS;
+        let blocks = width / block;
+        let zero_if_finite = |at: IntValue<'ctx>| -> Emit<VectorValue<'ctx>> {
+            let x = self.load_vector(self.element_ptr(sample, at)?, vector)?;
+            self.builder.build_float_sub(x, x, "x_minus_x")
+        };
+        let mut sums = vec![zeros; FINITE_SUMS as usize];
+        if blocks > 0 {
+            let before = self.block();
+            let f = before.get_parent().expect("in a function");
+            let body = self.context.append_basic_block(f, "finite_loop");
+            let done = self.context.append_basic_block(f, "finite_done");
+            self.builder.build_unconditional_branch(body)?;
+            self.builder.position_at_end(body);
+            let k = self.builder.build_phi(i64t, "k")?;
+            // (Phis come first in a block.)
+            let accs = sums
+                .iter()
+                .map(|_| self.builder.build_phi(vector, "finite_acc"))
+                .collect::<Result<Vec<_>, _>>()?;
+            let k_value = k.as_basic_value().into_int_value();
+            let first = self.builder.build_int_mul(
+                k_value,
+                i64t.const_int(block as u64, false),
+                "block_at",
+            )?;
+            let mut next_sums = Vec::new();
+            for (v, acc) in accs.into_iter().enumerate() {
+                let at = self.builder.build_int_add(
+                    first,
+                    i64t.const_int((v as u32 * LANES) as u64, false),
+                    "finite_at",
+                )?;
+                let next = self.builder.build_float_add(
+                    acc.as_basic_value().into_vector_value(),
+                    zero_if_finite(at)?,
+                    "finite_acc_next",
+                )?;
+                next_sums.push((acc, next));
+            }
+            let next_k = self
+                .builder
+                .build_int_add(k_value, i64t.const_int(1, false), "k_next")?;
+            let more = self.builder.build_int_compare(
+                inkwell::IntPredicate::ULT,
+                next_k,
+                i64t.const_int(blocks as u64, false),
+                "finite_more",
+            )?;
+            self.builder.build_conditional_branch(more, body, done)?;
+            k.add_incoming(&[(&i64t.const_zero(), before), (&next_k, body)]);
+            for (sum, (acc, next)) in sums.iter_mut().zip(next_sums) {
+                acc.add_incoming(&[(&zeros, before), (&next, body)]);
+                *sum = next;
+            }
+            self.builder.position_at_end(done);
+        }
+        for (v, at) in (blocks * block..width - width % LANES)
+            .step_by(LANES as usize)
+            .enumerate()
+        {
+            let add = zero_if_finite(i64t.const_int(at as u64, false))?;
+            sums[v] = self
+                .builder
+                .build_float_add(sums[v], add, "finite_acc_last")?;
+        }
+        let mut all = sums[0];
+        for &sum in &sums[1..] {
+            all = self.builder.build_float_add(all, sum, "finite_all")?;
+        }
+        let sums = all;
+        let mut rest = self.f64_type.const_zero();
+        for i in width - width % LANES..width {
+            let ptr = self.element_ptr(sample, i64t.const_int(i as u64, false))?;
+            let x = self
+                .builder
+                .build_load(self.f64_type, ptr, "x")?
+                .into_float_value();
+            let zero_if_finite = self.builder.build_float_sub(x, x, "x_minus_x")?;
+            rest = self
+                .builder
+                .build_float_add(rest, zero_if_finite, "finite_rest")?;
+        }
+        let lanes_zero = self.builder.build_float_compare(
+            inkwell::FloatPredicate::OEQ,
+            sums,
+            zeros,
+            "lanes_zero",
+        )?;
+        let mask = self
+            .builder
+            .build_bit_cast(lanes_zero, self.context.i8_type(), "lanes_mask")?
+            .into_int_value();
+        let all_lanes = self.builder.build_int_compare(
+            inkwell::IntPredicate::EQ,
+            mask,
+            self.context.i8_type().const_all_ones(),
+            "all_lanes",
+        )?;
+        let rest_zero = self.builder.build_float_compare(
+            inkwell::FloatPredicate::OEQ,
+            rest,
+            self.f64_type.const_zero(),
+            "rest_zero",
+        )?;
+        self.builder.build_and(all_lanes, rest_zero, "finite")
     }
 
     /// `accumulate(vals, grads, inputs, n, losses, guard)`: params' gradients zeroed, then
