@@ -36,30 +36,33 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, RwLock, RwLockReadGuard};
 
-use crate::program::{Backend, Replica};
+use crate::program::{all_finite, Backend, Replica};
 
 /// Samples per chunk: the unit of work a thread takes, and of the order of additions.
 pub const CHUNK: usize = 16;
 
-/// Minibatch SGD on checked `inputs` (a whole number, at least one, of samples), `batch >= 1`
+/// Minibatch SGD on `inputs` (a whole number, at least one, of samples), `batch >= 1`
 /// samples at a time, a finite `lr`, a tape with a loss, on `threads >= 1` threads. Returns
 /// each sample's loss (before its minibatch's update). Afterwards the buffers hold the last
 /// sample's values and gradients, but params' gradients hold the last minibatch's mean
-/// gradient.
+/// gradient. Each thread checks its chunk's inputs right before it runs them (in cache, and
+/// side by side); if a minibatch holds a non-finite number, every thread stops at its
+/// barrier, the error is the first such sample's index and the buffers are as they were
+/// (the threads work on copies, written back only at the end).
 pub(crate) fn train<B: Backend + ?Sized>(
     b: &mut B,
     inputs: &[f64],
     batch: usize,
     lr: f64,
     threads: usize,
-) -> Vec<f64> {
+) -> Result<Vec<f64>, usize> {
     // Gradients laid out as the backend's buffers (the JIT's hold fewer numbers than the
     // tape has slots).
     let buffer_len = b.value_buffer().len();
     let tape = b.program_tape();
     let (width, params) = (tape.num_inputs(), tape.num_params());
     if tape.loss().is_none() {
-        return Vec::new();
+        return Ok(Vec::new());
     }
     let samples = inputs.len() / width;
     let minibatches: Vec<&[f64]> = inputs.chunks(batch * width).collect();
@@ -82,6 +85,8 @@ pub(crate) fn train<B: Backend + ?Sized>(
         .collect();
     let mut mean = vec![0.0; params];
     let barrier = SpinBarrier::new(workers);
+    // The first sample holding a non-finite number, once a thread has seen one.
+    let non_finite = AtomicUsize::new(usize::MAX);
     let work = |w: usize, replica: &mut Box<dyn Replica + '_>, mean: &mut [f64]| {
         let mut losses = Vec::new();
         let mut first = 0;
@@ -91,12 +96,21 @@ pub(crate) fn train<B: Backend + ?Sized>(
             let per = chunks.div_ceil(workers);
             for c in (w * per..(w + 1) * per).take_while(|&c| c < chunks) {
                 let samples = c * CHUNK..((c + 1) * CHUNK).min(m);
-                let mut chunk_losses = vec![0.0; samples.len()];
                 let x = &minibatch[samples.start * width..samples.end * width];
+                if !all_finite(x) {
+                    let bad = x.chunks(width).position(|s| !all_finite(s)).unwrap_or(0);
+                    non_finite.fetch_min(first + samples.start + bad, Ordering::Relaxed);
+                    break;
+                }
+                let mut chunk_losses = vec![0.0; samples.len()];
                 replica.accumulate(x, &mut chunk_losses, &mut write(&chunk_grads[c]));
                 losses.extend(samples.zip(chunk_losses).map(|(i, l)| (first + i, l)));
             }
             barrier.wait();
+            // (Every thread has checked its chunks of this minibatch; all stop alike.)
+            if non_finite.load(Ordering::Relaxed) != usize::MAX {
+                break;
+            }
             let sums: Vec<_> = chunk_grads[..chunks].iter().map(read).collect();
             let last = n + 1 == minibatches.len();
             let mean = last.then_some(&mut *mean);
@@ -129,6 +143,9 @@ pub(crate) fn train<B: Backend + ?Sized>(
         done.extend(others.into_iter().filter_map(|h| h.join().ok()));
         done
     });
+    if let Some(sample) = Some(non_finite.into_inner()).filter(|&s| s != usize::MAX) {
+        return Err(sample);
+    }
     let mut losses = vec![0.0; samples];
     for &(i, l) in done.iter().flatten() {
         losses[i] = l;
@@ -147,7 +164,7 @@ pub(crate) fn train<B: Backend + ?Sized>(
     let (own_vals, own_grads) = b.buffers_mut();
     own_vals.copy_from_slice(&vals);
     own_grads.copy_from_slice(&grads);
-    losses
+    Ok(losses)
 }
 
 /// Params `range` (whose values are `params`) after a minibatch of `m` samples whose chunks'

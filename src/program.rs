@@ -395,14 +395,15 @@ impl<B: Backend> Program for B {
         if batch == 0 {
             return Err(Error::EmptyMinibatch);
         }
-        check_finite("input", inputs)?;
         check_learning_rate(lr)?;
         self.prepare_replicas()?;
         let threads = match threads {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n,
         };
-        Ok(crate::minibatch::train(self, inputs, batch, lr, threads))
+        let width = self.tape().num_inputs();
+        crate::minibatch::train(self, inputs, batch, lr, threads)
+            .map_err(|sample| non_finite_input(inputs, sample * width))
     }
 
     fn params(&self) -> Vec<f64> {
@@ -616,13 +617,17 @@ fn check_finite(what: &'static str, xs: &[f64]) -> Result<()> {
     }
 }
 
-/// Whether every number of `xs` is finite. This runs on every sample `train` takes, and on
-/// a layer's weights per minibatch, so it vectorizes: `x - x` is 0 for a finite `x` and NaN
-/// otherwise, and eight running sums of it, one per lane, vectorize without reassociating
-/// anything (a fold over bools does not).
+/// Running sums per lane in the checks below: four vectors of eight, so that four chains of
+/// additions run side by side (one would wait on each addition's latency).
+const CHECK_LANES: usize = 32;
+
+/// Whether every number of `xs` is finite. This runs on the samples `train` takes, so it
+/// vectorizes: `x - x` is 0 for a finite `x` and NaN otherwise, and [`CHECK_LANES`] running
+/// sums of it, one per lane, vectorize without reassociating anything (a fold over bools
+/// does not).
 pub(crate) fn all_finite(xs: &[f64]) -> bool {
-    let mut lanes = [0.0f64; 8];
-    let chunks = xs.chunks_exact(8);
+    let mut lanes = [0.0f64; CHECK_LANES];
+    let chunks = xs.chunks_exact(CHECK_LANES);
     let rest = chunks.remainder();
     for chunk in chunks {
         for (lane, x) in lanes.iter_mut().zip(chunk) {
@@ -632,6 +637,29 @@ pub(crate) fn all_finite(xs: &[f64]) -> bool {
         }
     }
     lanes.iter().all(|&l| l == 0.0) && rest.iter().all(|x| x.is_finite())
+}
+
+/// Whether every number of `xs` is finite, and whether none is -0, in one vectorized pass
+/// as [`all_finite`] makes it (with a count of -0s per lane): the zero-skipping guard's
+/// question about a layer's weights, asked again after every minibatch's update.
+pub(crate) fn finite_without_negative_zero(xs: &[f64]) -> (bool, bool) {
+    let negative_zero = (-0.0f64).to_bits();
+    let mut lanes = [0.0f64; CHECK_LANES];
+    let mut negative_zeros = [0u64; CHECK_LANES];
+    let chunks = xs.chunks_exact(CHECK_LANES);
+    let rest = chunks.remainder();
+    for chunk in chunks {
+        for ((lane, count), x) in lanes.iter_mut().zip(&mut negative_zeros).zip(chunk) {
+            #[allow(clippy::eq_op)]
+            let zero_if_finite = x - x;
+            *lane += zero_if_finite;
+            *count += (x.to_bits() == negative_zero) as u64;
+        }
+    }
+    let finite = lanes.iter().all(|&l| l == 0.0) && rest.iter().all(|x| x.is_finite());
+    let none =
+        negative_zeros.iter().all(|&c| c == 0) && rest.iter().all(|x| x.to_bits() != negative_zero);
+    (finite, none)
 }
 
 /// Fresh value and gradient buffers for a tape: params at their initial values, constants in

@@ -216,3 +216,47 @@ fn minibatches_and_train_compile_their_code_on_first_use() {
     );
     assert_eq!(bits(&jit.params()), bits(&reference.params()));
 }
+
+/// A non-finite number in a later minibatch, in a chunk of either thread, stops every thread
+/// at that minibatch: the error names the first such number, and params, values and
+/// gradients are as before the call (the threads train copies, written back only at the end).
+#[test]
+fn a_non_finite_sample_stops_minibatches_and_changes_nothing() {
+    let g = Graph::new();
+    classifier(&g);
+    let clean = samples(200, 31);
+    for mut b in interpreter_and_every_jit_level(&g) {
+        let p = b.program.as_mut();
+        p.train_minibatches(&clean[..40 * WIDTH], 20, 0.1, 2)
+            .unwrap();
+        let before = (p.params(), p.values().to_vec(), p.grads().to_vec());
+        // Minibatches of 40 (chunks 0-2 of 16, 16 and 8 samples): the bad sample in the first
+        // minibatch's first chunk, a later minibatch's second chunk (the other thread's on
+        // two), the last sample; and two bad samples, the earlier one reported.
+        for (bad_samples, first) in [
+            (vec![0], 0),
+            (vec![3 * 40 + 20], 3 * 40 + 20),
+            (vec![199], 199),
+            (vec![130, 121], 121),
+        ] {
+            for threads in [1, 2] {
+                let at = format!("{}: {bad_samples:?} on {threads} threads", b.name);
+                let mut inputs = clean.clone();
+                for &s in &bad_samples {
+                    inputs[s * WIDTH + 4] = f64::NAN;
+                }
+                match p.train_minibatches(&inputs, 40, 0.1, threads) {
+                    Err(Error::NonFinite {
+                        what: "input",
+                        index,
+                        ..
+                    }) => assert_eq!(index, first * WIDTH + 4, "{at}"),
+                    other => panic!("{at}: expected NonFinite, got {:?}", other.map(|l| l.len())),
+                }
+                assert_eq!(bits(&p.params()), bits(&before.0), "{at}: params");
+                assert_eq!(bits(p.values()), bits(&before.1), "{at}: values");
+                assert_eq!(bits(p.grads()), bits(&before.2), "{at}: grads");
+            }
+        }
+    }
+}

@@ -38,7 +38,7 @@ use super::{JitBuilder, JitStats};
 use crate::error::Result;
 use crate::op::MathFn;
 use crate::plan::{Buffers, Plan, GUARD_FINITE, GUARD_NO_NEGATIVE_ZERO};
-use crate::program::{all_finite, initial_buffers};
+use crate::program::{finite_without_negative_zero, initial_buffers};
 use crate::tape::{Slot, Tape};
 use strum::IntoEnumIterator;
 
@@ -133,14 +133,12 @@ impl ZeroSkipGuard {
     /// The word, computed again from `vals` if it is stale.
     fn word(&mut self, vals: &[f64]) -> &mut i64 {
         if !self.fresh {
-            let weights = || {
-                self.weights
-                    .iter()
-                    .map(|r| &vals[r.start as usize..r.end as usize])
-            };
-            let finite = weights().all(all_finite);
-            let negative_zero = (-0.0f64).to_bits();
-            let no_negative_zero = weights().flatten().all(|w| w.to_bits() != negative_zero);
+            let (mut finite, mut no_negative_zero) = (true, true);
+            for r in &self.weights {
+                let (f, n) = finite_without_negative_zero(&vals[r.start as usize..r.end as usize]);
+                finite &= f;
+                no_negative_zero &= n;
+            }
             self.word = if finite { GUARD_FINITE } else { 0 }
                 | if no_negative_zero {
                     GUARD_NO_NEGATIVE_ZERO
