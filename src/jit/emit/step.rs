@@ -212,54 +212,21 @@ impl<'ctx> Emitter<'ctx, '_> {
         };
         let mut sums = vec![zeros; FINITE_SUMS as usize];
         if blocks > 0 {
-            let before = self.block();
-            let f = before.get_parent().expect("in a function");
-            let body = self.context.append_basic_block(f, "finite_loop");
-            let done = self.context.append_basic_block(f, "finite_done");
-            self.builder.build_unconditional_branch(body)?;
-            self.builder.position_at_end(body);
-            let k = self.builder.build_phi(i64t, "k")?;
-            // (Phis come first in a block.)
-            let accs = sums
-                .iter()
-                .map(|_| self.builder.build_phi(vector, "finite_acc"))
-                .collect::<Result<Vec<_>, _>>()?;
-            let k_value = k.as_basic_value().into_int_value();
-            let first = self.builder.build_int_mul(
-                k_value,
-                i64t.const_int(block as u64, false),
-                "block_at",
-            )?;
-            let mut next_sums = Vec::new();
-            for (v, acc) in accs.into_iter().enumerate() {
-                let at = self.builder.build_int_add(
-                    first,
-                    i64t.const_int((v as u32 * LANES) as u64, false),
-                    "finite_at",
+            sums = self.emit_loop(blocks, false, &sums, |this, k, sums| {
+                let first = this.builder.build_int_mul(
+                    k,
+                    i64t.const_int(block as u64, false),
+                    "block_at",
                 )?;
-                let next = self.builder.build_float_add(
-                    acc.as_basic_value().into_vector_value(),
-                    zero_if_finite(at)?,
-                    "finite_acc_next",
-                )?;
-                next_sums.push((acc, next));
-            }
-            let next_k = self
-                .builder
-                .build_int_add(k_value, i64t.const_int(1, false), "k_next")?;
-            let more = self.builder.build_int_compare(
-                inkwell::IntPredicate::ULT,
-                next_k,
-                i64t.const_int(blocks as u64, false),
-                "finite_more",
-            )?;
-            self.builder.build_conditional_branch(more, body, done)?;
-            k.add_incoming(&[(&i64t.const_zero(), before), (&next_k, body)]);
-            for (sum, (acc, next)) in sums.iter_mut().zip(next_sums) {
-                acc.add_incoming(&[(&zeros, before), (&next, body)]);
-                *sum = next;
-            }
-            self.builder.position_at_end(done);
+                let mut next = Vec::with_capacity(sums.len());
+                for (v, &sum) in sums.iter().enumerate() {
+                    let offset = i64t.const_int((v as u32 * LANES) as u64, false);
+                    let at = this.builder.build_int_add(first, offset, "finite_at")?;
+                    let add = zero_if_finite(at)?;
+                    next.push(this.builder.build_float_add(sum, add, "finite_acc")?);
+                }
+                Ok(next)
+            })?;
         }
         for (v, at) in (blocks * block..width - width % LANES)
             .step_by(LANES as usize)
@@ -274,7 +241,6 @@ impl<'ctx> Emitter<'ctx, '_> {
         for &sum in &sums[1..] {
             all = self.builder.build_float_add(all, sum, "finite_all")?;
         }
-        let sums = all;
         let mut rest = self.f64_type.const_zero();
         for i in width - width % LANES..width {
             let ptr = self.element_ptr(sample, i64t.const_int(i as u64, false))?;
@@ -289,7 +255,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         }
         let lanes_zero = self.builder.build_float_compare(
             inkwell::FloatPredicate::OEQ,
-            sums,
+            all,
             zeros,
             "lanes_zero",
         )?;
