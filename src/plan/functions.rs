@@ -38,6 +38,16 @@ pub fn modules(functions: usize) -> Vec<Range<usize>> {
         .collect()
 }
 
+/// The functions whose forward variant module `m` of `modules` defines: those of the module
+/// before it (the last module's, for module 0). Module `m` defines its own functions'
+/// backward variants (plain and `step`'s), so a function's forward and backward compile on
+/// different threads: a program whose work sits in one function (a batch written as copies
+/// is one nest of copies) still keeps two threads busy. With one module, its own.
+pub fn forward_functions(modules: &[Range<usize>], m: usize) -> Range<usize> {
+    let count = modules.len();
+    modules[(m + count - 1) % count].clone()
+}
+
 /// `items` cut into functions of about `chunk_size` weight: straight-line nodes count with
 /// their operands, loops count [`LOOP_WEIGHT`] (see [`weight`]). A `sum` heavier than a whole function is cut
 /// into [`Item::SumPart`]s that continue one another across functions, its additions kept in

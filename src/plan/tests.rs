@@ -153,9 +153,18 @@ fn a_nest_whose_lane_order_would_reorder_a_gradient_runs_neuron_by_neuron() {
 
 #[test]
 fn modules_cover_the_functions_in_runs_of_bounded_size() {
-    use super::functions::{modules, MODULE_FUNCTIONS, MODULE_MULTIPLE};
+    use super::functions::{forward_functions, modules, MODULE_FUNCTIONS, MODULE_MULTIPLE};
     for n in [0, 1, 2, 3, 5, 7, 8, 9, 63, 64, 65, 257, 1000, 4099] {
         let m = modules(n);
+        // Every function's forward variant is defined once, by another module than its
+        // backward variants wherever there are two.
+        let mut forward: Vec<_> = (0..m.len()).map(|k| forward_functions(&m, k)).collect();
+        assert!(
+            (0..m.len()).all(|k| m.len() == 1 || forward[k] != m[k]),
+            "{n}"
+        );
+        forward.sort_by_key(|r| r.start);
+        assert_eq!(forward, m, "{n}");
         assert_eq!(m[0].start, 0, "{n}");
         assert!(m.windows(2).all(|w| w[0].end == w[1].start), "{n}: {m:?}");
         assert_eq!(m.last().unwrap().end, n);

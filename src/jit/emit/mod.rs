@@ -1,9 +1,10 @@
 //! The emitter: one of a [`Plan`]'s modules -> an LLVM IR module.
 //!
 //! Every decision was made by the plan; the emitter only writes IR. Module `m` defines the
-//! plan's functions `plan.modules[m]` (each in every variant: forward, backward, `step`'s
-//! backward); module 0 also defines the entry points, which call the other modules' functions
-//! by name (the linker resolves them). `train` and `accumulate`, which only `train` and
+//! backward variants (plain and `step`'s) of the plan's functions `plan.modules[m]` and the
+//! forward variants of the module before it's (`plan::functions::forward_functions`); module
+//! 0 also defines the entry points, which call the other modules' functions by name (the
+//! linker resolves them). `train` and `accumulate`, which only `train` and
 //! minibatches run, are modules of their own ([`ModuleRole::Lazy`]) that the JIT compiles
 //! when they are first called. Its state is what every function shares (context,
 //! module, builder, the math-function table, tape and plan); what
@@ -122,8 +123,10 @@ pub struct Emitter<'ctx, 't> {
     fn_attributes: Vec<Attribute>,
     tape: &'t Tape,
     plan: &'t Plan,
-    /// The plan functions this module defines.
+    /// The plan functions whose backward variants this module defines.
     defines: Range<usize>,
+    /// The plan functions whose forward variant this module defines.
+    defines_forward: Range<usize>,
     /// Which module this is.
     role: ModuleRole,
     /// Lane vectors in registers, while a loop item is emitted ([`known`]).
@@ -283,13 +286,14 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         cpu: &HostCpu,
         role: ModuleRole,
     ) -> Self {
-        let (defines, name) = match role {
+        let (defines, defines_forward, name) = match role {
             ModuleRole::Plan(m) => {
                 let defines = plan.modules[m].clone();
                 let name = format!("tapejit{}", defines.start);
-                (defines, name)
+                let forward = crate::plan::functions::forward_functions(&plan.modules, m);
+                (defines, forward, name)
             }
-            ModuleRole::Lazy(entry) => (0..0, format!("tapejit_{}", entry.name())),
+            ModuleRole::Lazy(entry) => (0..0, 0..0, format!("tapejit_{}", entry.name())),
         };
         let module = context.create_module(&name);
         let f64_type = context.f64_type();
@@ -330,6 +334,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
             tape,
             plan,
             defines,
+            defines_forward,
             role,
             known: known::Known::default(),
         }
@@ -396,13 +401,13 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         matches!(self.role, ModuleRole::Lazy(_))
     }
 
-    /// The plan functions this module defines or calls: all of them where entry points are
-    /// (they call each), its own elsewhere.
-    fn visible(&self) -> Range<usize> {
+    /// The plan functions this module defines or calls (of a variant defined for `own`):
+    /// all of them where entry points are (they call each), `own` elsewhere.
+    fn visible(&self, own: &Range<usize>) -> Range<usize> {
         if self.entries() || self.is_lazy() {
             0..self.plan.functions.len()
         } else {
-            self.defines.clone()
+            own.clone()
         }
     }
 
@@ -411,7 +416,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         let visible = match pass {
             // `train`'s forward differs in function 0 only.
             Pass::TrainForward => 0..1,
-            _ => self.visible(),
+            _ => self.visible(&self.defines_forward),
         };
         visible
             .map(|k| self.forward_function(k, &format!("{prefix}{k}"), pass))
@@ -441,7 +446,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         // `train`'s forward lives in `train`'s module.
         let defined = match pass {
             Pass::TrainForward => self.role == ModuleRole::Lazy(LazyEntry::Train),
-            _ => self.defines.contains(&k),
+            _ => self.defines_forward.contains(&k),
         };
         if !defined {
             return Ok(part);
@@ -505,7 +510,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         } else if self.is_lazy() {
             parts.push(part(declared(format!("{prefix}_init")), false));
         }
-        for k in self.visible().rev() {
+        for k in self.visible(&self.defines).rev() {
             let f = self.backward_function(&format!("{prefix}{k}"), k, steps)?;
             parts.push(part(f, steps));
         }
