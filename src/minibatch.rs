@@ -47,8 +47,9 @@ pub const CHUNK: usize = 16;
 /// sample's values and gradients, but params' gradients hold the last minibatch's mean
 /// gradient. Each thread checks its chunk's inputs right before it runs them (in cache, and
 /// side by side); if a minibatch holds a non-finite number, every thread stops at its
-/// barrier, the error is the first such sample's index and the buffers are as they were
-/// (the threads work on copies, written back only at the end).
+/// barrier, the error is the first sample of the first chunk holding one (every number
+/// before it is finite) and the buffers are as they were (the threads work on copies,
+/// written back only at the end).
 pub(crate) fn train<B: Backend + ?Sized>(
     b: &mut B,
     inputs: &[f64],
@@ -85,7 +86,8 @@ pub(crate) fn train<B: Backend + ?Sized>(
         .collect();
     let mut mean = vec![0.0; params];
     let barrier = SpinBarrier::new(workers);
-    // The first sample holding a non-finite number, once a thread has seen one.
+    // The first sample of the first chunk holding a non-finite number, once a thread has
+    // seen one (each thread's chunks follow the previous thread's).
     let non_finite = AtomicUsize::new(usize::MAX);
     let work = |w: usize, replica: &mut Box<dyn Replica + '_>, mean: &mut [f64]| {
         let mut losses = Vec::new();
@@ -98,8 +100,7 @@ pub(crate) fn train<B: Backend + ?Sized>(
                 let samples = c * CHUNK..((c + 1) * CHUNK).min(m);
                 let x = &minibatch[samples.start * width..samples.end * width];
                 if !all_finite(x) {
-                    let bad = x.chunks(width).position(|s| !all_finite(s)).unwrap_or(0);
-                    non_finite.fetch_min(first + samples.start + bad, Ordering::Relaxed);
+                    non_finite.fetch_min(first + samples.start, Ordering::Relaxed);
                     break;
                 }
                 let mut chunk_losses = vec![0.0; samples.len()];
@@ -143,8 +144,9 @@ pub(crate) fn train<B: Backend + ?Sized>(
         done.extend(others.into_iter().filter_map(|h| h.join().ok()));
         done
     });
-    if let Some(sample) = Some(non_finite.into_inner()).filter(|&s| s != usize::MAX) {
-        return Err(sample);
+    let first_non_finite = non_finite.into_inner();
+    if first_non_finite != usize::MAX {
+        return Err(first_non_finite);
     }
     let mut losses = vec![0.0; samples];
     for &(i, l) in done.iter().flatten() {

@@ -140,9 +140,10 @@ mod backend {
             self.run_update(lr);
         }
         /// `step` per sample on `inputs` (a whole number, at least one, of samples of the
-        /// tape's width), with a finite `lr`, for a tape with a loss, up to the first sample
-        /// that holds a non-finite number: its index is the error, and the buffers are left
-        /// as they are (`train` puts them back). A backend may do it in one go.
+        /// tape's width), with a finite `lr`, for a tape with a loss, until it meets a
+        /// non-finite number: the error is a sample from which on one lies, all before it
+        /// finite (the buffers are left as they are: `train` puts them back). A backend may
+        /// do it in one go.
         fn run_train(&mut self, inputs: &[f64], lr: f64) -> Result<Vec<f64>, usize> {
             super::train_checking_chunks(self, inputs, lr)
         }
@@ -362,7 +363,8 @@ impl<B: Backend> Program for B {
         check_samples(self.tape(), inputs)?;
         check_learning_rate(lr)?;
         self.prepare_train()?;
-        let state = self.value_buffer().len() + self.grad_buffer().len();
+        // Values and gradients, laid out alike.
+        let state = 2 * self.value_buffer().len();
         let width = self.tape().num_inputs();
         if inputs.len() < CHECK_AS_YOU_GO_FROM * state {
             // Checked first: cheap while the inputs are few (and so in cache).
@@ -492,9 +494,9 @@ impl<B: Backend> Program for B {
     }
 }
 
-/// `step` on each sample of checked `inputs`, returning the losses `step` would.
 /// [`Backend::run_train`] as a backend that trains sample by sample runs it: each chunk of
-/// about [`CHECKED_CHUNK_NUMBERS`] inputs checked, then stepped on while still in cache.
+/// about [`CHECKED_CHUNK_NUMBERS`] inputs checked, then stepped on while still in cache; a
+/// chunk holding a non-finite number is the error (its first sample).
 pub(crate) fn train_checking_chunks<B: Backend + ?Sized>(
     b: &mut B,
     inputs: &[f64],
@@ -505,14 +507,14 @@ pub(crate) fn train_checking_chunks<B: Backend + ?Sized>(
     let mut losses = Vec::with_capacity(inputs.len() / width);
     for (k, part) in inputs.chunks(chunk * width).enumerate() {
         if !all_finite(part) {
-            let bad = part.chunks(width).position(|x| !all_finite(x));
-            return Err(k * chunk + bad.unwrap_or(0));
+            return Err(k * chunk);
         }
         losses.extend(step_per_sample(b, part, lr));
     }
     Ok(losses)
 }
 
+/// `step` on each sample of checked `inputs`, returning the losses `step` would.
 pub(crate) fn step_per_sample<B: Backend + ?Sized>(b: &mut B, inputs: &[f64], lr: f64) -> Vec<f64> {
     let width = b.program_tape().num_inputs();
     if width == 0 {
@@ -559,8 +561,6 @@ fn in_creation_order(tape: &Tape, buf: &[f64]) -> Vec<f64> {
     tape.param_slots().iter().map(|s| buf[s.index()]).collect()
 }
 
-/// The checks of `set_inputs`: one finite number per input.
-/// That `inputs` is a whole number, at least one, of samples of `tape`'s width.
 /// `train` checks its inputs as its steps reach them (restoring the buffers if one is not
 /// finite) when they hold at least this many times as many numbers as the buffers it would
 /// restore; below that, all before the first step.
@@ -570,6 +570,7 @@ const CHECK_AS_YOU_GO_FROM: usize = 4;
 /// ([`train_checking_chunks`]; 512 KB, which stay in cache from the check to the steps).
 const CHECKED_CHUNK_NUMBERS: usize = 1 << 16;
 
+/// That `inputs` is a whole number, at least one, of samples of `tape`'s width.
 fn check_samples(tape: &Tape, inputs: &[f64]) -> Result<()> {
     let width = tape.num_inputs();
     if width == 0 || inputs.is_empty() || inputs.len() % width != 0 {
@@ -582,6 +583,7 @@ fn check_samples(tape: &Tape, inputs: &[f64]) -> Result<()> {
     Ok(())
 }
 
+/// The checks of `set_inputs`: one finite number per input.
 fn check_inputs(tape: &Tape, inputs: &[f64]) -> Result<()> {
     let n = tape.num_inputs();
     if inputs.len() != n {
@@ -594,8 +596,9 @@ fn check_inputs(tape: &Tape, inputs: &[f64]) -> Result<()> {
     check_finite("input", inputs)
 }
 
-/// The error for the first non-finite number of `inputs` from index `from` on (the sample
-/// where a backend's `run_train` stopped).
+/// The error for the first non-finite number of `inputs` from index `from` on (the start of
+/// the sample, or chunk, where a backend's `run_train` or the minibatch threads stopped;
+/// everything before it is finite).
 fn non_finite_input(inputs: &[f64], from: usize) -> Error {
     let index = (from..inputs.len())
         .find(|&i| !inputs[i].is_finite())
@@ -626,23 +629,18 @@ const CHECK_LANES: usize = 32;
 /// sums of it, one per lane, vectorize without reassociating anything (a fold over bools
 /// does not).
 pub(crate) fn all_finite(xs: &[f64]) -> bool {
-    let mut lanes = [0.0f64; CHECK_LANES];
-    let chunks = xs.chunks_exact(CHECK_LANES);
-    let rest = chunks.remainder();
-    for chunk in chunks {
-        for (lane, x) in lanes.iter_mut().zip(chunk) {
-            #[allow(clippy::eq_op)]
-            let zero_if_finite = x - x;
-            *lane += zero_if_finite;
-        }
-    }
-    lanes.iter().all(|&l| l == 0.0) && rest.iter().all(|x| x.is_finite())
+    scan::<false>(xs).0
 }
 
-/// Whether every number of `xs` is finite, and whether none is -0, in one vectorized pass
-/// as [`all_finite`] makes it (with a count of -0s per lane): the zero-skipping guard's
-/// question about a layer's weights, asked again after every minibatch's update.
+/// Whether every number of `xs` is finite, and whether none is -0, in one pass: the
+/// zero-skipping guard's question about a layer's weights, asked again after every
+/// minibatch's update.
 pub(crate) fn finite_without_negative_zero(xs: &[f64]) -> (bool, bool) {
+    scan::<true>(xs)
+}
+
+/// [`all_finite`], and with `NEGATIVE_ZEROS` a count of -0s per lane too (none: `true`).
+fn scan<const NEGATIVE_ZEROS: bool>(xs: &[f64]) -> (bool, bool) {
     let negative_zero = (-0.0f64).to_bits();
     let mut lanes = [0.0f64; CHECK_LANES];
     let mut negative_zeros = [0u64; CHECK_LANES];
@@ -653,7 +651,9 @@ pub(crate) fn finite_without_negative_zero(xs: &[f64]) -> (bool, bool) {
             #[allow(clippy::eq_op)]
             let zero_if_finite = x - x;
             *lane += zero_if_finite;
-            *count += (x.to_bits() == negative_zero) as u64;
+            if NEGATIVE_ZEROS {
+                *count += (x.to_bits() == negative_zero) as u64;
+            }
         }
     }
     let finite = lanes.iter().all(|&l| l == 0.0) && rest.iter().all(|x| x.is_finite());

@@ -127,14 +127,14 @@ impl Consumers {
         let mut uses = vec![0u8; n];
         let mut grad_additions = vec![0u8; n];
         let mut last_grad_consumer = vec![Consumers::NONE; n];
-        for (s, node) in tape.nodes.iter().enumerate() {
-            let args = &tape.args[node.args_start as usize..][..node.args_len() as usize];
-            for &a in args {
-                let a = a.index();
-                uses[a] = uses[a].saturating_add(1);
-                if node.needs_grad() && tape.nodes[a].needs_grad() {
-                    grad_additions[a] = grad_additions[a].saturating_add(1);
-                    last_grad_consumer[a] = s as u32;
+        for s in tape.slots() {
+            let grad = tape.needs_grad(s);
+            for &a in tape.args(s) {
+                let i = a.index();
+                uses[i] = uses[i].saturating_add(1);
+                if grad && tape.needs_grad(a) {
+                    grad_additions[i] = grad_additions[i].saturating_add(1);
+                    last_grad_consumer[i] = s.0;
                 }
             }
         }

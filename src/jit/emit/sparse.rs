@@ -457,7 +457,7 @@ impl<'ctx> Emitter<'ctx, '_> {
     }
 
     /// Whether every lane of every vector of `xs` is finite (`x - x` is 0 exactly then).
-    fn all_finite(&self, xs: &[VectorValue<'ctx>]) -> Emit<IntValue<'ctx>> {
+    pub(super) fn all_finite(&self, xs: &[VectorValue<'ctx>]) -> Emit<IntValue<'ctx>> {
         let mut not_finite = Vec::with_capacity(xs.len());
         for &g in xs {
             let d = self.builder.build_float_sub(g, g, "")?;

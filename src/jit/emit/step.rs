@@ -253,22 +253,8 @@ impl<'ctx> Emitter<'ctx, '_> {
                 .builder
                 .build_float_add(rest, zero_if_finite, "finite_rest")?;
         }
-        let lanes_zero = self.builder.build_float_compare(
-            inkwell::FloatPredicate::OEQ,
-            all,
-            zeros,
-            "lanes_zero",
-        )?;
-        let mask = self
-            .builder
-            .build_bit_cast(lanes_zero, self.context.i8_type(), "lanes_mask")?
-            .into_int_value();
-        let all_lanes = self.builder.build_int_compare(
-            inkwell::IntPredicate::EQ,
-            mask,
-            self.context.i8_type().const_all_ones(),
-            "all_lanes",
-        )?;
+        // The sums are 0 or NaN lane by lane: finite exactly where they are 0.
+        let all_lanes = self.all_finite(&[all])?;
         let rest_zero = self.builder.build_float_compare(
             inkwell::FloatPredicate::OEQ,
             rest,
