@@ -29,8 +29,8 @@
 //! where the products' gradients are finite, into gradients it zeroed itself).
 
 use inkwell::basic_block::BasicBlock;
-use inkwell::types::{BasicTypeEnum, VectorType};
-use inkwell::values::{FunctionValue, IntValue, PointerValue, VectorValue};
+use inkwell::types::BasicTypeEnum;
+use inkwell::values::{FloatValue, FunctionValue, IntValue, PointerValue, VectorValue};
 use inkwell::{FloatPredicate, IntPredicate};
 
 use super::lanes::Reps;
@@ -185,8 +185,11 @@ impl<'ctx> Emitter<'ctx, '_> {
 
     /// The steps `t` in `0..len` (ascending, as `i32`s in a stack array) where some input
     /// `buf[a(t)]` of `inputs` is not 0 (NaN counts as not 0), and how many there are.
-    /// Inputs at unit stride are tested [`CHUNK`] at a time, their steps stored with one
-    /// compress-store.
+    /// Inputs at unit stride are tested [`CHUNK`] at a time. Every step is stored at the
+    /// list's end and the count moves past it only if the step is kept: no branch to
+    /// mispredict, and no compress-store (`llvm.masked.compressstore` is one `vpcompressd`
+    /// to memory where AVX-512 has it, which Zen 4 runs so slowly that building the list
+    /// took half of `train`'s time).
     fn nonzero_steps(
         &self,
         len: u32,
@@ -198,74 +201,52 @@ impl<'ctx> Emitter<'ctx, '_> {
         self.builder.build_store(count, i64t.const_zero())?;
         let unit_stride = inputs.iter().all(|(_, a)| a.stride == 1);
         let vectorized = if unit_stride { len / CHUNK } else { 0 };
-        // Per step of `width` inputs from `first`: whether each is not 0 in either sample.
-        let nonzero = |this: &Self, first: IntValue<'ctx>, width: u32| -> Emit<VectorValue<'ctx>> {
+        // Steps `first..first + width`, each appended to the list if not 0 in some input.
+        let append = |this: &Self, first: IntValue<'ctx>, width: u32| -> Emit<()> {
             let ty = this.f64_type.vec_type(width);
             let mut mask: Option<VectorValue<'ctx>> = None;
             for &(buf, input) in inputs {
                 let x = this.load_vector(this.ptr_at(buf, input, first, &[])?, ty)?;
-                let zero = ty.const_zero();
-                let test = this
-                    .builder
-                    .build_float_compare(FloatPredicate::UNE, x, zero, "")?;
+                let test = this.builder.build_float_compare(
+                    FloatPredicate::UNE,
+                    x,
+                    ty.const_zero(),
+                    "",
+                )?;
                 mask = Some(match mask {
                     Some(m) => this.builder.build_or(m, test, "")?,
                     None => test,
                 });
             }
-            Ok(mask.expect("at least one input"))
+            let mask = mask.expect("at least one input");
+            let first = this.builder.build_int_truncate(first, i32t, "")?;
+            let mut n = this.builder.build_load(i64t, count, "n")?.into_int_value();
+            for lane in 0..width {
+                let lane = i32t.const_int(lane.into(), false);
+                let t = this.builder.build_int_add(first, lane, "t")?;
+                this.builder.build_store(step_ptr(this, steps, n)?, t)?;
+                let kept = this.builder.build_extract_element(mask, lane, "")?;
+                let kept = this
+                    .builder
+                    .build_int_z_extend(kept.into_int_value(), i64t, "")?;
+                n = this.builder.build_int_add(n, kept, "n")?;
+            }
+            this.builder.build_store(count, n)?;
+            Ok(())
         };
         if vectorized > 0 {
-            let chunk = i64t.const_int(CHUNK as u64, false);
-            let offsets: Vec<_> = (0..CHUNK)
-                .map(|k| i32t.const_int(k as u64, false))
-                .collect();
-            let offsets = VectorType::const_vector(&offsets);
-            let compress =
-                self.masked_intrinsic("llvm.masked.compressstore", &[i32t.vec_type(CHUNK).into()])?;
-            let popcount = self.masked_intrinsic("llvm.ctpop", &[self.context.i8_type().into()])?;
-            self.emit_loop::<inkwell::values::FloatValue>(vectorized, false, &[], |this, c, _| {
-                let first = this.builder.build_int_mul(c, chunk, "first")?;
-                let mask = nonzero(this, first, CHUNK)?;
-                let first32 = this.builder.build_int_truncate(first, i32t, "")?;
-                let base = this.broadcast_int(first32, CHUNK)?;
-                let ts = this.builder.build_int_add(base, offsets, "ts")?;
-                let n = this.builder.build_load(i64t, count, "n")?.into_int_value();
-                let at = step_ptr(this, steps, n)?;
-                this.builder
-                    .build_call(compress, &[ts.into(), at.into(), mask.into()], "")?;
-                let bits = this
-                    .builder
-                    .build_bit_cast(mask, this.context.i8_type(), "")?;
-                let ones = this.builder.build_call(popcount, &[bits.into()], "ones")?;
-                let ones = ones
-                    .try_as_basic_value()
-                    .basic()
-                    .map_or(this.context.i8_type().const_zero(), |v| v.into_int_value());
-                let ones = this.builder.build_int_z_extend(ones, i64t, "")?;
-                let n = this.builder.build_int_add(n, ones, "n")?;
-                this.builder.build_store(count, n)?;
+            let chunk = i64t.const_int(CHUNK.into(), false);
+            self.emit_loop::<FloatValue>(vectorized, false, &[], |this, c, _| {
+                append(this, this.builder.build_int_mul(c, chunk, "first")?, CHUNK)?;
                 Ok(Vec::new())
             })?;
         }
         let rest = len - vectorized * CHUNK;
         if rest > 0 {
-            let first = i64t.const_int((vectorized * CHUNK) as u64, false);
-            self.emit_loop::<inkwell::values::FloatValue>(rest, false, &[], |this, u, _| {
-                let t = this.builder.build_int_add(first, u, "t")?;
+            let first = i64t.const_int((vectorized * CHUNK).into(), false);
+            self.emit_loop::<FloatValue>(rest, false, &[], |this, u, _| {
                 // One input at a time (a vector of one lane, whatever the stride).
-                let mask = nonzero(this, t, 1)?;
-                let one = this
-                    .builder
-                    .build_bit_cast(mask, this.context.bool_type(), "")?
-                    .into_int_value();
-                let n = this.builder.build_load(i64t, count, "n")?.into_int_value();
-                let at = step_ptr(this, steps, n)?;
-                let t32 = this.builder.build_int_truncate(t, i32t, "")?;
-                this.builder.build_store(at, t32)?;
-                let one = this.builder.build_int_z_extend(one, i64t, "")?;
-                let n = this.builder.build_int_add(n, one, "n")?;
-                this.builder.build_store(count, n)?;
+                append(this, this.builder.build_int_add(first, u, "t")?, 1)?;
                 Ok(Vec::new())
             })?;
         }
@@ -548,6 +529,7 @@ fn step_ptr<'ctx>(
 ) -> Emit<PointerValue<'ctx>> {
     let i32t = e.context.i32_type();
     // SAFETY: (of the GEP, not of Rust code) every caller indexes below the array's length:
-    // `k` is below the number of steps found, at most the dot's length.
+    // `k` is below the number of steps found, at most the dot's length, or (appending step
+    // `t`) the number found before `t`, at most `t`.
     unsafe { e.builder.build_in_bounds_gep(i32t, steps, &[k], "at") }
 }
