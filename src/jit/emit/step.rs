@@ -140,6 +140,14 @@ impl<'ctx> Emitter<'ctx, '_> {
             .build_conditional_branch(finite, merged_block, stop)?;
 
         self.builder.position_at_end(merged_block);
+        // The sample after the next (or the next, at the end) on its way into the cache
+        // while this step runs: the next sample's check waited for each line of it.
+        let (after_next, more) = self.next_sample(next, n)?;
+        let after_next = self
+            .builder
+            .build_select(more, after_next, next, "after_next")?
+            .into_int_value();
+        self.prefetch_sample(self.sample_ptr(inputs, after_next, "after_next_inputs")?)?;
         let sample_inputs = self.sample_ptr(inputs, s_value, "sample_inputs")?;
         // `step`'s backward parts are init, the functions from the last, rest: function 0
         // is the last but one.
@@ -372,6 +380,28 @@ impl<'ctx> Emitter<'ctx, '_> {
             .builder
             .build_int_mul(sample, i64t.const_int(width, false), name)?;
         self.element_ptr(inputs, offset)
+    }
+
+    /// Asks the cache for every line of the sample at `sample` (a prefetch never faults and
+    /// changes no result). Into L2, not L1: there it would push out the weights the step is
+    /// using (per-sample `train` on MNIST, Zen 4: into L2 -7 to -10%, into L1 -2%).
+    fn prefetch_sample(&self, sample: PointerValue<'ctx>) -> Emit<()> {
+        const LINE_NUMBERS: u32 = 8;
+        let lines = (self.tape.num_inputs() as u32).div_ceil(LINE_NUMBERS);
+        let (i32t, i64t) = (self.context.i32_type(), self.context.i64_type());
+        let prefetch = self.masked_intrinsic("llvm.prefetch", &[sample.get_type().into()])?;
+        // Read, locality 1 (x86: prefetcht2; AMD fills L2 for it), data.
+        let how = [0, 1, 1].map(|x| i32t.const_int(x, false).into());
+        self.emit_loop::<FloatValue>(lines, false, &[], |this, line, _| {
+            let at =
+                this.builder
+                    .build_int_mul(line, i64t.const_int(LINE_NUMBERS.into(), false), "")?;
+            let ptr = this.element_ptr(sample, at)?;
+            this.builder
+                .build_call(prefetch, &[ptr.into(), how[0], how[1], how[2]], "")?;
+            Ok(Vec::new())
+        })?;
+        Ok(())
     }
 
     /// Copies a sample (at `sample`, `num_inputs` numbers) into the input slots.
