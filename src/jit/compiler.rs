@@ -119,7 +119,11 @@ fn build(
 ) -> Result<Object> {
     let mut stats = JitStats::default();
     let start = Instant::now();
-    let Lowered { module } = Emitter::new(ctx, tape, plan, cpu, role)
+    let loop_code = crate::plan::functions::loop_code(
+        role.functions(plan).into_iter().map(|f| &plan.functions[f]),
+    );
+    let (pipeline, scalar_lanes) = options.module_pipeline(loop_code);
+    let Lowered { module } = Emitter::new(ctx, tape, plan, cpu, role, scalar_lanes)
         .emit()
         .map_err(|e| llvm_error("IR emission", e))?;
     module
@@ -131,7 +135,7 @@ fn build(
     let machine = host_target_machine(cpu, options.codegen_level())?;
     module.set_triple(&machine.get_triple());
     module.set_data_layout(&machine.get_target_data().get_data_layout());
-    if let Some(pipeline) = options.effective_pipeline() {
+    if let Some(pipeline) = pipeline {
         module
             .run_passes(&pipeline, &machine, PassBuilderOptions::create())
             .map_err(|e| llvm_error("optimization", e))?;

@@ -47,20 +47,46 @@ impl OptLevel {
     /// pays here is the SLP vectorizer, which merges the per-slot loads and stores of
     /// neighbouring slots into vector ones (4x fewer instructions, faster codegen), the loop
     /// vectorizer for recovered loops, instruction combining and, at O3, GVN. None of these
-    /// passes changes a result: no pass gets fast-math flags.
+    /// passes changes a result: no pass gets fast-math flags. A module of loop code only runs
+    /// the same without SLP at O2 and O3 (see `loop_code_pipeline`).
     pub fn pipeline(self) -> Option<&'static str> {
+        self.passes(true)
+    }
+
+    /// The pipeline for a module of loop code only ([`crate::plan::functions::loop_code`]) at
+    /// O2 and O3: the level's, without the SLP vectorizer. Such a module reads and writes lanes
+    /// whose slots are not adjacent one slot at a time (`emit::lanes`), so that instruction
+    /// combining and early CSE see every load and store; SLP would turn those loads back into
+    /// gathers (on Zen 4, moons' step 16 -> 20 us) and its alias checks over the stores
+    /// triple the compile time. `None` where the level keeps its own.
+    pub(crate) fn loop_code_pipeline(self) -> Option<&'static str> {
         match self {
-            OptLevel::O0 => None,
-            OptLevel::O1 => {
+            OptLevel::O0 | OptLevel::O1 => None,
+            OptLevel::O2 | OptLevel::O3 => self.passes(false),
+        }
+    }
+
+    fn passes(self, slp: bool) -> Option<&'static str> {
+        match (self, slp) {
+            (OptLevel::O0, _) => None,
+            (OptLevel::O1, _) => {
                 Some("function(instcombine<no-verify-fixpoint>,loop-vectorize,slp-vectorizer)")
             }
-            OptLevel::O2 => Some(
+            (OptLevel::O2, true) => Some(
                 "function(early-cse<memssa>,instcombine<no-verify-fixpoint>,loop-vectorize,\
                  slp-vectorizer,instcombine<no-verify-fixpoint>,simplifycfg)",
             ),
-            OptLevel::O3 => Some(
+            (OptLevel::O2, false) => Some(
+                "function(early-cse<memssa>,instcombine<no-verify-fixpoint>,loop-vectorize,\
+                 instcombine<no-verify-fixpoint>,simplifycfg)",
+            ),
+            (OptLevel::O3, true) => Some(
                 "function(early-cse<memssa>,instcombine<no-verify-fixpoint>,gvn,loop-vectorize,\
                  slp-vectorizer,instcombine<no-verify-fixpoint>,simplifycfg)",
+            ),
+            (OptLevel::O3, false) => Some(
+                "function(early-cse<memssa>,instcombine<no-verify-fixpoint>,gvn,loop-vectorize,\
+                 instcombine<no-verify-fixpoint>,simplifycfg)",
             ),
         }
     }
@@ -327,6 +353,19 @@ impl JitBuilder {
         self.pipeline
             .clone()
             .or_else(|| self.opt_level.pipeline().map(String::from))
+    }
+
+    /// A module's pipeline, and whether its lanes touch slots one at a time: a module of
+    /// `loop_code` gets [`OptLevel::loop_code_pipeline`], unless the builder has a pipeline
+    /// of its own or the level keeps one for every module.
+    fn module_pipeline(&self, loop_code: bool) -> (Option<String>, bool) {
+        let loops = loop_code
+            .then(|| self.opt_level.loop_code_pipeline())
+            .flatten();
+        match (&self.pipeline, loops) {
+            (None, Some(pipeline)) => (Some(pipeline.to_string()), true),
+            _ => (self.effective_pipeline(), false),
+        }
     }
 
     /// Linearizes and compiles `graph`.

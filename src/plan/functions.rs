@@ -48,6 +48,26 @@ pub fn forward_functions(modules: &[Range<usize>], m: usize) -> Range<usize> {
     modules[(m + count - 1) % count].clone()
 }
 
+/// Straight-line nodes a module of loop code may hold ([`loop_code`]): a loss, a softmax.
+pub const LOOP_CODE_STRAIGHT: usize = 64;
+
+/// Whether `functions` are loop code: at most [`LOOP_CODE_STRAIGHT`] straight-line nodes
+/// among them, the rest loops and nests. Such a module is compiled with lanes that touch
+/// slots one at a time and without the SLP vectorizer
+/// ([`crate::OptLevel::loop_code_pipeline`]); straight-line code needs SLP.
+pub fn loop_code<'a>(functions: impl IntoIterator<Item = &'a Vec<Item>>) -> bool {
+    let straight: usize = functions
+        .into_iter()
+        .flatten()
+        .map(|item| match item {
+            Item::Straight(r) => r.len(),
+            Item::SumPart { args, .. } => args.len(),
+            _ => 0,
+        })
+        .sum();
+    straight <= LOOP_CODE_STRAIGHT
+}
+
 /// `items` cut into functions of about `chunk_size` weight: straight-line nodes count with
 /// their operands, loops count [`LOOP_WEIGHT`] (see [`weight`]). A `sum` heavier than a whole function is cut
 /// into [`Item::SumPart`]s that continue one another across functions, its additions kept in

@@ -458,3 +458,25 @@ fn lanes_decided_in_the_first_repetition_match_checking_every_one() {
         assert!(!once.is_empty(), "graph {k} has no nests");
     }
 }
+
+#[test]
+fn recovered_loops_are_loop_code_and_straight_line_tapes_are_not() {
+    use super::functions::{loop_code, LOOP_CODE_STRAIGHT};
+    let g = Graph::new();
+    copies_of_two_layers(&g, 3);
+    let tape = Tape::from_graph(&g).unwrap();
+    assert!(tape.len() > 10 * LOOP_CODE_STRAIGHT);
+    for recover in [true, false] {
+        let (tape, s) = layout::apply(tape.clone(), schedule(&tape, recover)).unwrap();
+        let options = PlanOptions {
+            chunk_size: 250,
+            fast_math: false,
+            zero_skipping: ZeroSkipping::Auto,
+        };
+        let plan = Plan::new(&tape, &s, options).unwrap();
+        assert_eq!(loop_code(&plan.functions), recover);
+        // Each function alone: all loops, or (some of) the straight line.
+        let loops = plan.functions.iter().filter(|f| loop_code([*f])).count();
+        assert_eq!(loops == plan.functions.len(), recover);
+    }
+}

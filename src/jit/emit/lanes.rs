@@ -220,8 +220,7 @@ impl<'ctx> LaneIo<'ctx> for VectorValue<'ctx> {
                 if let Some(known) = e.known.get(block, &place) {
                     return Ok(known);
                 }
-                let ptrs = e.lane_ptrs(buf, a, t, reps, lanes)?;
-                let v = e.gather(ptrs, ty)?;
+                let v = e.gather(buf, a, t, reps, lanes)?;
                 e.known.read(block, place, v);
                 Ok(v)
             }
@@ -244,8 +243,7 @@ impl<'ctx> LaneIo<'ctx> for VectorValue<'ctx> {
             return e.store_vector(ptr, v);
         }
         e.known.wrote(e.block(), place, Some(v));
-        let ptrs = e.lane_ptrs(buf, a, t, reps, lanes)?;
-        e.scatter(v, ptrs)
+        e.scatter(v, buf, a, t, reps, lanes)
     }
 
     /// One vector update when the repetitions' slots are adjacent; otherwise lane by lane
@@ -400,8 +398,25 @@ impl<'ctx> Emitter<'ctx, '_> {
             .build_shuffle_vector(first, ty.get_undef(), lane0, "splat")
     }
 
-    /// `&buf[a(t, j)]` for the vector's repetitions `j`, as a vector of pointers.
+    /// `&buf[a(t, j)]` for the vector's repetitions `j`, lane by lane.
     fn lane_ptrs(
+        &self,
+        buf: PointerValue<'ctx>,
+        a: Affine,
+        t: IntValue<'ctx>,
+        reps: &Reps<'ctx>,
+        lanes: Vector,
+    ) -> Emit<Vec<PointerValue<'ctx>>> {
+        let first = self.ptr_at(buf, a, t, &self.lane_js(reps, lanes)?)?;
+        let across = self.plan.buffers.affine(a).outer[reps.lane_level()];
+        let i64t = self.context.i64_type();
+        (0..lanes.width as i64)
+            .map(|l| self.element_ptr(first, i64t.const_int((l * across) as u64, true)))
+            .collect()
+    }
+
+    /// The same addresses as one vector of pointers, for a masked gather or scatter.
+    fn lane_ptr_vector(
         &self,
         buf: PointerValue<'ctx>,
         a: Affine,
@@ -427,8 +442,32 @@ impl<'ctx> Emitter<'ctx, '_> {
         self.builder.build_int_to_ptr(addrs, ptrs, "lanes")
     }
 
-    /// `llvm.masked.gather` of every lane.
-    fn gather(&self, ptrs: VectorValue<'ctx>, ty: VectorType<'ctx>) -> Emit<VectorValue<'ctx>> {
+    /// The lanes at `buf[a(t, j)]`: one load each in a module of loop code (LLVM then sees
+    /// every load, and forwards earlier stores to them), else `llvm.masked.gather`.
+    fn gather(
+        &self,
+        buf: PointerValue<'ctx>,
+        a: Affine,
+        t: IntValue<'ctx>,
+        reps: &Reps<'ctx>,
+        lanes: Vector,
+    ) -> Emit<VectorValue<'ctx>> {
+        let ty = self.f64_type.vec_type(lanes.width);
+        if self.scalar_lanes {
+            let i32t = self.context.i32_type();
+            let mut v = ty.get_undef();
+            for (lane, ptr) in self
+                .lane_ptrs(buf, a, t, reps, lanes)?
+                .into_iter()
+                .enumerate()
+            {
+                let x = self.builder.build_load(self.f64_type, ptr, "")?;
+                let lane = i32t.const_int(lane as u64, false);
+                v = self.builder.build_insert_element(v, x, lane, "")?;
+            }
+            return Ok(v);
+        }
+        let ptrs = self.lane_ptr_vector(buf, a, t, reps, lanes)?;
         let f =
             self.masked_intrinsic("llvm.masked.gather", &[ty.into(), ptrs.get_type().into()])?;
         let args = [
@@ -444,9 +483,32 @@ impl<'ctx> Emitter<'ctx, '_> {
             .map_or_else(|| ty.get_undef(), |v| v.into_vector_value()))
     }
 
-    /// `llvm.masked.scatter` of every lane.
-    fn scatter(&self, v: VectorValue<'ctx>, ptrs: VectorValue<'ctx>) -> Emit<()> {
+    /// `v`'s lanes stored to `buf[a(t, j)]`: one store each in a module of loop code, else
+    /// `llvm.masked.scatter` (as [`Emitter::gather`]).
+    fn scatter(
+        &self,
+        v: VectorValue<'ctx>,
+        buf: PointerValue<'ctx>,
+        a: Affine,
+        t: IntValue<'ctx>,
+        reps: &Reps<'ctx>,
+        lanes: Vector,
+    ) -> Emit<()> {
+        if self.scalar_lanes {
+            let i32t = self.context.i32_type();
+            for (lane, ptr) in self
+                .lane_ptrs(buf, a, t, reps, lanes)?
+                .into_iter()
+                .enumerate()
+            {
+                let lane = i32t.const_int(lane as u64, false);
+                let x = self.builder.build_extract_element(v, lane, "")?;
+                self.builder.build_store(ptr, x)?;
+            }
+            return Ok(());
+        }
         let ty = v.get_type();
+        let ptrs = self.lane_ptr_vector(buf, a, t, reps, lanes)?;
         let f =
             self.masked_intrinsic("llvm.masked.scatter", &[ty.into(), ptrs.get_type().into()])?;
         let args = [

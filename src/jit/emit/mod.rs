@@ -92,6 +92,23 @@ pub enum ModuleRole {
     Lazy(LazyEntry),
 }
 
+impl ModuleRole {
+    /// The plan functions the module defines a variant of: its own and the previous module's
+    /// (forward variants); a lazy entry point's are function 0's.
+    pub fn functions(self, plan: &Plan) -> Vec<usize> {
+        match self {
+            ModuleRole::Plan(m) => {
+                let forward = crate::plan::functions::forward_functions(&plan.modules, m);
+                plan.modules[m].clone().chain(forward).collect()
+            }
+            ModuleRole::Lazy(_) => (!plan.functions.is_empty())
+                .then_some(0)
+                .into_iter()
+                .collect(),
+        }
+    }
+}
+
 /// An entry point only one method runs, compiled when it first does: together they were
 /// half of compiling MNIST's graph, for programs that may never call either.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -131,6 +148,9 @@ pub struct Emitter<'ctx, 't> {
     role: ModuleRole,
     /// Lane vectors in registers, while a loop item is emitted ([`known`]).
     known: known::Known<'ctx>,
+    /// Lanes whose slots are not adjacent are read and written one slot at a time, not by
+    /// masked gathers and scatters (in modules of loop code, [`crate::OptLevel::loop_code_pipeline`]).
+    scalar_lanes: bool,
 }
 
 /// What varies per function: its buffers, and what the pass it belongs to adds.
@@ -285,6 +305,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         plan: &'t Plan,
         cpu: &HostCpu,
         role: ModuleRole,
+        scalar_lanes: bool,
     ) -> Self {
         let (defines, defines_forward, name) = match role {
             ModuleRole::Plan(m) => {
@@ -337,6 +358,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
             defines_forward,
             role,
             known: known::Known::default(),
+            scalar_lanes,
         }
     }
 
