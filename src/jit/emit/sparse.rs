@@ -185,11 +185,11 @@ impl<'ctx> Emitter<'ctx, '_> {
 
     /// The steps `t` in `0..len` (ascending, as `i32`s in a stack array) where some input
     /// `buf[a(t)]` of `inputs` is not 0 (NaN counts as not 0), and how many there are.
-    /// Inputs at unit stride are tested [`CHUNK`] at a time. Every step is stored at the
-    /// list's end and the count moves past it only if the step is kept: no branch to
-    /// mispredict, and no compress-store (`llvm.masked.compressstore` is one `vpcompressd`
-    /// to memory where AVX-512 has it, which Zen 4 runs so slowly that building the list
-    /// took half of `train`'s time).
+    /// Inputs at unit stride are tested [`CHUNK`] at a time, a chunk of zeros skipped by one
+    /// branch. Every step of the others is stored at the list's end and the count moves past
+    /// it only if the step is kept: no branch to mispredict, and no compress-store
+    /// (`llvm.masked.compressstore` is one `vpcompressd` to memory where AVX-512 has it,
+    /// which Zen 4 runs so slowly that building the list took half of `train`'s time).
     fn nonzero_steps(
         &self,
         len: u32,
@@ -221,17 +221,49 @@ impl<'ctx> Emitter<'ctx, '_> {
             let mask = mask.expect("at least one input");
             let first = this.builder.build_int_truncate(first, i32t, "")?;
             let mut n = this.builder.build_load(i64t, count, "n")?.into_int_value();
-            for lane in 0..width {
-                let lane = i32t.const_int(lane.into(), false);
-                let t = this.builder.build_int_add(first, lane, "t")?;
-                this.builder.build_store(step_ptr(this, steps, n)?, t)?;
-                let kept = this.builder.build_extract_element(mask, lane, "")?;
-                let kept = this
+            // The mask as the bits of one integer, each lane's a shift and a mask away (an
+            // element of a mask vector costs a mask-register shift and a move each).
+            let int = if width == 1 {
+                this.context.bool_type()
+            } else {
+                this.context.i8_type()
+            };
+            let bits = this.builder.build_bit_cast(mask, int, "")?.into_int_value();
+            let bits = this.builder.build_int_z_extend(bits, i64t, "bits")?;
+            let one = i64t.const_int(1, false);
+            // A chunk of zeros in every input (an image's border) appends nothing: one branch.
+            let appended = if width > 1 {
+                let f = this.current_function();
+                let (append, appended) = (
+                    this.context.append_basic_block(f, "append"),
+                    this.context.append_basic_block(f, "appended"),
+                );
+                let zero = i64t.const_zero();
+                let any = this
                     .builder
-                    .build_int_z_extend(kept.into_int_value(), i64t, "")?;
+                    .build_int_compare(IntPredicate::NE, bits, zero, "any")?;
+                this.builder
+                    .build_conditional_branch(any, append, appended)?;
+                this.builder.position_at_end(append);
+                Some(appended)
+            } else {
+                None
+            };
+            for lane in 0..width {
+                let t =
+                    this.builder
+                        .build_int_add(first, i32t.const_int(lane.into(), false), "t")?;
+                this.builder.build_store(step_ptr(this, steps, n)?, t)?;
+                let shift = i64t.const_int(lane.into(), false);
+                let kept = this.builder.build_right_shift(bits, shift, false, "")?;
+                let kept = this.builder.build_and(kept, one, "kept")?;
                 n = this.builder.build_int_add(n, kept, "n")?;
             }
             this.builder.build_store(count, n)?;
+            if let Some(appended) = appended {
+                this.builder.build_unconditional_branch(appended)?;
+                this.builder.position_at_end(appended);
+            }
             Ok(())
         };
         if vectorized > 0 {
