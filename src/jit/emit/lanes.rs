@@ -187,6 +187,14 @@ impl<'ctx> LaneIo<'ctx> for FloatValue<'ctx> {
     }
 }
 
+/// A vector's lanes in a buffer: the first lane's address, `across` slots between lanes.
+#[derive(Clone, Copy)]
+struct LanesAt<'ctx> {
+    first: PointerValue<'ctx>,
+    across: i64,
+    width: u32,
+}
+
 impl<'ctx> LaneIo<'ctx> for VectorValue<'ctx> {
     const IS_VECTOR: bool = true;
 
@@ -220,7 +228,7 @@ impl<'ctx> LaneIo<'ctx> for VectorValue<'ctx> {
                 if let Some(known) = e.known.get(block, &place) {
                     return Ok(known);
                 }
-                let v = e.gather(buf, a, t, reps, lanes)?;
+                let v = e.gather(e.lanes_at(buf, a, t, reps, lanes)?)?;
                 e.known.read(block, place, v);
                 Ok(v)
             }
@@ -243,7 +251,7 @@ impl<'ctx> LaneIo<'ctx> for VectorValue<'ctx> {
             return e.store_vector(ptr, v);
         }
         e.known.wrote(e.block(), place, Some(v));
-        e.scatter(v, buf, a, t, reps, lanes)
+        e.scatter(v, e.lanes_at(buf, a, t, reps, lanes)?)
     }
 
     /// One vector update when the repetitions' slots are adjacent; otherwise lane by lane
@@ -398,76 +406,61 @@ impl<'ctx> Emitter<'ctx, '_> {
             .build_shuffle_vector(first, ty.get_undef(), lane0, "splat")
     }
 
-    /// `&buf[a(t, j)]` for the vector's repetitions `j`, lane by lane.
-    fn lane_ptrs(
+    /// Where the vector's lanes are: `&buf[a(t, j)]` for its first repetition `j`, and how
+    /// many slots apart the lanes' slots lie.
+    fn lanes_at(
         &self,
         buf: PointerValue<'ctx>,
         a: Affine,
         t: IntValue<'ctx>,
         reps: &Reps<'ctx>,
         lanes: Vector,
-    ) -> Emit<Vec<PointerValue<'ctx>>> {
-        let first = self.ptr_at(buf, a, t, &self.lane_js(reps, lanes)?)?;
-        let across = self.plan.buffers.affine(a).outer[reps.lane_level()];
+    ) -> Emit<LanesAt<'ctx>> {
+        Ok(LanesAt {
+            first: self.ptr_at(buf, a, t, &self.lane_js(reps, lanes)?)?,
+            across: self.plan.buffers.affine(a).outer[reps.lane_level()],
+            width: lanes.width,
+        })
+    }
+
+    /// Each lane's address.
+    fn lane_ptrs(&self, at: LanesAt<'ctx>) -> Emit<Vec<PointerValue<'ctx>>> {
         let i64t = self.context.i64_type();
-        (0..lanes.width as i64)
-            .map(|l| self.element_ptr(first, i64t.const_int((l * across) as u64, true)))
+        (0..at.width as i64)
+            .map(|l| self.element_ptr(at.first, i64t.const_int((l * at.across) as u64, true)))
             .collect()
     }
 
-    /// The same addresses as one vector of pointers, for a masked gather or scatter.
-    fn lane_ptr_vector(
-        &self,
-        buf: PointerValue<'ctx>,
-        a: Affine,
-        t: IntValue<'ctx>,
-        reps: &Reps<'ctx>,
-        lanes: Vector,
-    ) -> Emit<VectorValue<'ctx>> {
+    /// The lanes' addresses as one vector of pointers, for a masked gather or scatter.
+    fn lane_ptr_vector(&self, at: LanesAt<'ctx>) -> Emit<VectorValue<'ctx>> {
         let i64t = self.context.i64_type();
-        let first = self.ptr_at(buf, a, t, &self.lane_js(reps, lanes)?)?;
-        let first = self.builder.build_ptr_to_int(first, i64t, "")?;
-        let addrs = self.broadcast(first.into(), i64t.vec_type(lanes.width))?;
-        let across = self.plan.buffers.affine(a).outer[reps.lane_level()];
-        let bytes: Vec<_> = (0..lanes.width as i64)
-            .map(|l| i64t.const_int((l * across * 8) as u64, true))
+        let first = self.builder.build_ptr_to_int(at.first, i64t, "")?;
+        let addrs = self.broadcast(first.into(), i64t.vec_type(at.width))?;
+        let bytes: Vec<_> = (0..at.width as i64)
+            .map(|l| i64t.const_int((l * at.across * 8) as u64, true))
             .collect();
         let addrs = self
             .builder
             .build_int_add(addrs, VectorType::const_vector(&bytes), "")?;
-        let ptrs = self
-            .context
-            .ptr_type(Default::default())
-            .vec_type(lanes.width);
+        let ptrs = self.context.ptr_type(Default::default()).vec_type(at.width);
         self.builder.build_int_to_ptr(addrs, ptrs, "lanes")
     }
 
-    /// The lanes at `buf[a(t, j)]`: one load each in a module of loop code (LLVM then sees
-    /// every load, and forwards earlier stores to them), else `llvm.masked.gather`.
-    fn gather(
-        &self,
-        buf: PointerValue<'ctx>,
-        a: Affine,
-        t: IntValue<'ctx>,
-        reps: &Reps<'ctx>,
-        lanes: Vector,
-    ) -> Emit<VectorValue<'ctx>> {
-        let ty = self.f64_type.vec_type(lanes.width);
+    /// The lanes `at`: one load each in a module of loop code (LLVM then sees every load,
+    /// and forwards earlier stores to them), else `llvm.masked.gather`.
+    fn gather(&self, at: LanesAt<'ctx>) -> Emit<VectorValue<'ctx>> {
+        let ty = self.f64_type.vec_type(at.width);
         if self.scalar_lanes {
             let i32t = self.context.i32_type();
             let mut v = ty.get_undef();
-            for (lane, ptr) in self
-                .lane_ptrs(buf, a, t, reps, lanes)?
-                .into_iter()
-                .enumerate()
-            {
+            for (lane, ptr) in self.lane_ptrs(at)?.into_iter().enumerate() {
                 let x = self.builder.build_load(self.f64_type, ptr, "")?;
                 let lane = i32t.const_int(lane as u64, false);
                 v = self.builder.build_insert_element(v, x, lane, "")?;
             }
             return Ok(v);
         }
-        let ptrs = self.lane_ptr_vector(buf, a, t, reps, lanes)?;
+        let ptrs = self.lane_ptr_vector(at)?;
         let f =
             self.masked_intrinsic("llvm.masked.gather", &[ty.into(), ptrs.get_type().into()])?;
         let args = [
@@ -483,24 +476,12 @@ impl<'ctx> Emitter<'ctx, '_> {
             .map_or_else(|| ty.get_undef(), |v| v.into_vector_value()))
     }
 
-    /// `v`'s lanes stored to `buf[a(t, j)]`: one store each in a module of loop code, else
+    /// `v`'s lanes stored `at`: one store each in a module of loop code, else
     /// `llvm.masked.scatter` (as [`Emitter::gather`]).
-    fn scatter(
-        &self,
-        v: VectorValue<'ctx>,
-        buf: PointerValue<'ctx>,
-        a: Affine,
-        t: IntValue<'ctx>,
-        reps: &Reps<'ctx>,
-        lanes: Vector,
-    ) -> Emit<()> {
+    fn scatter(&self, v: VectorValue<'ctx>, at: LanesAt<'ctx>) -> Emit<()> {
         if self.scalar_lanes {
             let i32t = self.context.i32_type();
-            for (lane, ptr) in self
-                .lane_ptrs(buf, a, t, reps, lanes)?
-                .into_iter()
-                .enumerate()
-            {
+            for (lane, ptr) in self.lane_ptrs(at)?.into_iter().enumerate() {
                 let lane = i32t.const_int(lane as u64, false);
                 let x = self.builder.build_extract_element(v, lane, "")?;
                 self.builder.build_store(ptr, x)?;
@@ -508,7 +489,7 @@ impl<'ctx> Emitter<'ctx, '_> {
             return Ok(());
         }
         let ty = v.get_type();
-        let ptrs = self.lane_ptr_vector(buf, a, t, reps, lanes)?;
+        let ptrs = self.lane_ptr_vector(at)?;
         let f =
             self.masked_intrinsic("llvm.masked.scatter", &[ty.into(), ptrs.get_type().into()])?;
         let args = [
