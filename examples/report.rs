@@ -578,7 +578,7 @@ fn run(o: Options) -> Result<(), String> {
     let _ = write!(
         report,
         "\n## Minibatch SGD on every core\n\n`Program::train_minibatches` at O2.\n\n{}",
-        minibatch::table(&g, &samples, o.step_repeats)?
+        minibatch::table(&g, &samples, o.step_repeats, MIN_RUN_SECS)?
     );
     let mut families_agree = true;
     if o.families {
