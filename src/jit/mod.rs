@@ -57,7 +57,7 @@ impl OptLevel {
     /// O2 and O3: the level's, without the SLP vectorizer. Such a module reads and writes lanes
     /// whose slots are not adjacent one slot at a time (`emit::lanes`), so that instruction
     /// combining and early CSE see every load and store; SLP would turn those loads back into
-    /// gathers (on Zen 4, moons' step 16 -> 20 us) and its alias checks over the stores
+    /// gathers (on Zen 4, moons' step 16 -> 17-20 us) and its alias checks over the stores
     /// triple the compile time. `None` where the level keeps its own.
     pub(crate) fn loop_code_pipeline(self) -> Option<&'static str> {
         match self {

@@ -461,8 +461,7 @@ impl<'ctx> Emitter<'ctx, '_> {
             return Ok(v);
         }
         let ptrs = self.lane_ptr_vector(at)?;
-        let f =
-            self.masked_intrinsic("llvm.masked.gather", &[ty.into(), ptrs.get_type().into()])?;
+        let f = self.intrinsic("llvm.masked.gather", &[ty.into(), ptrs.get_type().into()])?;
         let args = [
             ptrs.into(),
             self.context.i32_type().const_int(8, false).into(),
@@ -490,8 +489,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         }
         let ty = v.get_type();
         let ptrs = self.lane_ptr_vector(at)?;
-        let f =
-            self.masked_intrinsic("llvm.masked.scatter", &[ty.into(), ptrs.get_type().into()])?;
+        let f = self.intrinsic("llvm.masked.scatter", &[ty.into(), ptrs.get_type().into()])?;
         let args = [
             v.into(),
             ptrs.into(),
@@ -502,12 +500,14 @@ impl<'ctx> Emitter<'ctx, '_> {
         Ok(())
     }
 
-    pub(super) fn masked_intrinsic(
+    /// The declaration of LLVM intrinsic `name` over `types` (masked gather and scatter,
+    /// reductions, prefetch).
+    pub(super) fn intrinsic(
         &self,
         name: &str,
         types: &[BasicTypeEnum<'ctx>],
     ) -> Emit<FunctionValue<'ctx>> {
-        // LLVM 19 has both intrinsics; a missing one is reported, not a panic.
+        // LLVM 19 has every one we use; a missing one is reported, not a panic.
         inkwell::intrinsics::Intrinsic::find(name)
             .and_then(|i| i.get_declaration(&self.module, types))
             .ok_or(inkwell::builder::BuilderError::UnsetPosition)

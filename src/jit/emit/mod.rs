@@ -93,13 +93,26 @@ pub enum ModuleRole {
 }
 
 impl ModuleRole {
-    /// The plan functions the module defines a variant of: its own and the previous module's
-    /// (forward variants); a lazy entry point's are function 0's.
+    /// The plan functions whose backward variants (plain and `step`'s) the module defines,
+    /// and those whose forward variant it defines (`plan::functions::forward_functions`). A
+    /// lazy entry point's module defines none of these: only its own variants of function 0.
+    fn defines(self, plan: &Plan) -> (Range<usize>, Range<usize>) {
+        match self {
+            ModuleRole::Plan(m) => (
+                plan.modules[m].clone(),
+                crate::plan::functions::forward_functions(&plan.modules, m),
+            ),
+            ModuleRole::Lazy(_) => (0..0, 0..0),
+        }
+    }
+
+    /// The plan functions the module defines a variant of (a lazy entry point's: function
+    /// 0's).
     pub fn functions(self, plan: &Plan) -> Vec<usize> {
         match self {
-            ModuleRole::Plan(m) => {
-                let forward = crate::plan::functions::forward_functions(&plan.modules, m);
-                plan.modules[m].clone().chain(forward).collect()
+            ModuleRole::Plan(_) => {
+                let (backward, forward) = self.defines(plan);
+                backward.chain(forward).collect()
             }
             ModuleRole::Lazy(_) => (!plan.functions.is_empty())
                 .then_some(0)
@@ -307,14 +320,10 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         role: ModuleRole,
         scalar_lanes: bool,
     ) -> Self {
-        let (defines, defines_forward, name) = match role {
-            ModuleRole::Plan(m) => {
-                let defines = plan.modules[m].clone();
-                let name = format!("tapejit{}", defines.start);
-                let forward = crate::plan::functions::forward_functions(&plan.modules, m);
-                (defines, forward, name)
-            }
-            ModuleRole::Lazy(entry) => (0..0, 0..0, format!("tapejit_{}", entry.name())),
+        let (defines, defines_forward) = role.defines(plan);
+        let name = match role {
+            ModuleRole::Plan(_) => format!("tapejit{}", defines.start),
+            ModuleRole::Lazy(entry) => format!("tapejit_{}", entry.name()),
         };
         let module = context.create_module(&name);
         let f64_type = context.f64_type();

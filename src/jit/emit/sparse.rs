@@ -28,6 +28,8 @@
 //! when params change, with the -0 check) and its backward ([`Emitter::sparse_dot_backward`]:
 //! where the products' gradients are finite, into gradients it zeroed itself).
 
+use std::num::NonZeroU32;
+
 use inkwell::basic_block::BasicBlock;
 use inkwell::types::BasicTypeEnum;
 use inkwell::values::{FloatValue, FunctionValue, IntValue, PointerValue, VectorValue};
@@ -223,11 +225,9 @@ impl<'ctx> Emitter<'ctx, '_> {
             let mut n = this.builder.build_load(i64t, count, "n")?.into_int_value();
             // The mask as the bits of one integer, each lane's a shift and a mask away (an
             // element of a mask vector costs a mask-register shift and a move each).
-            let int = if width == 1 {
-                this.context.bool_type()
-            } else {
-                this.context.i8_type()
-            };
+            let int = NonZeroU32::new(width)
+                .and_then(|w| this.context.custom_width_int_type(w).ok())
+                .ok_or(inkwell::builder::BuilderError::UnsetPosition)?;
             let bits = this.builder.build_bit_cast(mask, int, "")?.into_int_value();
             let bits = this.builder.build_int_z_extend(bits, i64t, "bits")?;
             let one = i64t.const_int(1, false);
@@ -505,7 +505,7 @@ impl<'ctx> Emitter<'ctx, '_> {
 
     /// Whether any lane of the `i1` vector `v` is set.
     fn any_lane(&self, v: VectorValue<'ctx>) -> Emit<IntValue<'ctx>> {
-        let or = self.masked_intrinsic("llvm.vector.reduce.or", &[v.get_type().into()])?;
+        let or = self.intrinsic("llvm.vector.reduce.or", &[v.get_type().into()])?;
         let any = self.builder.build_call(or, &[v.into()], "any")?;
         Ok(any
             .try_as_basic_value()

@@ -388,8 +388,11 @@ impl<'ctx> Emitter<'ctx, '_> {
     fn prefetch_sample(&self, sample: PointerValue<'ctx>) -> Emit<()> {
         const LINE_NUMBERS: u32 = 8;
         let lines = (self.tape.num_inputs() as u32).div_ceil(LINE_NUMBERS);
+        if lines == 0 {
+            return Ok(());
+        }
         let (i32t, i64t) = (self.context.i32_type(), self.context.i64_type());
-        let prefetch = self.masked_intrinsic("llvm.prefetch", &[sample.get_type().into()])?;
+        let prefetch = self.intrinsic("llvm.prefetch", &[sample.get_type().into()])?;
         // Read, locality 1 (x86: prefetcht2; AMD fills L2 for it), data.
         let how = [0, 1, 1].map(|x| i32t.const_int(x, false).into());
         self.emit_loop::<FloatValue>(lines, false, &[], |this, line, _| {
