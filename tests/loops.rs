@@ -396,3 +396,39 @@ fn copies_whose_dots_add_into_a_shared_layer_in_blocks() {
         check(&format!("{copies} copies of {nin}-{hidden:?}"), &g);
     }
 }
+
+/// Elman cells (the `families` RNN's shape): each neuron's sum adds single products of the
+/// step's inputs and a map over the state, which every neuron reads, so backward takes the
+/// vertical order over the map (no dot). States read by the next step only (their gradients
+/// summed from 0) or by a readout too; hidden sizes a whole number of vertical blocks or not.
+/// Bit for bit against the interpreter at every level.
+#[test]
+fn recurrent_cells_whose_sums_are_not_dots() {
+    for (inputs, hidden, steps, readout) in [
+        (2, 16, 5, false),
+        (3, 16, 4, true),
+        (1, 8, 6, true),
+        (2, 12, 3, false),
+    ] {
+        let g = Graph::new();
+        let mut rng = StdRng::seed_from_u64(hidden as u64 + steps as u64);
+        let cell = Layer::new(&g, inputs + hidden, hidden, Activation::Tanh, &mut rng);
+        let out = Layer::new(&g, hidden, 1, Activation::Linear, &mut rng);
+        let mut h: Vec<Value> = g.inputs(hidden);
+        let mut terms = Vec::new();
+        for _ in 0..steps {
+            let mut xh = g.inputs_without_grad(inputs);
+            xh.extend(&h);
+            h = cell.call(&xh).unwrap();
+            if readout {
+                terms.extend(out.call(&h).unwrap());
+            }
+        }
+        terms.extend(&h);
+        g.set_loss(g.sum(terms.iter().map(|&t| t * t))).unwrap();
+        check(
+            &format!("{steps} steps of a {inputs}+{hidden} cell, readout {readout}"),
+            &g,
+        );
+    }
+}

@@ -63,6 +63,9 @@ struct Contribution {
     t: u32,
     step: u64,
     arg: u64,
+    /// For a map's (or a dot's products') additions: the [`VERTICAL_BLOCK`] of steps, from
+    /// the last, that the vertical order takes together.
+    block: Option<u64>,
 }
 
 /// The gradient additions of a body item, in its backward order (the same in every
@@ -73,12 +76,16 @@ fn contributions(item: &Item) -> Vec<Contribution> {
         t,
         step,
         arg: arg as u64,
+        block: None,
     };
     // A map's operands, `t` from the last, operand by operand; steps from `first_step`.
     let map = |m: &MapLoop, first_step: u64, out: &mut Vec<Contribution>| {
         for (k, t) in (0..m.len).rev().enumerate() {
             for (i, &a) in m.args.iter().enumerate().filter(|&(i, _)| m.grad_args[i]) {
-                out.push(at(a, t, first_step + k as u64, i));
+                out.push(Contribution {
+                    block: Some(k as u64 / VERTICAL_BLOCK as u64),
+                    ..at(a, t, first_step + k as u64, i)
+                });
             }
         }
     };
@@ -124,17 +131,17 @@ impl Ranks {
     }
 }
 
-/// Steps of a dot's products whose additions into the operand every lane shares run as one
-/// block, in [`Lanes::Both`](super::loops::Lanes::Both)'s `vertical` order: a vector of
-/// doubles, one per step.
+/// Steps of a map (a dot's products, say) whose additions into the operand every lane
+/// shares run as one block, in [`Lanes::Both`](super::loops::Lanes::Both)'s `vertical`
+/// order: a vector of doubles, one per step.
 pub const VERTICAL_BLOCK: u32 = 8;
 
-/// The operand of a dot's products `m` that every lane (repetitions of the nest at `level`)
-/// shares while it moves with the step, if there is exactly one such operand taking a
-/// gradient, the others each lane's own, and the steps come in whole blocks of
-/// [`VERTICAL_BLOCK`]: a layer's inputs, which every neuron reads. Lane by lane, each step
-/// adds every lane into it one after another (a chain of dependent additions per step); in
-/// the vertical order the block's steps take them side by side.
+/// The operand of a map `m` (a dot's products, say) that every lane (repetitions of the
+/// nest at `level`) shares while it moves with the step, if there is exactly one such
+/// operand taking a gradient, the others each lane's own, and the steps come in whole
+/// blocks of [`VERTICAL_BLOCK`]: a layer's inputs, which every neuron reads. Lane by lane,
+/// each step adds every lane into it one after another (a chain of dependent additions per
+/// step); in the vertical order the block's steps take them side by side.
 pub fn vertical_arg(m: &MapLoop, level: usize) -> Option<usize> {
     if m.len < VERTICAL_BLOCK || m.len % VERTICAL_BLOCK != 0 {
         return None;
@@ -145,6 +152,21 @@ pub fn vertical_arg(m: &MapLoop, level: usize) -> Option<usize> {
     let s = shared_args.next()?;
     let alone = shared_args.next().is_none() && m.args[s].stride != 0;
     alone.then_some(s)
+}
+
+/// The map of `item` whose backward (if it has one) may take the vertical order, and the
+/// operand its lanes share ([`vertical_arg`] at `level`): a dot's products, or a map of its
+/// own (a layer whose sums also add terms no map holds, such as a recurrent cell's input
+/// terms).
+pub fn vertical_map(item: &Item, level: usize) -> Option<(&MapLoop, usize)> {
+    let (map, backward) = match item {
+        Item::Dot(dot) => (&dot.products, dot.sum.needs_grad),
+        Item::Map(map) => (map, map.needs_grad),
+        _ => return None,
+    };
+    vertical_arg(map, level)
+        .filter(|_| backward)
+        .map(|shared| (map, shared))
 }
 
 /// Whether the lane order of [`Lanes::Both`](super::loops::Lanes::Both) with groups of
@@ -181,10 +203,9 @@ pub fn backward_lanes_keep_order(body: &[Item], count: u32, size: u32, vertical:
     for group in (0..count.div_ceil(size)).rev() {
         let lanes = group * size..((group + 1) * size).min(count);
         for (k, cs) in per_item.iter().enumerate().rev() {
-            let shared = match &body[k] {
-                Item::Dot(dot) if vertical => vertical_arg(&dot.products, 0),
-                _ => None,
-            };
+            let shared = vertical_map(&body[k], 0)
+                .filter(|_| vertical)
+                .map(|(_, shared)| shared);
             for (c, j) in lane_order(cs, lanes.clone(), shared) {
                 let slot = (c.slot.at_nested(c.t, j).0 - span.start) as usize;
                 let r = rank(j, k, c) + 1;
@@ -200,8 +221,8 @@ pub fn backward_lanes_keep_order(body: &[Item], count: u32, size: u32, vertical:
 }
 
 /// The order in which the lanes `lanes` make an item's contributions `cs`: step by step,
-/// operand by operand, repetitions from the last. With a dot's `shared` operand (the
-/// vertical order): the products' steps in blocks of [`VERTICAL_BLOCK`], each block's other
+/// operand by operand, repetitions from the last. With a map's `shared` operand (the
+/// vertical order): the map's steps in blocks of [`VERTICAL_BLOCK`], each block's other
 /// operands in that order, then the shared operand's contributions of the block lane by lane
 /// from the last, the block's steps within each lane.
 fn lane_order(
@@ -221,8 +242,7 @@ fn lane_order(
             .flat_map(|c| each_lane(c, lanes.clone()))
             .collect();
     };
-    // The products' steps start at 1 (step 0 is the sum's first operand).
-    let block = |c: &Contribution| c.step.checked_sub(1).map(|s| s / VERTICAL_BLOCK as u64);
+    let block = |c: &Contribution| c.block;
     let mut order = Vec::with_capacity(cs.len() * lanes.len());
     let mut rest = cs;
     while let Some(first) = rest.first() {

@@ -7,7 +7,7 @@
 //! Nests of nests run one repetition after the other, and the nests in their bodies in lanes
 //! where the analyses hold in every repetition of the nests around.
 
-use crate::passes::lanes::{backward_lanes_keep_order, repetitions_independent, vertical_arg};
+use crate::passes::lanes::{backward_lanes_keep_order, repetitions_independent, vertical_map};
 use crate::passes::loops::{iteration, Item, Lanes, Nest, MAX_NEST_DEPTH};
 
 /// At most this many repetitions run together in lanes (eight vectors of eight).
@@ -94,17 +94,14 @@ fn decide_within(item: &Item, outer: &[u32], check_each: bool) -> Item {
         instances(&nest.body, outer)
     };
     let group = lane_group(nest.count);
-    // The vertical order where some dot has a shared operand (it is faster), if it keeps
+    // The vertical order where some map has a shared operand (it is faster), if it keeps
     // every gradient's order; else the plain lane order.
     let keeps_order = |vertical| {
         instances
             .iter()
             .all(|body| backward_lanes_keep_order(body, nest.count, group, vertical))
     };
-    let has_vertical = nest.body.iter().any(|b| match b {
-        Item::Dot(dot) => vertical_arg(&dot.products, 0).is_some(),
-        _ => false,
-    });
+    let has_vertical = nest.body.iter().any(|b| vertical_map(b, 0).is_some());
     let lanes = if mostly_strided(&instances[0])
         || !instances
             .iter()

@@ -10,7 +10,7 @@
 
 use std::collections::HashSet;
 
-use crate::passes::lanes::vertical_arg;
+use crate::passes::lanes::vertical_map;
 use crate::passes::loops::{
     every_rep, every_repetition, Access, AccessKind, Affine, Item, Lanes, MapLoop, SumLoop,
 };
@@ -45,7 +45,7 @@ enum Whole {
     /// step, is such a slot: on a rollout that leaves almost nothing for backward's first
     /// function to zero, which saves a pass over the gradients.
     Stored,
-    /// Its additions all come from one vertical block of a dot whose every lane adds into it
+    /// Its additions all come from one vertical block of a map whose every lane adds into it
     /// (the operand the lanes share, [`Lanes::Both`] `vertical`, all the nest's repetitions in
     /// one group): the block starts its running sums from 0.
     Summed,
@@ -228,10 +228,10 @@ impl Additions<'_> {
 }
 
 /// Marks in `whole` the slots of `item` (inside nests of `counts` repetitions) that
-/// [`Whole::Summed`] describes: each dot's vertical operand in a nest whose
-/// repetitions all run in one group, when every slot's additions are that many (so all of
-/// them come from that dot: it adds once per lane into each slot, distinct across steps
-/// and the nests around).
+/// [`Whole::Summed`] describes: each vertical map's shared operand (a dot's products' or a
+/// map's, [`vertical_map`]) in a nest whose repetitions all run in one group, when every
+/// slot's additions are that many (so all of them come from that map: it adds once per lane
+/// into each slot, distinct across steps and the nests around).
 fn mark_summed_whole(item: &Item, counts: &[u32], additions: &Additions, whole: &mut [Whole]) {
     let Item::Nest(nest) = item else { return };
     let inner: Vec<u32> = counts.iter().copied().chain([nest.count]).collect();
@@ -249,16 +249,15 @@ fn mark_summed_whole(item: &Item, counts: &[u32], additions: &Additions, whole: 
         return;
     }
     for b in &nest.body {
-        let Item::Dot(dot) = b else { continue };
-        let Some(k) = vertical_arg(&dot.products, counts.len()) else {
+        let Some((map, k)) = vertical_map(b, counts.len()) else {
             continue;
         };
         let access = Access {
-            at: dot.products.args[k],
-            len: dot.products.len,
+            at: map.args[k],
+            len: map.len,
             kind: AccessKind::Reads { grad: true },
         };
-        let mut all = dot.sum.needs_grad;
+        let mut all = true;
         access.for_each_slot(counts, |s| all &= additions.count(s) as u32 == nest.count);
         if all {
             access.for_each_slot(counts, |s| whole[s.index()] = Whole::Summed);

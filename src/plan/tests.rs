@@ -261,6 +261,57 @@ fn copies_of_a_layer_read_by_every_neuron_take_the_vertical_order() {
     );
 }
 
+/// An Elman cell over 3 inputs (without gradient) and `hidden` state values, run for 6
+/// steps from an initial state that takes a gradient; the loss squares the last state and,
+/// with `readout`, a neuron's reading of every state. A neuron's sum adds its input terms
+/// (single products) and its state terms (a map): no dot.
+fn recurrent_cells(g: &Graph, hidden: usize, readout: bool) {
+    let mut rng = StdRng::seed_from_u64(hidden as u64);
+    let cell = Layer::new(g, 3 + hidden, hidden, Activation::Tanh, &mut rng);
+    let out = Layer::new(g, hidden, 1, Activation::Linear, &mut rng);
+    let mut h: Vec<Value> = g.inputs(hidden);
+    let mut terms = Vec::new();
+    for _ in 0..6 {
+        let mut xh = g.inputs_without_grad(3);
+        xh.extend(&h);
+        h = cell.call(&xh).unwrap();
+        if readout {
+            terms.extend(out.call(&h).unwrap());
+        }
+    }
+    terms.extend(&h);
+    g.set_loss(g.sum(terms.iter().map(|&t| t * t))).unwrap();
+}
+
+#[test]
+fn a_recurrent_cells_state_terms_take_the_vertical_order_without_a_dot() {
+    use crate::passes::loops::Lanes;
+    for readout in [false, true] {
+        let g = Graph::new();
+        recurrent_cells(&g, 16, readout);
+        let (tape, plan) = planned(&g);
+        let mut lanes = Vec::new();
+        for item in plan.functions.iter().flatten() {
+            collect_lanes(item, &mut lanes);
+        }
+        let vertical = Lanes::Both {
+            group: 16,
+            vertical: true,
+        };
+        assert!(lanes.contains(&vertical), "readout {readout}: {lanes:?}");
+        // Where the next step's 16 neurons make a state's every addition, its gradient sums
+        // from 0 in the vertical block (no zeroing): without a readout every state the cells
+        // read, with one only the initial state (no readout reads it).
+        let summed = (0..tape.len())
+            .filter(|&s| plan.grads.sums_whole(s as i64))
+            .count();
+        match readout {
+            false => assert!(summed >= 16 * 5, "{summed} states sum from 0"),
+            true => assert_eq!(summed, 16),
+        }
+    }
+}
+
 fn collect_lanes(item: &Item, out: &mut Vec<crate::passes::loops::Lanes>) {
     if let Item::Nest(n) = item {
         out.push(n.lanes);

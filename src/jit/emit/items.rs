@@ -342,22 +342,39 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         if !map.needs_grad {
             return Ok(());
         }
+        if let Some(shared) = vertical_arg(map, reps.lane_level()).filter(|_| reps.vertical) {
+            return self.vertical_backward(frame, map, reps, shared, |this, t| {
+                this.map_locals(frame, map, t, reps)
+            });
+        }
         self.emit_loop::<V>(map.len, true, &[], |this, t, _| {
-            let mut locals = Vec::with_capacity(reps.vectors.len());
-            for &lanes in &reps.vectors {
-                let g = V::load(this, frame.grads, map.out, t, reps, lanes)?;
-                let out = V::load(this, frame.vals, map.out, t, reps, lanes)?;
-                let x = this.load_args::<V>(frame.vals, map, t, reps, lanes)?;
-                let mut ar = this.arith::<V>(lanes);
-                let mut local = Vec::new();
-                map.op.local_grads(&mut ar, &x, out, g, &mut local);
-                ar.finish()?;
-                locals.push(local);
-            }
+            let locals = this.map_locals::<V>(frame, map, t, reps)?;
             this.accumulate_args(frame, map, t, reps, &locals)?;
             Ok(Vec::new())
         })?;
         Ok(())
+    }
+
+    /// The local gradients of `map` at step `t`, per vector of `reps`, in operand order.
+    fn map_locals<V: LaneIo<'ctx>>(
+        &self,
+        frame: Frame<'ctx>,
+        map: &MapLoop,
+        t: IntValue<'ctx>,
+        reps: &Reps<'ctx>,
+    ) -> Emit<Vec<Vec<V>>> {
+        let mut locals = Vec::with_capacity(reps.vectors.len());
+        for &lanes in &reps.vectors {
+            let g = V::load(self, frame.grads, map.out, t, reps, lanes)?;
+            let out = V::load(self, frame.vals, map.out, t, reps, lanes)?;
+            let x = self.load_args::<V>(frame.vals, map, t, reps, lanes)?;
+            let mut ar = self.arith::<V>(lanes);
+            let mut local = Vec::new();
+            map.op.local_grads(&mut ar, &x, out, g, &mut local);
+            ar.finish()?;
+            locals.push(local);
+        }
+        Ok(locals)
     }
 
     /// The sum's gradient into `first`, then into the tail left to right.
@@ -401,7 +418,11 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
             }
         }
         if let Some(shared) = vertical_arg(map, reps.lane_level()).filter(|_| reps.vertical) {
-            return self.vertical_dot_backward(frame, dot, reps, shared);
+            let gs = self.sum_grads::<VectorValue>(frame, sum, reps)?;
+            let g_products = self.fresh(&gs)?;
+            return self.vertical_backward(frame, map, reps, shared, |this, t| {
+                this.products_locals(frame, map, t, reps, &g_products)
+            });
         }
         if let Some((skip, _)) = self.accumulate_skip(frame, dot).filter(|_| V::IS_VECTOR) {
             return self.sparse_dot_backward(frame, dot, reps, skip);
@@ -416,22 +437,20 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         Ok(())
     }
 
-    /// [`Emitter::dot_backward`] in lanes, in the vertical order the plan checked
-    /// ([`crate::passes::loops::Lanes`]): the steps in blocks of [`VERTICAL_BLOCK`] from the
-    /// last, each block's steps from the last adding into every operand but `shared` as
-    /// usual, then `shared`'s gradients of the whole block, one vector over the block's steps
-    /// added per lane, lanes from the last (each step's slot gets the additions it got lane
-    /// by lane, in the same order).
-    fn vertical_dot_backward(
+    /// A map's backward in lanes (`locals` gives its local gradients at a step, per vector),
+    /// in the vertical order the plan checked ([`crate::passes::loops::Lanes`]): the steps
+    /// in blocks of [`VERTICAL_BLOCK`] from the last, each block's steps from the last adding
+    /// into every operand but `shared` as usual, then `shared`'s gradients of the whole
+    /// block, one vector over the block's steps added per lane, lanes from the last (each
+    /// step's slot gets the additions it got lane by lane, in the same order).
+    fn vertical_backward(
         &self,
         frame: Frame<'ctx>,
-        dot: &DotLoop,
+        map: &MapLoop,
         reps: &Reps<'ctx>,
         shared: usize,
+        locals: impl Fn(&Self, IntValue<'ctx>) -> Emit<Vec<Vec<VectorValue<'ctx>>>>,
     ) -> Emit<()> {
-        let (sum, map) = (&dot.sum, &dot.products);
-        let gs = self.sum_grads::<VectorValue>(frame, sum, reps)?;
-        let g_products = self.fresh(&gs)?;
         let i64t = self.context.i64_type();
         let block = i64t.const_int(VERTICAL_BLOCK as u64, false);
         self.emit_loop::<FloatValue>(map.len / VERTICAL_BLOCK, true, &[], |this, b, _| {
@@ -441,7 +460,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
             for u in (0..VERTICAL_BLOCK).rev() {
                 let step = i64t.const_int(u as u64, false);
                 let t = this.builder.build_int_add(first, step, "t")?;
-                let locals = this.products_locals(frame, map, t, reps, &g_products)?;
+                let locals = locals(this, t)?;
                 this.accumulate_args_but(frame, map, t, reps, &locals, Some(shared))?;
                 for (row, local) in rows.iter_mut().zip(&locals) {
                     row.insert(0, local[shared]);
