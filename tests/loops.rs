@@ -398,18 +398,20 @@ fn copies_whose_dots_add_into_a_shared_layer_in_blocks() {
 }
 
 /// Elman cells (the `families` RNN's shape): each neuron's sum adds single products of the
-/// step's inputs and a map over the state, which every neuron reads, so backward takes the
-/// vertical order over the map (no dot). States read by the next step only (their gradients
-/// summed from 0) or by a readout too; hidden sizes a whole number of vertical blocks or not.
-/// Bit for bit against the interpreter at every level.
+/// step's inputs, then a map of products over the state, which every neuron reads: a dot
+/// whose first terms are other items' values, its backward in the vertical order. States
+/// read by the next step only (their gradients summed from 0) or by a readout too; hidden
+/// sizes a whole number of vertical blocks or not. Bit for bit against the interpreter at
+/// every level.
 #[test]
-fn recurrent_cells_whose_sums_are_not_dots() {
-    for (inputs, hidden, steps, readout) in [
+fn recurrent_cells_whose_sums_add_terms_before_their_products() {
+    let shapes = [
         (2, 16, 5, false),
         (3, 16, 4, true),
         (1, 8, 6, true),
         (2, 12, 3, false),
-    ] {
+    ];
+    for (inputs, hidden, steps, readout) in shapes {
         let g = Graph::new();
         let mut rng = StdRng::seed_from_u64(hidden as u64 + steps as u64);
         let cell = Layer::new(&g, inputs + hidden, hidden, Activation::Tanh, &mut rng);
@@ -426,8 +428,43 @@ fn recurrent_cells_whose_sums_are_not_dots() {
         }
         terms.extend(&h);
         g.set_loss(g.sum(terms.iter().map(|&t| t * t))).unwrap();
+        let name = format!("{steps} steps of a {inputs}+{hidden} cell, readout {readout}");
+        check(&name, &g);
+    }
+}
+
+/// A layer whose every neuron's sum adds, before its products, a value of its own that the
+/// loss reads too (a term before the products with two readers, each lane its own): `b +
+/// tanh(a * z) + w . x`, with `z` an input of the neuron's own (backward in lanes) or one of
+/// the layer's inputs `x` (which the products add into too: backward neuron by neuron). Bit
+/// for bit against the interpreter at every level.
+#[test]
+fn a_dot_after_a_term_that_others_read_too() {
+    for (nin, neurons, own_z) in [
+        (16, 16, true),
+        (16, 16, false),
+        (8, 5, true),
+        (24, 9, false),
+    ] {
+        let g = Graph::new();
+        let mut rng = StdRng::seed_from_u64(nin as u64);
+        let x = g.inputs(nin);
+        let mut terms = Vec::new();
+        for i in 0..neurons {
+            let a = g.param(rng.gen_range(-1.0..1.0));
+            let z = if own_z { g.input() } else { x[i % nin] };
+            let extra = (z * a).tanh();
+            let products: Vec<Value> = x
+                .iter()
+                .map(|&xi| g.param(rng.gen_range(-1.0..1.0)) * xi)
+                .collect();
+            let b = g.param(0.1);
+            let sum = g.sum([b, extra].into_iter().chain(products));
+            terms.extend([sum.tanh(), extra * 0.5]);
+        }
+        g.set_loss(g.sum(terms.iter().map(|&t| t * t))).unwrap();
         check(
-            &format!("{steps} steps of a {inputs}+{hidden} cell, readout {readout}"),
+            &format!("{neurons} neurons over {nin} inputs, own z {own_z}"),
             &g,
         );
     }

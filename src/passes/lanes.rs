@@ -101,10 +101,14 @@ fn contributions(item: &Item) -> Vec<Contribution> {
             }
         }
         Item::Dot(dot) if dot.sum.needs_grad => {
-            if dot.sum.grad_first {
-                out.push(at(dot.sum.first, 0, 0, 0));
+            let (sum, head) = (&dot.sum, dot.head());
+            if sum.grad_first {
+                out.push(at(sum.first, 0, 0, 0));
             }
-            map(&dot.products, 1, &mut out);
+            if sum.grad_tail {
+                out.extend((0..head).map(|t| at(sum.tail, t, 1 + t as u64, 0)));
+            }
+            map(&dot.products, 1 + head as u64, &mut out);
         }
         Item::Map(_)
         | Item::Sum(_)

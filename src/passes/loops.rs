@@ -8,8 +8,8 @@
 //! - [`MapLoop`]: a run of nodes with the same op whose own slots and every operand's slots
 //!   are affine in the run index `t` (`base + stride * t`), separated only by leaves.
 //! - [`SumLoop`]: a `sum` whose operands after the first are affine.
-//! - [`DotLoop`]: a map of `mul` and the sum that alone reads its products, fused (the
-//!   products stay in registers).
+//! - [`DotLoop`]: a map of `mul` and the sum that alone reads its products (its last terms),
+//!   fused (the products stay in registers).
 //! - [`Nest`]: a sequence of such loops (and single nodes between them) repeated with every
 //!   slot advancing by a constant per repetition: a layer, neuron after neuron.
 //!
@@ -167,11 +167,34 @@ pub struct SumLoop {
 /// A sum over products that nothing else reads, fused: `sum.slot = first + a(0) * b(0) +
 /// a(1) * b(1) + ...` with `a`, `b` the operands of `products` (a map of `mul`). The same
 /// operations in the same order as the two loops, but the products never reach memory:
-/// their slots are not kept ([`Schedule::kept`]).
+/// their slots are not kept ([`Schedule::kept`]). The products are the sum's last terms;
+/// [`DotLoop::head`] terms before them are other items' values, read as a sum's tail is (a
+/// recurrent cell's sum adds its few input terms, then a map over the state).
 #[derive(Clone, Debug, PartialEq)]
 pub struct DotLoop {
     pub products: MapLoop,
     pub sum: SumLoop,
+}
+
+impl DotLoop {
+    /// How many of the sum's tail terms come before the products.
+    pub fn head(&self) -> u32 {
+        self.sum.tail_len - self.products.len
+    }
+
+    /// Whether the sum's tail ends with exactly the products (what [`DotLoop::head`] and
+    /// the emitter assume).
+    pub fn sums_its_products(&self) -> bool {
+        let Some(head) = self.sum.tail_len.checked_sub(self.products.len) else {
+            return false;
+        };
+        let tail = self.sum.tail;
+        let products = Affine {
+            base: tail.base + tail.stride * head as i64,
+            ..tail
+        };
+        products == self.products.out
+    }
 }
 
 /// `count` repetitions of `body`, whose slots advance by each [`Affine::outer`] per
@@ -536,14 +559,18 @@ impl Item {
                 reads(s.first, 1, s.grad_first && s.needs_grad),
                 reads(s.tail, s.tail_len, s.grad_tail && s.needs_grad),
             ],
-            // The products live in registers: only their operands are accessed.
+            // The products live in registers: only their operands are accessed (and the
+            // terms before them).
             Item::Dot(d) => {
                 let (m, s) = (&d.products, &d.sum);
+                let head =
+                    (d.head() > 0).then(|| reads(s.tail, d.head(), s.grad_tail && s.needs_grad));
                 vec![
                     writes(s.slot, 1, s.needs_grad),
                     reads(s.first, 1, s.grad_first && s.needs_grad),
                 ]
                 .into_iter()
+                .chain(head)
                 .chain(
                     m.args
                         .iter()
@@ -720,24 +747,23 @@ fn sum_loop_at(tape: &Tape, s: Slot) -> Option<SumLoop> {
     })
 }
 
-/// Fuses each map of `mul` followed by a sum of exactly its products into a [`DotLoop`],
-/// when nothing else reads a product (no other node, output or loss).
+/// Fuses each map of `mul` followed by a sum whose last terms are exactly its products into
+/// a [`DotLoop`], when nothing else reads a product (no other node, output or loss).
 fn fuse_dots(tape: &Tape, items: Vec<Item>) -> Vec<Item> {
     let uses = &tape.consumers().uses;
     let mut out: Vec<Item> = Vec::with_capacity(items.len());
     for item in items {
         if let (Some(Item::Map(m)), Item::Sum(sum)) = (out.last(), &item) {
+            let dot = DotLoop {
+                products: m.clone(),
+                sum: (**sum).clone(),
+            };
             let fusable = m.op == Op::Mul
-                && sum.tail == m.out
-                && sum.tail_len == m.len
+                && dot.sums_its_products()
                 && (0..m.len).all(|t| uses[m.out.at(t).index()] == 1);
             if fusable {
-                let products = m.clone();
                 out.pop();
-                out.push(Item::Dot(Box::new(DotLoop {
-                    products,
-                    sum: (**sum).clone(),
-                })));
+                out.push(Item::Dot(Box::new(dot)));
                 continue;
             }
         }

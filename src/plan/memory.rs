@@ -485,10 +485,14 @@ fn grad_additions(item: &Item) -> Vec<(Addition, u32, Vec<u32>)> {
         };
         match item {
             Item::Map(m) => map(m, m.needs_grad, &mut add),
-            // The products' operands, as `Item::accesses` has them.
+            // The terms before the products and the products' operands, as
+            // `Item::accesses` has them.
             Item::Dot(d) => {
                 if d.sum.needs_grad && d.sum.grad_first {
                     add(Addition::sum_first(&d.sum), 1);
+                }
+                if d.sum.needs_grad && d.sum.grad_tail && d.head() > 0 {
+                    add(Addition::sum_tail(&d.sum), d.head());
                 }
                 map(&d.products, d.sum.needs_grad, &mut add);
             }

@@ -174,7 +174,8 @@ fn deferred(tape: &Tape, items: &[Item], fused: &[bool]) -> Vec<Deferred> {
         for (b, body) in nest.body.iter().enumerate() {
             let Item::Dot(dot) = body else { continue };
             let m = &dot.products;
-            if m.op != Op::Mul {
+            // (`materialize` and `train` compute a dot of its products alone.)
+            if m.op != Op::Mul || dot.head() != 0 {
                 continue;
             }
             for i in 0..2 {

@@ -264,7 +264,7 @@ fn copies_of_a_layer_read_by_every_neuron_take_the_vertical_order() {
 /// An Elman cell over 3 inputs (without gradient) and `hidden` state values, run for 6
 /// steps from an initial state that takes a gradient; the loss squares the last state and,
 /// with `readout`, a neuron's reading of every state. A neuron's sum adds its input terms
-/// (single products) and its state terms (a map): no dot.
+/// (single products), then its state terms (a map of products).
 fn recurrent_cells(g: &Graph, hidden: usize, readout: bool) {
     let mut rng = StdRng::seed_from_u64(hidden as u64);
     let cell = Layer::new(g, 3 + hidden, hidden, Activation::Tanh, &mut rng);
@@ -284,16 +284,27 @@ fn recurrent_cells(g: &Graph, hidden: usize, readout: bool) {
 }
 
 #[test]
-fn a_recurrent_cells_state_terms_take_the_vertical_order_without_a_dot() {
+fn a_recurrent_cells_sums_are_dots_after_their_input_terms_in_the_vertical_order() {
     use crate::passes::loops::Lanes;
     for readout in [false, true] {
         let g = Graph::new();
         recurrent_cells(&g, 16, readout);
         let (tape, plan) = planned(&g);
         let mut lanes = Vec::new();
+        let mut heads = Vec::new();
         for item in plan.functions.iter().flatten() {
             collect_lanes(item, &mut lanes);
+            let _ = item.try_for_each_flat(&mut |flat, _| {
+                if let Item::Dot(dot) = flat {
+                    heads.push((dot.head(), dot.products.len));
+                }
+                Ok::<(), ()>(())
+            });
         }
+        // Every step's 16 neurons: the 3 input terms (single products), then a dot over
+        // the 16 state values. (The readouts' and the loss's sums are dots too.)
+        let cells = heads.iter().filter(|&&h| h == (3, 16)).count();
+        assert_eq!(cells, 16 * 6, "{heads:?}");
         let vertical = Lanes::Both {
             group: 16,
             vertical: true,

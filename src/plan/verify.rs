@@ -119,7 +119,7 @@ fn check_shape(item: &Item, depth: usize) -> std::result::Result<(), String> {
             m.op.name()
         )),
         Item::Sum(s) if s.tail_len == 0 => Err("a sum loop of no operands".into()),
-        Item::Dot(d) if d.products.op != Op::Mul || d.products.len != d.sum.tail_len => {
+        Item::Dot(d) if d.products.op != Op::Mul || !d.sums_its_products() => {
             Err("a dot that is not a sum of its products".into())
         }
         _ => Ok(()),

@@ -286,8 +286,8 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         Ok(())
     }
 
-    /// A sum per lane, left to right; with `products`, a dot product whose terms are the
-    /// products of the map (computed here, never stored).
+    /// A sum per lane, left to right; with `products`, a dot product whose last terms are
+    /// the products of the map (computed here, never stored), the terms before them loaded.
     fn sum_forward<V: LaneIo<'ctx>>(
         &self,
         frame: Frame<'ctx>,
@@ -296,13 +296,24 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         reps: &Reps<'ctx>,
     ) -> Emit<()> {
         let firsts = self.load_first::<V>(frame.vals, sum.first, reps)?;
-        let totals = self.emit_loop(sum.tail_len, false, &firsts, |this, t, accs| {
-            this.sum_step(frame, sum, products, t, reps, accs)
-        })?;
+        let computed = products.map_or(0, |m| m.len);
+        let loaded = match sum.tail_len - computed {
+            0 => firsts,
+            head => self.emit_loop(head, false, &firsts, |this, t, accs| {
+                this.sum_step(frame, sum, None, t, reps, accs)
+            })?,
+        };
+        let totals = match products {
+            Some(_) => self.emit_loop(computed, false, &loaded, |this, t, accs| {
+                this.sum_step(frame, sum, products, t, reps, accs)
+            })?,
+            None => loaded,
+        };
         self.store_first(frame.vals, sum.slot, reps, &totals)
     }
 
-    /// Step `t` of [`Emitter::sum_forward`]: its term added to each lane's sum so far.
+    /// Step `t` of [`Emitter::sum_forward`]: its term (the tail's, or with `products` their
+    /// `t`-th) added to each lane's sum so far.
     pub(super) fn sum_step<V: LaneIo<'ctx>>(
         &self,
         frame: Frame<'ctx>,
@@ -388,14 +399,28 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
             return Ok(());
         }
         let gs = self.sum_grads::<V>(frame, sum, reps)?;
-        if sum.grad_tail {
-            self.emit_loop::<V>(sum.tail_len, false, &[], |this, t, _| {
-                for (&lanes, &g) in reps.vectors.iter().zip(&gs).rev() {
-                    V::accumulate(this, frame, Addition::sum_tail(sum), t, reps, lanes, g)?;
-                }
-                Ok(Vec::new())
-            })?;
+        self.tail_backward(frame, sum, sum.tail_len, reps, &gs)
+    }
+
+    /// The sum's gradients `gs` into its first `terms` tail terms, left to right (a dot's
+    /// terms before its products, or a sum's whole tail).
+    fn tail_backward<V: LaneIo<'ctx>>(
+        &self,
+        frame: Frame<'ctx>,
+        sum: &SumLoop,
+        terms: u32,
+        reps: &Reps<'ctx>,
+        gs: &[V],
+    ) -> Emit<()> {
+        if !sum.grad_tail || terms == 0 {
+            return Ok(());
         }
+        self.emit_loop::<V>(terms, false, &[], |this, t, _| {
+            for (&lanes, &g) in reps.vectors.iter().zip(gs).rev() {
+                V::accumulate(this, frame, Addition::sum_tail(sum), t, reps, lanes, g)?;
+            }
+            Ok(Vec::new())
+        })?;
         Ok(())
     }
 
@@ -419,6 +444,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         }
         if let Some(shared) = vertical_arg(map, reps.lane_level()).filter(|_| reps.vertical) {
             let gs = self.sum_grads::<VectorValue>(frame, sum, reps)?;
+            self.tail_backward(frame, sum, dot.head(), reps, &gs)?;
             let g_products = self.fresh(&gs)?;
             return self.vertical_backward(frame, map, reps, shared, |this, t| {
                 this.products_locals(frame, map, t, reps, &g_products)
@@ -428,6 +454,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
             return self.sparse_dot_backward(frame, dot, reps, skip);
         }
         let gs = self.sum_grads::<V>(frame, sum, reps)?;
+        self.tail_backward(frame, sum, dot.head(), reps, &gs)?;
         let g_products = self.fresh(&gs)?;
         self.emit_loop::<V>(map.len, true, &[], |this, t, _| {
             let locals = this.products_locals::<V>(frame, map, t, reps, &g_products)?;
