@@ -10,11 +10,10 @@ use inkwell::values::{FastMathFlags, FloatValue, IntValue, PointerValue, VectorV
 
 use super::lanes::{LaneIo, Reps, Vector};
 use super::IrArith;
-use super::{Emit, Emitter, Frame, MergedDot, Pass, Samples};
+use super::{Emit, Emitter, Frame, Pass};
 use crate::op::Arith;
-use inkwell::types::VectorType;
 
-use crate::passes::lanes::{vertical_arg, VERTICAL_BLOCK};
+use crate::passes::lanes::vertical_arg;
 use crate::passes::loops::{Affine, DotLoop, Item, Lanes, MapLoop, Nest, SharedGrad, SumLoop};
 use crate::plan::memory::Addition;
 use crate::plan::shared::SHARED_CHUNK;
@@ -464,277 +463,6 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         Ok(())
     }
 
-    /// A map's backward in lanes (`locals` gives its local gradients at a step, per vector),
-    /// in the vertical order the plan checked ([`crate::passes::loops::Lanes`]): the steps
-    /// in blocks of [`VERTICAL_BLOCK`] from the last, each block's steps from the last adding
-    /// into every operand but `shared` as usual, then `shared`'s gradients of the whole
-    /// block, one vector over the block's steps added per lane, lanes from the last (each
-    /// step's slot gets the additions it got lane by lane, in the same order).
-    fn vertical_backward(
-        &self,
-        frame: Frame<'ctx>,
-        map: &MapLoop,
-        reps: &Reps<'ctx>,
-        shared: usize,
-        locals: impl Fn(&Self, IntValue<'ctx>) -> Emit<Vec<Vec<VectorValue<'ctx>>>>,
-    ) -> Emit<()> {
-        let i64t = self.context.i64_type();
-        let block = i64t.const_int(VERTICAL_BLOCK as u64, false);
-        self.emit_loop::<FloatValue>(map.len / VERTICAL_BLOCK, true, &[], |this, b, _| {
-            let first = this.builder.build_int_mul(b, block, "block")?;
-            // Per vector, `shared`'s local gradients at steps first + 0, 1, ...
-            let mut rows: Vec<Vec<VectorValue>> = vec![Vec::new(); reps.vectors.len()];
-            for u in (0..VERTICAL_BLOCK).rev() {
-                let step = i64t.const_int(u as u64, false);
-                let t = this.builder.build_int_add(first, step, "t")?;
-                let locals = locals(this, t)?;
-                this.accumulate_args_but(frame, map, t, reps, &locals, Some(shared))?;
-                for (row, local) in rows.iter_mut().zip(&locals) {
-                    row.insert(0, local[shared]);
-                }
-            }
-            this.accumulate_block(frame, map.args[shared], first, reps, &rows)?;
-            Ok(Vec::new())
-        })?;
-        Ok(())
-    }
-
-    /// Adds `rows[vector][u]`, the gradients of the block of steps `first + u` for each
-    /// vector of lanes, into `a`'s slots at those steps (shared by the lanes): one vector
-    /// over the steps, vectors and lanes from the last.
-    fn accumulate_block(
-        &self,
-        frame: Frame<'ctx>,
-        a: Affine,
-        first: IntValue<'ctx>,
-        reps: &Reps<'ctx>,
-        rows: &[Vec<VectorValue<'ctx>>],
-    ) -> Emit<()> {
-        // The block's slots as if the steps were lanes: `a` moves by its stride per lane.
-        let level = reps.lane_level();
-        let mut across_steps = a;
-        across_steps.outer[level] = a.stride;
-        let mut at_first = reps.clone();
-        at_first.js[level] = self.context.i64_type().const_zero();
-        let steps = Vector {
-            offset: 0,
-            width: VERTICAL_BLOCK,
-        };
-        // Where these lanes make the slots' every addition, the sums start from 0.
-        let mut acc = if self.plan.grads.sums_whole(a.base) {
-            self.f64_type.vec_type(VERTICAL_BLOCK).const_zero()
-        } else {
-            VectorValue::load(self, frame.grads, across_steps, first, &at_first, steps)?
-        };
-        for (row, lanes) in rows.iter().zip(&reps.vectors).rev() {
-            let columns = self.columns(row, lanes.width)?;
-            for column in columns.into_iter().rev() {
-                acc = self.builder.build_float_add(acc, column, "")?;
-            }
-        }
-        VectorValue::store(
-            self,
-            frame.grads,
-            across_steps,
-            first,
-            &at_first,
-            steps,
-            acc,
-        )
-    }
-
-    /// Lanes `0..width` of each vector of `row`, each as one vector: the columns of the
-    /// matrix whose rows are `row`. A square matrix of a power-of-two side is transposed in
-    /// place, one bit of the lane index at a time (each stage swaps that bit of the row and
-    /// column index, one two-source shuffle per row: log2(side) shuffles per row in all);
-    /// any other is read column by column.
-    fn columns(&self, row: &[VectorValue<'ctx>], width: u32) -> Emit<Vec<VectorValue<'ctx>>> {
-        let side = row.len();
-        let square = side == width as usize && side.is_power_of_two() && side > 1;
-        if !square || row[0].get_type().get_size() != width {
-            return (0..width).map(|lane| self.column(row, lane)).collect();
-        }
-        let i32t = self.context.i32_type();
-        let mut rows = row.to_vec();
-        let mut bit = 1;
-        while bit < side {
-            // Rows r (bit clear) and r | bit; element (r, c) moves to (r with c's bit, c with
-            // r's bit). Indices 0..side pick from row r, side.. from row r | bit.
-            let pick = |upper: bool| {
-                let indices: Vec<_> = (0..side)
-                    .map(|c| match (upper, c & bit != 0) {
-                        (false, false) => c,
-                        (false, true) => side + (c ^ bit),
-                        (true, false) => c | bit,
-                        (true, true) => side + c,
-                    })
-                    .map(|i| i32t.const_int(i as u64, false))
-                    .collect();
-                VectorType::const_vector(&indices)
-            };
-            let mut next = rows.clone();
-            for r in (0..side).filter(|r| r & bit == 0) {
-                let (lower, upper) = (rows[r], rows[r | bit]);
-                next[r] = self
-                    .builder
-                    .build_shuffle_vector(lower, upper, pick(false), "")?;
-                next[r | bit] = self
-                    .builder
-                    .build_shuffle_vector(lower, upper, pick(true), "")?;
-            }
-            rows = next;
-            bit <<= 1;
-        }
-        Ok(rows)
-    }
-
-    /// Lane `lane` of each vector of `row`, as one vector (a column of the matrix whose rows
-    /// are `row`): pairs picked by shuffles, then joined.
-    fn column(&self, row: &[VectorValue<'ctx>], lane: u32) -> Emit<VectorValue<'ctx>> {
-        let i32t = self.context.i32_type();
-        let mask = |indices: &mut dyn Iterator<Item = u32>| {
-            let values: Vec<_> = indices.map(|i| i32t.const_int(i as u64, false)).collect();
-            VectorType::const_vector(&values)
-        };
-        let width = row[0].get_type().get_size();
-        let mut parts: Vec<VectorValue<'ctx>> = row
-            .chunks(2)
-            .map(|pair| {
-                let pick = mask(&mut [lane, width + lane].into_iter());
-                self.builder
-                    .build_shuffle_vector(pair[0], pair[1], pick, "")
-            })
-            .collect::<Result<_, _>>()?;
-        while parts.len() > 1 {
-            parts = parts
-                .chunks(2)
-                .map(|pair| {
-                    let n = pair[0].get_type().get_size();
-                    let join = mask(&mut (0..2 * n));
-                    self.builder
-                        .build_shuffle_vector(pair[0], pair[1], join, "")
-                })
-                .collect::<Result<_, _>>()?;
-        }
-        Ok(parts[0])
-    }
-
-    /// `train`'s dot: this sample's backward, which updates the weights, and the next
-    /// sample's forward, which reads them, in one pass over the weights. The bias (`first`)
-    /// is updated first, as in the backward alone; then for `t` from the first (the order of
-    /// additions into distinct weights is free, and the next sample's sums must run left to
-    /// right) each weight is updated and its product with the next sample's input (read
-    /// straight from `train`'s inputs) added to that sample's sums. Where the plan says so,
-    /// in lanes, the steps whose inputs are 0 in both samples are skipped
-    /// ([`Emitter::sparse_merged_dot`]).
-    fn merged_dot_backward<V: LaneIo<'ctx>>(
-        &self,
-        frame: Frame<'ctx>,
-        dot: &DotLoop,
-        reps: &Reps<'ctx>,
-        samples: Samples<'ctx>,
-    ) -> Emit<()> {
-        let gs = self.sum_grads::<V>(frame, &dot.sum, reps)?;
-        let biases = self.load_first::<V>(frame.vals, dot.sum.first, reps)?;
-        let merged = MergedDot {
-            frame,
-            dot,
-            reps: reps.clone(),
-            samples,
-            g_products: self.fresh(&gs)?,
-        };
-        let skip = self.plan.step.iter().flat_map(|s| &s.train);
-        let sums = match skip.flat_map(|t| &t.skip_zeros).next() {
-            // The merged dot runs in lanes (its gradients are deferred, which takes lanes).
-            Some(skip) if V::IS_VECTOR => {
-                let vectors = |vs: &[V]| -> Vec<VectorValue<'ctx>> {
-                    vs.iter()
-                        .map(|v| v.as_basic_value_enum().into_vector_value())
-                        .collect()
-                };
-                let g_products = vectors(&merged.g_products);
-                let m = merged.with_products(g_products);
-                let sums = self.sparse_merged_dot(&m, &vectors(&biases), skip)?;
-                sums.into_iter().map(|v| V::from_basic(v.into())).collect()
-            }
-            _ => self.emit_loop(dot.products.len, false, &biases, |this, t, accs| {
-                this.merged_step(&merged, t, accs)
-            })?,
-        };
-        self.store_first(frame.vals, dot.sum.slot, reps, &sums)
-    }
-
-    /// Step `t` of `train`'s merged dot: the weights' update from this sample, then the next
-    /// sample's products added to `sums`; the new sums.
-    pub(super) fn merged_step<V: LaneIo<'ctx>>(
-        &self,
-        m: &MergedDot<'_, 'ctx, V>,
-        t: IntValue<'ctx>,
-        sums: &[V],
-    ) -> Emit<Vec<V>> {
-        let map = &m.dot.products;
-        let mut locals = Vec::with_capacity(m.reps.vectors.len());
-        for (&lanes, &g) in m.reps.vectors.iter().zip(&m.g_products) {
-            let x = self.merged_operands(m, m.samples.this, t, lanes)?;
-            locals.push(self.product_grads(map, lanes, &x, g)?);
-        }
-        self.accumulate_args(m.frame, map, t, &m.reps, &locals)?;
-        self.merged_forward_step(m, t, sums)
-    }
-
-    /// The next sample's products at step `t` of `train`'s merged dot (with the weights as
-    /// they are) added to `sums`.
-    pub(super) fn merged_forward_step<V: LaneIo<'ctx>>(
-        &self,
-        m: &MergedDot<'_, 'ctx, V>,
-        t: IntValue<'ctx>,
-        sums: &[V],
-    ) -> Emit<Vec<V>> {
-        let map = &m.dot.products;
-        m.reps
-            .vectors
-            .iter()
-            .zip(sums)
-            .map(|(&lanes, &acc)| {
-                let x = self.merged_operands(m, m.samples.next, t, lanes)?;
-                let mut ar = self.arith::<V>(lanes);
-                let product = map.op.forward(&mut ar, &x);
-                ar.finish()?;
-                self.add_to_sum(acc, product)
-            })
-            .collect()
-    }
-
-    /// The operands of `train`'s merged dot at step `t`: params from `vals`, a sample's
-    /// inputs from `train`'s argument `inputs` (`train` does not copy them into `vals`).
-    fn merged_operands<V: LaneIo<'ctx>>(
-        &self,
-        m: &MergedDot<'_, 'ctx, V>,
-        inputs: PointerValue<'ctx>,
-        t: IntValue<'ctx>,
-        lanes: Vector,
-    ) -> Emit<Vec<V>> {
-        let map = &m.dot.products;
-        map.args
-            .iter()
-            .zip(&map.grad_args)
-            .map(|(&a, &param)| {
-                if param {
-                    return V::load(self, m.frame.vals, a, t, &m.reps, lanes);
-                }
-                V::load(self, inputs, self.input_affine(a), t, &m.reps, lanes)
-            })
-            .collect()
-    }
-
-    /// Input slots `a` as indices into one sample of `train`'s argument.
-    pub(super) fn input_affine(&self, a: Affine) -> Affine {
-        Affine {
-            base: a.base - self.tape.input_base() as i64,
-            ..a
-        }
-    }
-
     /// Stores the gradients of operand `i` of a dot's products that `step` deferred:
     /// `0 + local_i` with the products' gradient `0 + g_sum`, as the lane backward computes
     /// them. The operand itself may have been updated since; a product's local gradient for
@@ -830,7 +558,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
 
     /// The local gradients of one vector of products with operands `x`, given their
     /// gradient `g`, in operand order.
-    fn product_grads<V: LaneIo<'ctx>>(
+    pub(super) fn product_grads<V: LaneIo<'ctx>>(
         &self,
         map: &MapLoop,
         lanes: Vector,
@@ -859,7 +587,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
     }
 
     /// [`Emitter::accumulate_args`] for every operand but `except`.
-    fn accumulate_args_but<V: LaneIo<'ctx>>(
+    pub(super) fn accumulate_args_but<V: LaneIo<'ctx>>(
         &self,
         frame: Frame<'ctx>,
         map: &MapLoop,
@@ -932,7 +660,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
     }
 
     /// `acc + x`, reassociable under [`crate::JitBuilder::fast_math`].
-    fn add_to_sum<V: LaneIo<'ctx>>(&self, acc: V, x: V) -> Emit<V> {
+    pub(super) fn add_to_sum<V: LaneIo<'ctx>>(&self, acc: V, x: V) -> Emit<V> {
         let next = self.builder.build_float_add(acc, x, "acc")?;
         if let (Some(flags), Some(inst)) = (self.loop_fast_math(), next.as_instruction_value()) {
             // An fadd always takes fast-math flags.

@@ -33,9 +33,11 @@
 mod items;
 mod known;
 mod lanes;
+mod merged;
 mod sparse;
 mod step;
 mod straight;
+mod vertical;
 
 use inkwell::attributes::{Attribute, AttributeLoc};
 use inkwell::builder::{Builder, BuilderError};
