@@ -119,10 +119,10 @@ fn build(
 ) -> Result<Object> {
     let mut stats = JitStats::default();
     let start = Instant::now();
-    let loop_code = crate::plan::functions::loop_code(
-        role.functions(plan).into_iter().map(|f| &plan.functions[f]),
-    );
-    let (pipeline, scalar_lanes) = options.module_pipeline(loop_code);
+    let functions = || role.functions(plan).into_iter().map(|f| &plan.functions[f]);
+    let loop_code = crate::plan::functions::loop_code(functions());
+    let slp_pays = crate::plan::functions::slp_pays(tape, functions());
+    let (pipeline, scalar_lanes) = options.module_pipeline(loop_code, slp_pays);
     let Lowered { module } = Emitter::new(ctx, tape, plan, cpu, role, scalar_lanes)
         .emit()
         .map_err(|e| llvm_error("IR emission", e))?;

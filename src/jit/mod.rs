@@ -47,19 +47,21 @@ impl OptLevel {
     /// pays here is the SLP vectorizer, which merges the per-slot loads and stores of
     /// neighbouring slots into vector ones (4x fewer instructions, faster codegen), the loop
     /// vectorizer for recovered loops, instruction combining and, at O3, GVN. None of these
-    /// passes changes a result: no pass gets fast-math flags. A module of loop code only runs
-    /// the same without SLP at O2 and O3 (see `loop_code_pipeline`).
+    /// passes changes a result: no pass gets fast-math flags. A module of loop code only, or
+    /// of straight-line code SLP finds nothing in, runs the same without SLP at O2 and O3
+    /// (see `pipeline_without_slp`).
     pub fn pipeline(self) -> Option<&'static str> {
         self.passes(true)
     }
 
-    /// The pipeline for a module of loop code only ([`crate::plan::functions::loop_code`]) at
-    /// O2 and O3: the level's, without the SLP vectorizer. Such a module reads and writes lanes
-    /// whose slots are not adjacent one slot at a time (`emit::lanes`), so that instruction
-    /// combining and early CSE see every load and store; SLP would turn those loads back into
-    /// gathers (on Zen 4, moons' step 16 -> 17-20 us) and its alias checks over the stores
-    /// triple the compile time. `None` where the level keeps its own.
-    pub(crate) fn loop_code_pipeline(self) -> Option<&'static str> {
+    /// The level's pipeline without the SLP vectorizer, at O2 and O3 (`None` where the level
+    /// keeps its own): for a module of loop code only ([`crate::plan::functions::loop_code`]),
+    /// which reads and writes lanes whose slots are not adjacent one slot at a time
+    /// (`emit::lanes`), so that instruction combining and early CSE see every load and store;
+    /// SLP would turn those loads back into gathers (on Zen 4, moons' step 16 -> 17-20 us) and
+    /// its alias checks over the stores triple the compile time. And for straight-line code
+    /// with nothing for SLP to merge ([`crate::plan::functions::slp_pays`]).
+    pub(crate) fn pipeline_without_slp(self) -> Option<&'static str> {
         match self {
             OptLevel::O0 | OptLevel::O1 => None,
             OptLevel::O2 | OptLevel::O3 => self.passes(false),
@@ -356,14 +358,15 @@ impl JitBuilder {
     }
 
     /// A module's pipeline, and whether its lanes touch slots one at a time: a module of
-    /// `loop_code` gets [`OptLevel::loop_code_pipeline`], unless the builder has a pipeline
-    /// of its own or the level keeps one for every module.
-    fn module_pipeline(&self, loop_code: bool) -> (Option<String>, bool) {
-        let loops = loop_code
-            .then(|| self.opt_level.loop_code_pipeline())
+    /// `loop_code` gets [`OptLevel::pipeline_without_slp`] and lanes slot by slot, one whose
+    /// straight-line code SLP would find nothing in (not `slp_pays`) that pipeline only;
+    /// unless the builder has a pipeline of its own or the level keeps one for every module.
+    fn module_pipeline(&self, loop_code: bool, slp_pays: bool) -> (Option<String>, bool) {
+        let without_slp = (loop_code || !slp_pays)
+            .then(|| self.opt_level.pipeline_without_slp())
             .flatten();
-        match (&self.pipeline, loops) {
-            (None, Some(pipeline)) => (Some(pipeline.to_string()), true),
+        match (&self.pipeline, without_slp) {
+            (None, Some(pipeline)) => (Some(pipeline.to_string()), loop_code),
             _ => (self.effective_pipeline(), false),
         }
     }

@@ -542,3 +542,47 @@ fn recovered_loops_are_loop_code_and_straight_line_tapes_are_not() {
         assert_eq!(loops == plan.functions.len(), recover);
     }
 }
+
+#[test]
+fn slp_pays_on_a_layer_written_out_not_on_a_random_graph() {
+    use super::functions::slp_pays;
+    use rand::Rng;
+    let plan_of = |g: &Graph, recover: bool| {
+        let tape = Tape::from_graph(g).unwrap();
+        let (tape, s) = layout::apply(tape.clone(), schedule(&tape, recover)).unwrap();
+        let options = PlanOptions {
+            chunk_size: 250,
+            fast_math: false,
+            zero_skipping: ZeroSkipping::Auto,
+        };
+        let plan = Plan::new(&tape, &s, options).unwrap();
+        (tape, plan)
+    };
+    // Two layers written out node by node (loop recovery off): products of the next weight
+    // and the next input side by side.
+    let layers = Graph::new();
+    copies_of_two_layers(&layers, 4);
+    let (tape, plan) = plan_of(&layers, false);
+    assert!(slp_pays(&tape, &plan.functions));
+    // Random operations on random earlier values: no loop, and no two neighbours alike.
+    let random = Graph::new();
+    let mut rng = StdRng::seed_from_u64(9);
+    let mut values: Vec<Value> = random.inputs(8);
+    values.extend((0..8).map(|_| random.param(rng.gen_range(-1.0..1.0))));
+    for _ in 0..3000 {
+        let a = values[rng.gen_range(0..values.len())];
+        let b = values[rng.gen_range(0..values.len())];
+        values.push(match rng.gen_range(0..4) {
+            0 => a + b,
+            1 => a * b,
+            2 => a - b,
+            _ => (a * 0.5).tanh(),
+        });
+    }
+    random
+        .set_loss(random.sum(&values[values.len() - 64..]))
+        .unwrap();
+    let (tape, plan) = plan_of(&random, true);
+    assert!(plan.loops == 0 && tape.len() > 1000, "{} loops", plan.loops);
+    assert!(!slp_pays(&tape, &plan.functions));
+}

@@ -164,7 +164,8 @@ pub struct Emitter<'ctx, 't> {
     /// Lane vectors in registers, while a loop item is emitted ([`known`]).
     known: known::Known<'ctx>,
     /// Lanes whose slots are not adjacent are read and written one slot at a time, not by
-    /// masked gathers and scatters (in modules of loop code, [`crate::OptLevel::loop_code_pipeline`]).
+    /// masked gathers and scatters (in modules of loop code,
+    /// [`crate::plan::functions::loop_code`]).
     scalar_lanes: bool,
 }
 
