@@ -75,8 +75,13 @@ fn planned(g: &Graph) -> (Tape, Plan) {
 
 /// [`planned`], skipping zero inputs as `zero_skipping` says.
 fn planned_with(g: &Graph, zero_skipping: ZeroSkipping) -> (Tape, Plan) {
+    planned_recovering(g, zero_skipping, true)
+}
+
+/// [`planned_with`], with loop recovery on or off.
+fn planned_recovering(g: &Graph, zero_skipping: ZeroSkipping, recover: bool) -> (Tape, Plan) {
     let tape = Tape::from_graph(g).unwrap();
-    let s = schedule(&tape, true);
+    let s = schedule(&tape, recover);
     let (tape, s) = layout::apply(tape, s).unwrap();
     let options = PlanOptions {
         chunk_size: 250,
@@ -526,16 +531,9 @@ fn recovered_loops_are_loop_code_and_straight_line_tapes_are_not() {
     use super::functions::{loop_code, LOOP_CODE_STRAIGHT};
     let g = Graph::new();
     copies_of_two_layers(&g, 3);
-    let tape = Tape::from_graph(&g).unwrap();
-    assert!(tape.len() > 10 * LOOP_CODE_STRAIGHT);
     for recover in [true, false] {
-        let (tape, s) = layout::apply(tape.clone(), schedule(&tape, recover)).unwrap();
-        let options = PlanOptions {
-            chunk_size: 250,
-            fast_math: false,
-            zero_skipping: ZeroSkipping::Auto,
-        };
-        let plan = Plan::new(&tape, &s, options).unwrap();
+        let (tape, plan) = planned_recovering(&g, ZeroSkipping::Auto, recover);
+        assert!(tape.len() > 10 * LOOP_CODE_STRAIGHT);
         assert_eq!(loop_code(&plan.functions), recover);
         // Each function alone: all loops, or (some of) the straight line.
         let loops = plan.functions.iter().filter(|f| loop_code([*f])).count();
@@ -547,17 +545,7 @@ fn recovered_loops_are_loop_code_and_straight_line_tapes_are_not() {
 fn slp_pays_on_a_layer_written_out_not_on_a_random_graph() {
     use super::functions::slp_pays;
     use rand::Rng;
-    let plan_of = |g: &Graph, recover: bool| {
-        let tape = Tape::from_graph(g).unwrap();
-        let (tape, s) = layout::apply(tape.clone(), schedule(&tape, recover)).unwrap();
-        let options = PlanOptions {
-            chunk_size: 250,
-            fast_math: false,
-            zero_skipping: ZeroSkipping::Auto,
-        };
-        let plan = Plan::new(&tape, &s, options).unwrap();
-        (tape, plan)
-    };
+    let plan_of = |g: &Graph, recover| planned_recovering(g, ZeroSkipping::Auto, recover);
     // Two layers written out node by node (loop recovery off): products of the next weight
     // and the next input side by side.
     let layers = Graph::new();
