@@ -179,22 +179,27 @@ pub struct DotLoop {
 impl DotLoop {
     /// How many of the sum's tail terms come before the products.
     pub fn head(&self) -> u32 {
-        self.sum.tail_len - self.products.len
+        self.sum.tail_len.saturating_sub(self.products.len)
     }
 
     /// Whether the sum's tail ends with exactly the products (what [`DotLoop::head`] and
     /// the emitter assume).
     pub fn sums_its_products(&self) -> bool {
-        let Some(head) = self.sum.tail_len.checked_sub(self.products.len) else {
-            return false;
-        };
-        let tail = self.sum.tail;
-        let products = Affine {
-            base: tail.base + tail.stride * head as i64,
-            ..tail
-        };
-        products == self.products.out
+        ends_with(&self.sum, &self.products)
     }
+}
+
+/// Whether `sum`'s tail ends with exactly the outputs of `products`.
+fn ends_with(sum: &SumLoop, products: &MapLoop) -> bool {
+    let Some(head) = sum.tail_len.checked_sub(products.len) else {
+        return false;
+    };
+    let tail = sum.tail;
+    let last = Affine {
+        base: tail.base + tail.stride * head as i64,
+        ..tail
+    };
+    last == products.out
 }
 
 /// `count` repetitions of `body`, whose slots advance by each [`Affine::outer`] per
@@ -754,16 +759,16 @@ fn fuse_dots(tape: &Tape, items: Vec<Item>) -> Vec<Item> {
     let mut out: Vec<Item> = Vec::with_capacity(items.len());
     for item in items {
         if let (Some(Item::Map(m)), Item::Sum(sum)) = (out.last(), &item) {
-            let dot = DotLoop {
-                products: m.clone(),
-                sum: (**sum).clone(),
-            };
             let fusable = m.op == Op::Mul
-                && dot.sums_its_products()
+                && ends_with(sum, m)
                 && (0..m.len).all(|t| uses[m.out.at(t).index()] == 1);
             if fusable {
+                let products = m.clone();
                 out.pop();
-                out.push(Item::Dot(Box::new(dot)));
+                out.push(Item::Dot(Box::new(DotLoop {
+                    products,
+                    sum: (**sum).clone(),
+                })));
                 continue;
             }
         }
