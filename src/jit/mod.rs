@@ -47,9 +47,9 @@ impl OptLevel {
     /// pays here is the SLP vectorizer, which merges the per-slot loads and stores of
     /// neighbouring slots into vector ones (4x fewer instructions, faster codegen), the loop
     /// vectorizer for recovered loops, instruction combining and, at O3, GVN. None of these
-    /// passes changes a result: no pass gets fast-math flags. A module of loop code only, or
-    /// of straight-line code SLP finds nothing in, runs the same without SLP at O2 and O3
-    /// (see `pipeline_without_slp`).
+    /// passes changes a result: no pass gets fast-math flags. A module of loop code only runs
+    /// the same without SLP at O2 and O3, one of straight-line code SLP finds nothing in at
+    /// O1 to O3 (see `pipeline_without_slp`).
     pub fn pipeline(self) -> Option<&'static str> {
         self.passes(true)
     }

@@ -96,7 +96,7 @@ pub fn slp_pays<'a>(tape: &Tape, functions: impl IntoIterator<Item = &'a Vec<Ite
 
 /// Whether node `b` does what node `a` does one slot further: the same op, and each operand
 /// the same slot or the next one (what lets SLP compute both in one vector).
-pub fn alike(tape: &Tape, a: Slot, b: Slot) -> bool {
+fn alike(tape: &Tape, a: Slot, b: Slot) -> bool {
     let (xs, ys) = (tape.args(a), tape.args(b));
     tape.op(a) == tape.op(b)
         && xs.len() == ys.len()

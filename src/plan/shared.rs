@@ -39,8 +39,7 @@ fn candidates(nest: &Nest) -> impl Iterator<Item = SharedGrad> + '_ {
         };
         inner.iter().enumerate().flat_map(move |(d, item)| {
             let dot = match item {
-                // (Not a dot with terms before its products: its emitter adds those.)
-                Item::Dot(dot) if dot.sum.needs_grad && dot.head() == 0 => Some(&dot.products),
+                Item::Dot(dot) if dot.sum.needs_grad => Some(&dot.products),
                 _ => None,
             };
             dot.into_iter().flat_map(move |m| {

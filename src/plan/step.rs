@@ -174,8 +174,7 @@ fn deferred(tape: &Tape, items: &[Item], fused: &[bool]) -> Vec<Deferred> {
         for (b, body) in nest.body.iter().enumerate() {
             let Item::Dot(dot) = body else { continue };
             let m = &dot.products;
-            // (`materialize` and `train` compute a dot of its products alone.)
-            if m.op != Op::Mul || dot.head() != 0 {
+            if m.op != Op::Mul {
                 continue;
             }
             for i in 0..2 {
@@ -203,8 +202,11 @@ fn train_plan(
 ) -> Option<TrainPlan> {
     let first = first?;
     let (nest, dot, i) = (&first.nest, first.dot(), first.operand);
-    let first_computed =
-        first.dot == 0 && matches!(items.first(), Some(Item::Nest(n)) if n == nest);
+    // (A dot with terms before its products is never its nest's first item; the merged loop
+    // computes a dot of its products alone.)
+    let first_computed = first.dot == 0
+        && dot.head() == 0
+        && matches!(items.first(), Some(Item::Nest(n)) if n == nest);
     let other = dot.products.args[1 - i];
     let inputs = tape.input_base() as u32..(tape.input_base() + tape.num_inputs()) as u32;
     let span = other.span(dot.products.len, nest.count);
