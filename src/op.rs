@@ -6,6 +6,10 @@
 //! bit-identical to the interpreter by construction: both perform the same IEEE operations in
 //! the same order. A new op is one new arm in [`Op::forward`] and one in [`Op::local_grads`].
 
+mod formulas;
+
+pub(crate) use formulas::ROUNDER;
+
 /// The scalar operations a backend must provide to evaluate ops.
 ///
 /// Every method is one IEEE-754 double operation (or one call to a [`MathFn`]);
@@ -24,6 +28,10 @@ pub trait Arith {
     fn call(&mut self, f: MathFn, args: &[Self::V]) -> Self::V;
     /// `then if a > b else otherwise` (false when either is NaN).
     fn select_gt(&mut self, a: Self::V, b: Self::V, then: Self::V, otherwise: Self::V) -> Self::V;
+    /// `2^k` for an integral `k` in `[-1022, 1023]`, built from its bits: exactly
+    /// [`formulas::pow2`]'s integer operations (for any `k`, so that backends agree on
+    /// every input). What the math formulas scale by.
+    fn pow2(&mut self, k: Self::V) -> Self::V;
 }
 
 /// An operation of the graph. Leaves (`Input`, `Param`, `Const`) have no operands; `Sum` has
@@ -267,8 +275,10 @@ pub enum Domain {
 /// directly, the JIT by address under private symbol names ([`MathFn::symbol`]), so the two
 /// agree bit for bit and LLVM cannot recognize and rewrite them (it would turn `pow(x, 2.0)`
 /// into `x * x`, which can differ in the last bit; where an op wants `x * x` it says so
-/// itself, for both backends: see `power`). A new function is one variant and one
-/// arm in each `match` below; `MathFn::iter()` lists them all.
+/// itself, for both backends: see `power`). Those that are [`Arith`] formulas of ours
+/// ([`MathFn::formula`]: `tanh`) the JIT's vector code computes inline, every lane at once;
+/// the others are libm's. A new function is one variant and one arm in each `match` below;
+/// `MathFn::iter()` lists them all.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, strum::EnumIter)]
 pub enum MathFn {
     Exp,
@@ -311,6 +321,15 @@ impl MathFn {
         }
     }
 
+    /// Its value on `args` computed by `ar`, if it is an [`Arith`] formula (the very
+    /// operations its compiled function performs; `None` for libm's).
+    pub fn formula<A: Arith>(self, ar: &mut A, args: &[A::V]) -> Option<A::V> {
+        match (self, args) {
+            (MathFn::Tanh, &[x]) => Some(formulas::tanh(ar, x)),
+            _ => None,
+        }
+    }
+
     /// Calls it on `args` ([`MathFn::arity`] of them; missing ones read as NaN).
     pub fn eval(self, args: &[f64]) -> f64 {
         let arg = |i: usize| args.get(i).copied().unwrap_or(f64::NAN);
@@ -324,6 +343,13 @@ impl MathFn {
     }
 }
 
+/// `tanh(x)` as [`Op::Tanh`] computes it on every backend (fdlibm's algorithm, written once
+/// over [`Arith`]; within 2 ULP of the true value): for code that wants the very same numbers,
+/// such as hand-written yardsticks.
+pub fn tanh(x: f64) -> f64 {
+    formulas::tanh(&mut F64, x)
+}
+
 /// The implementations behind [`MathFn`], with the C ABI the JIT calls them through.
 mod math {
     pub extern "C" fn exp(x: f64) -> f64 {
@@ -333,7 +359,7 @@ mod math {
         x.ln()
     }
     pub extern "C" fn tanh(x: f64) -> f64 {
-        x.tanh()
+        super::tanh(x)
     }
     pub extern "C" fn pow(x: f64, c: f64) -> f64 {
         x.powf(c)
@@ -409,5 +435,8 @@ impl Arith for F64 {
         } else {
             otherwise
         }
+    }
+    fn pow2(&mut self, k: f64) -> f64 {
+        formulas::pow2(k)
     }
 }

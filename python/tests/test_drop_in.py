@@ -129,18 +129,22 @@ def test_gradients_add_up_until_zeroed_and_the_root_is_set_to_one():
 
 
 def test_unary_ops_are_the_math_modules():
-    x = 0.7
-    for name, f, df in [
-        ("tanh", math.tanh, lambda x: 1 - math.tanh(x) ** 2),
-        ("exp", math.exp, math.exp),
-        ("log", math.log, lambda x: 1 / x),
-        ("relu", lambda x: max(0.0, x), lambda x: 1.0),
-    ]:
-        v = Value(x)
-        out = getattr(v, name)()
-        assert out.data == f(x), name
-        out.backward()
-        assert close(v.grad, df(x)), name
+    # tanh is tapejit's own (fdlibm's algorithm, the same on every backend): within a few
+    # ULP of the math module's, which it matches on most inputs.
+    for x in [0.7, -0.3, 0.05, 2.5, -1e-9]:
+        for name, f, df, ulps in [
+            ("tanh", math.tanh, lambda x: 1 - math.tanh(x) ** 2, 3),
+            ("exp", math.exp, math.exp, 0),
+            ("log", math.log, lambda x: 1 / x, 0),
+            ("relu", lambda x: max(0.0, x), lambda x: float(x > 0), 0),
+        ]:
+            if name == "log" and x <= 0:
+                continue
+            v = Value(x)
+            out = getattr(v, name)()
+            assert abs(out.data - f(x)) <= ulps * math.ulp(f(x)), (name, x)
+            out.backward()
+            assert close(v.grad, df(x)), (name, x)
 
 
 def test_operators_build_what_micrograd_builds():

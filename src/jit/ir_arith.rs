@@ -1,14 +1,15 @@
 //! [`Arith`] as LLVM IR: the JIT's instance of the op formulas.
 
 use inkwell::builder::{Builder, BuilderError};
-use inkwell::types::{FloatType, VectorType};
+use inkwell::types::{BasicTypeEnum, FloatType, VectorType};
 use inkwell::values::{
-    BasicValueEnum, FastMathFlags, FloatMathValue, FloatValue, FunctionValue, VectorValue,
+    BasicValue, BasicValueEnum, FastMathFlags, FloatMathValue, FloatValue, FunctionValue,
+    IntMathValue, IntValue, VectorValue,
 };
 use inkwell::FloatPredicate;
 
 use super::emit::Emit;
-use crate::op::{Arith, MathFn};
+use crate::op::{Arith, MathFn, ROUNDER};
 
 /// What [`IrArith`] computes on: one `f64` (a [`FloatValue`]), or a vector of them (a
 /// [`VectorValue`]), one lane per repetition of a nest. Every IEEE operation acts lane by
@@ -16,7 +17,17 @@ use crate::op::{Arith, MathFn};
 pub(super) trait Lanes<'ctx>: FloatMathValue<'ctx> + Copy {
     /// The IR type of a value.
     type Ty: Copy;
+    /// An `i64` per lane, for building numbers from bits.
+    type Int: IntMathValue<'ctx> + BasicValue<'ctx>;
+    /// Whether [`MathFn::formula`]s are emitted inline (on vectors: one formula computes
+    /// every lane) rather than called (on scalars: a formula is some 60 instructions, and
+    /// straight-line code may use it thousands of times).
+    const INLINE_FORMULAS: bool;
     fn ty_of(self) -> Self::Ty;
+    /// The type of [`Lanes::Int`] of as many lanes as `ty`.
+    fn int_ty(ty: Self::Ty) -> BasicTypeEnum<'ctx>;
+    fn int_splat(ty: Self::Ty, c: u64) -> Self::Int;
+    fn int_from_basic(v: BasicValueEnum<'ctx>) -> Self::Int;
     fn splat(ty: Self::Ty, c: f64) -> Self;
     fn undef(ty: Self::Ty) -> Self;
     fn from_basic(v: BasicValueEnum<'ctx>) -> Self;
@@ -31,8 +42,19 @@ pub(super) trait Lanes<'ctx>: FloatMathValue<'ctx> + Copy {
 
 impl<'ctx> Lanes<'ctx> for FloatValue<'ctx> {
     type Ty = FloatType<'ctx>;
+    type Int = IntValue<'ctx>;
+    const INLINE_FORMULAS: bool = false;
     fn ty_of(self) -> Self::Ty {
         self.get_type()
+    }
+    fn int_ty(ty: Self::Ty) -> BasicTypeEnum<'ctx> {
+        ty.get_context().i64_type().into()
+    }
+    fn int_splat(ty: Self::Ty, c: u64) -> Self::Int {
+        ty.get_context().i64_type().const_int(c, false)
+    }
+    fn int_from_basic(v: BasicValueEnum<'ctx>) -> Self::Int {
+        v.into_int_value()
     }
     fn splat(ty: Self::Ty, c: f64) -> Self {
         ty.const_float(c)
@@ -60,8 +82,20 @@ impl<'ctx> Lanes<'ctx> for FloatValue<'ctx> {
 
 impl<'ctx> Lanes<'ctx> for VectorValue<'ctx> {
     type Ty = VectorType<'ctx>;
+    type Int = VectorValue<'ctx>;
+    const INLINE_FORMULAS: bool = true;
     fn ty_of(self) -> Self::Ty {
         self.get_type()
+    }
+    fn int_ty(ty: Self::Ty) -> BasicTypeEnum<'ctx> {
+        ty.get_context().i64_type().vec_type(ty.get_size()).into()
+    }
+    fn int_splat(ty: Self::Ty, c: u64) -> Self::Int {
+        let lane = ty.get_context().i64_type().const_int(c, false);
+        VectorType::const_vector(&vec![lane; ty.get_size() as usize])
+    }
+    fn int_from_basic(v: BasicValueEnum<'ctx>) -> Self::Int {
+        v.into_vector_value()
     }
     fn splat(ty: Self::Ty, c: f64) -> Self {
         let lane = ty.get_element_type().into_float_type().const_float(c);
@@ -177,6 +211,15 @@ impl<'ctx, V: Lanes<'ctx>> Arith for IrArith<'_, 'ctx, V> {
         self.emit(r)
     }
     fn call(&mut self, f: MathFn, args: &[V]) -> V {
+        if V::INLINE_FORMULAS {
+            // Exactly the compiled function's operations: no fast-math flags.
+            let flags = self.flags.take();
+            let inline = f.formula(self, args);
+            self.flags = flags;
+            if let Some(v) = inline {
+                return v;
+            }
+        }
         // The emitter declares every `MathFn` before emitting any code.
         let r = match self.math.get(&f) {
             Some(&declared) => V::call(self.builder, self.ty, declared, args),
@@ -191,5 +234,24 @@ impl<'ctx, V: Lanes<'ctx>> Arith for IrArith<'_, 'ctx, V> {
             .and_then(|c| self.builder.build_select(c, then, otherwise, ""))
             .map(V::from_basic);
         self.emit(r)
+    }
+    fn pow2(&mut self, k: V) -> V {
+        // Integer and bit operations: no fast-math flags to set.
+        let b = self.builder;
+        let float_ty = k.as_basic_value_enum().get_type();
+        let r = b
+            .build_float_add(k, V::splat(self.ty, ROUNDER), "")
+            .and_then(|sum| b.build_bit_cast(sum, V::int_ty(self.ty), ""))
+            .and_then(|bits| {
+                let bits = V::int_from_basic(bits);
+                b.build_int_add(bits, V::int_splat(self.ty, 1023), "")
+            })
+            .and_then(|biased| b.build_left_shift(biased, V::int_splat(self.ty, 52), ""))
+            .and_then(|exponent| b.build_bit_cast(exponent, float_ty, ""))
+            .map(V::from_basic);
+        r.unwrap_or_else(|e| {
+            self.error.get_or_insert(e);
+            V::undef(self.ty)
+        })
     }
 }
