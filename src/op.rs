@@ -28,6 +28,24 @@ pub trait Arith {
     fn call(&mut self, f: MathFn, args: &[Self::V]) -> Self::V;
     /// `then if a > b else otherwise` (false when either is NaN).
     fn select_gt(&mut self, a: Self::V, b: Self::V, then: Self::V, otherwise: Self::V) -> Self::V;
+    /// `then(self)` if `a > b`, else `otherwise(self)`: [`Arith::select_gt`] of two values
+    /// yet to be computed, the math formulas' branches. Both are computed and one picked;
+    /// a backend that computes one value at a time (the interpreter) computes only the one
+    /// it picks, with the same result.
+    fn select_gt_with(
+        &mut self,
+        a: Self::V,
+        b: Self::V,
+        then: impl FnOnce(&mut Self) -> Self::V,
+        otherwise: impl FnOnce(&mut Self) -> Self::V,
+    ) -> Self::V
+    where
+        Self: Sized,
+    {
+        let then = then(self);
+        let otherwise = otherwise(self);
+        self.select_gt(a, b, then, otherwise)
+    }
     /// `2^k` for an integral `k` in `[-1022, 1023]`, built from its bits: exactly
     /// [`formulas::pow2`]'s integer operations (for any `k`, so that backends agree on
     /// every input). What the math formulas scale by.
@@ -434,6 +452,19 @@ impl Arith for F64 {
             then
         } else {
             otherwise
+        }
+    }
+    fn select_gt_with(
+        &mut self,
+        a: f64,
+        b: f64,
+        then: impl FnOnce(&mut Self) -> f64,
+        otherwise: impl FnOnce(&mut Self) -> f64,
+    ) -> f64 {
+        if a > b {
+            then(self)
+        } else {
+            otherwise(self)
         }
     }
     fn pow2(&mut self, k: f64) -> f64 {

@@ -1,7 +1,8 @@
 //! Math functions written as [`Arith`] formulas, so that every backend computes them with
 //! the same IEEE operations: the interpreter on `f64`s, the JIT's scalar code by calling the
 //! interpreter's compiled copy, its vector code inline, eight lanes at a time (a libm call
-//! is one lane at a time). Branches are selects: every lane computes every case.
+//! is one lane at a time). Branches are selects ([`Arith::select_gt_with`]): every lane
+//! computes every case, the interpreter only the one it takes.
 
 use super::Arith;
 
@@ -11,29 +12,45 @@ use super::Arith;
 /// expm1(-2|x|)` below 1; `sign(x)` from 22 (where the true value rounds to +-1) to infinity;
 /// NaN for NaN. Within 2 ULP of the true value.
 pub fn tanh<A: Arith>(ar: &mut A, x: A::V) -> A::V {
-    let (zero, one, two) = (ar.constant(0.0), ar.constant(1.0), ar.constant(2.0));
+    let zero = ar.constant(0.0);
     let minus_x = ar.neg(x);
     let a = ar.select_gt(x, zero, x, minus_x);
+    let tiny = ar.constant(1.0 / (1u64 << 28) as f64);
+    let large = ar.constant(22.0);
+    // x itself where |x| is tiny, and where it is NaN: the very NaN, whatever the operand
+    // order of the operations on it would do to its copies.
+    ar.select_gt_with(
+        a,
+        tiny,
+        |ar| {
+            let z = ar.select_gt_with(
+                a,
+                large,
+                |ar| ar.constant(1.0),
+                |ar| tanh_of_magnitude(ar, a),
+            );
+            let minus_z = ar.neg(z);
+            ar.select_gt(zero, x, minus_z, z)
+        },
+        |_| x,
+    )
+}
+
+/// `tanh(a)` for `2^-28 <= a < 22`: `1 - 2 / (t + 2)` with `t = expm1(2a)` from 1, `-t / (t +
+/// 2)` with `t = expm1(-2a)` below (one expm1 and one division, their operands picked).
+fn tanh_of_magnitude<A: Arith>(ar: &mut A, a: A::V) -> A::V {
+    let (one, two) = (ar.constant(1.0), ar.constant(2.0));
     let two_a = ar.mul(two, a);
     let minus_two_a = ar.neg(two_a);
     let below_one = |ar: &mut A, then, otherwise| ar.select_gt(one, a, then, otherwise);
     let y = below_one(ar, minus_two_a, two_a);
     let t = expm1(ar, y);
     let t_plus_two = ar.add(t, two);
-    // From 1: 1 - 2 / (t + 2); below: -t / (t + 2).
-    let q = ar.div(two, t_plus_two);
-    let from_one = ar.sub(one, q);
     let minus_t = ar.neg(t);
-    let below = ar.div(minus_t, t_plus_two);
-    let z = below_one(ar, below, from_one);
-    let large = ar.constant(22.0);
-    let z = ar.select_gt(a, large, one, z);
-    let minus_z = ar.neg(z);
-    let signed = ar.select_gt(zero, x, minus_z, z);
-    // x itself where |x| is tiny, and where it is NaN: the very NaN, whatever the operand
-    // order of the operations above did to the copies of it they made.
-    let tiny = ar.constant(2f64.powi(-28));
-    ar.select_gt(a, tiny, signed, x)
+    let numerator = below_one(ar, minus_t, two);
+    let q = ar.div(numerator, t_plus_two);
+    let from_one = ar.sub(one, q);
+    below_one(ar, q, from_one)
 }
 
 /// `e^y - 1` for `|y| < 709` (beyond: some number), fdlibm's algorithm (`s_expm1.c`, error
@@ -90,58 +107,87 @@ fn expm1<A: Arith>(ar: &mut A, y: A::V) -> A::V {
     let denom = ar.sub(six, r_t);
     let ratio = ar.div(r1_minus_t, denom);
     let e = ar.mul(hxs, ratio);
-    // k = 0: r - (r e - hxs).
-    let r_e = ar.mul(r, e);
-    let r_e_minus_hxs = ar.sub(r_e, hxs);
-    let at_zero = ar.sub(r, r_e_minus_hxs);
-    // Otherwise e = (r (e - c) - c) - hxs.
+    // k = 0: r - (r e - hxs); otherwise with e = (r (e - c) - c) - hxs:
+    let at_zero = move |ar: &mut A| {
+        let r_e = ar.mul(r, e);
+        let r_e_minus_hxs = ar.sub(r_e, hxs);
+        ar.sub(r, r_e_minus_hxs)
+    };
     let e_minus_c = ar.sub(e, corr);
     let scaled_e = ar.mul(r, e_minus_c);
     let e = ar.sub(scaled_e, corr);
     let e = ar.sub(e, hxs);
-    let r_minus_e = ar.sub(r, e);
-    let e_minus_r = ar.sub(e, r);
     // k = -1: 0.5 (r - e) - 0.5.
-    let h = ar.mul(half, r_minus_e);
-    let at_minus_one = ar.sub(h, half);
+    let at_minus_one = move |ar: &mut A| {
+        let r_minus_e = ar.sub(r, e);
+        let h = ar.mul(half, r_minus_e);
+        ar.sub(h, half)
+    };
     // k = 1: -2 (e - (r + 0.5)) below r = -0.25, else 1 + 2 (r - e).
-    let (two, minus_two) = (c(ar, 2.0), c(ar, -2.0));
-    let r_half = ar.add(r, half);
-    let d = ar.sub(e, r_half);
-    let low = ar.mul(minus_two, d);
-    let twice = ar.mul(two, r_minus_e);
-    let high = ar.add(one, twice);
-    let quarter = c(ar, -0.25);
-    let at_one = ar.select_gt(quarter, r, low, high);
-    // Otherwise (1 - (e - r)) 2^k - 1 far out, ((1 - 2^-k) - (e - r)) 2^k for 2 <= k < 20,
+    let at_one = move |ar: &mut A| {
+        let (minus_two, quarter) = (ar.constant(-2.0), ar.constant(-0.25));
+        let r_half = ar.add(r, half);
+        let d = ar.sub(e, r_half);
+        let low = ar.mul(minus_two, d);
+        let two = ar.constant(2.0);
+        let r_minus_e = ar.sub(r, e);
+        let twice = ar.mul(two, r_minus_e);
+        let high = ar.add(one, twice);
+        ar.select_gt(quarter, r, low, high)
+    };
+    // (1 - (e - r)) 2^k - 1 far out (k <= -2, k > 56).
+    let far = move |ar: &mut A| {
+        let two_k = ar.pow2(k);
+        let e_minus_r = ar.sub(e, r);
+        let m = ar.sub(one, e_minus_r);
+        let m = ar.mul(m, two_k);
+        ar.sub(m, one)
+    };
+    // ((1 - 2^-k) - (e - r)) 2^k for 2 <= k < 20.
+    let near = move |ar: &mut A| {
+        let two_k = ar.pow2(k);
+        let minus_k = ar.neg(k);
+        let two_minus_k = ar.pow2(minus_k);
+        let e_minus_r = ar.sub(e, r);
+        let m = ar.sub(one, two_minus_k);
+        let m = ar.sub(m, e_minus_r);
+        ar.mul(m, two_k)
+    };
     // ((r - (e + 2^-k)) + 1) 2^k for 20 <= k <= 56.
-    let two_k = ar.pow2(k);
-    let minus_k = ar.neg(k);
-    let two_minus_k = ar.pow2(minus_k);
-    let m = ar.sub(one, e_minus_r);
-    let m = ar.mul(m, two_k);
-    let far = ar.sub(m, one);
-    let m = ar.sub(one, two_minus_k);
-    let m = ar.sub(m, e_minus_r);
-    let near = ar.mul(m, two_k);
-    let m = ar.add(e, two_minus_k);
-    let m = ar.sub(r, m);
-    let m = ar.add(m, one);
-    let mid = ar.mul(m, two_k);
+    let mid = move |ar: &mut A| {
+        let two_k = ar.pow2(k);
+        let minus_k = ar.neg(k);
+        let two_minus_k = ar.pow2(minus_k);
+        let m = ar.add(e, two_minus_k);
+        let m = ar.sub(r, m);
+        let m = ar.add(m, one);
+        ar.mul(m, two_k)
+    };
     // Pick by k (NaN: none of the tests holds, so `mid`, a NaN).
-    let at = |ar: &mut A, v: f64| ar.constant(v);
-    let bound = at(ar, 56.0);
-    let z = ar.select_gt(k, bound, far, mid);
-    let bound = at(ar, 20.0);
-    let z = ar.select_gt(bound, k, near, z);
-    let bound = at(ar, 1.5);
-    let z = ar.select_gt(bound, k, at_one, z);
-    let bound = at(ar, 0.5);
-    let z = ar.select_gt(bound, k, at_zero, z);
-    let bound = at(ar, -0.5);
-    let z = ar.select_gt(bound, k, at_minus_one, z);
-    let bound = at(ar, -1.5);
-    ar.select_gt(bound, k, far, z)
+    below(ar, k, -1.5, far, |ar: &mut A| {
+        below(ar, k, -0.5, at_minus_one, |ar: &mut A| {
+            below(ar, k, 0.5, at_zero, |ar: &mut A| {
+                below(ar, k, 1.5, at_one, |ar: &mut A| {
+                    below(ar, k, 20.0, near, |ar: &mut A| {
+                        let bound = ar.constant(56.0);
+                        ar.select_gt_with(k, bound, far, mid)
+                    })
+                })
+            })
+        })
+    })
+}
+
+/// `then` where `k < bound`, else `otherwise`.
+fn below<A: Arith>(
+    ar: &mut A,
+    k: A::V,
+    bound: f64,
+    then: impl FnOnce(&mut A) -> A::V,
+    otherwise: impl FnOnce(&mut A) -> A::V,
+) -> A::V {
+    let bound = ar.constant(bound);
+    ar.select_gt_with(bound, k, then, otherwise)
 }
 
 /// 1.5 * 2^52: `(x + ROUNDER) - ROUNDER` is `x` rounded to an integer (ties to even) for
