@@ -227,10 +227,18 @@ impl Op {
                 local.push(minus_g);
             }
             Op::Powf(c) => {
-                // d(a^c)/da = c * a^(c-1), as micrograd writes it
-                let c_ = ar.constant(c);
-                let a_pow = power(ar, x[0], c - 1.0);
-                let d = ar.mul(c_, a_pow);
+                // d(a^c)/da = c * a^(c-1), as micrograd writes it; for the square root
+                // 0.5 / a^(1/2), from the value itself, as PyTorch writes it: pow's values
+                // at every special point (a = +-0, +-inf), within 2 ULP of micrograd's
+                // elsewhere, and a division instead of a call of libm's pow.
+                let d = if c == 0.5 {
+                    let half = ar.constant(0.5);
+                    ar.div(half, out)
+                } else {
+                    let c_ = ar.constant(c);
+                    let a_pow = power(ar, x[0], c - 1.0);
+                    ar.mul(c_, a_pow)
+                };
                 local.push(ar.mul(d, g));
             }
             Op::Exp => local.push(ar.mul(out, g)),

@@ -8,7 +8,7 @@
 //! interpreter **bit for bit** (checked by `tests/families.rs`): forward in build order;
 //! backward in reverse build order, each op's local derivative written as `op.rs` writes it
 //! (`d tanh = (1 - t*t) * g`, `d relu = [out > 0] * g`, `d (a*b)/da = b * g`,
-//! `d pow(a, c) = (c * pow(a, c - 1)) * g`, ...), every gradient summed in the order the
+//! `d pow(a, c) = (c * pow(a, c - 1)) * g`, `d sqrt(a) = (0.5 / sqrt(a)) * g`, ...), every gradient summed in the order the
 //! interpreter adds to it: a param's contributions copy by copy or step by step from the
 //! last, a hidden unit's from the last neuron reading it. Where an accumulator has only two
 //! contributions (and those start from 0) the order is free, since addition commutes.
@@ -807,7 +807,7 @@ impl Yardstick for SpringsStep {
                 let ext = len - SPRING_REST;
                 gk[s] += ext * gnum;
                 let glen = -(f / len) * gf + self.k[s] * gnum;
-                let gsq = (0.5 * (dx * dx + dy * dy).powf(-0.5)) * glen;
+                let gsq = (0.5 / len) * glen;
                 gdy += dy * gsq;
                 gdy += dy * gsq;
                 gdx += dx * gsq;
