@@ -8,36 +8,61 @@
 //! copy's activations in a few lines. Params and inputs come first on the tape and are all
 //! kept, so they keep their slots: whatever writes them (inputs, `set_params`) is unchanged.
 //!
+//! And a nest's values lie item by item: the tape has a repetition's nodes together (a
+//! neuron's input terms, its sum, its activation, then the next neuron's), so lanes across
+//! the repetitions would gather and scatter each item's values, and a readout over a layer's
+//! activations would read them a neuron apart. The buffers put each item's value in every
+//! repetition side by side instead (within the addresses the nest's values had), so lanes
+//! load and store one vector, and loops over a nest's outputs read adjacent numbers. Only
+//! addresses move: slots, the order of operations and so every result stay as they are.
+//!
 //! Loops address memory by affine sequences of slots; the emitter maps each to addresses
-//! ([`Buffers::affine`]). That is exact only where the sequence stays affine once mapped (as
-//! it does wherever a loop's repetitions are alike: each holds as many kept slots); where one
-//! does not, every slot keeps its own address.
+//! ([`Buffers::affine`]) and asks the addresses, not the slots, whether lanes are adjacent.
+//! That is exact only where the sequence stays affine once mapped (as it does wherever a
+//! loop's repetitions are alike: each holds as many kept slots); where one does not, the
+//! kept slots stay in slot order, or failing that every slot keeps its own address.
 
-use crate::passes::loops::{every_repetition, Affine, Item};
+use crate::passes::loops::{every_repetition, AccessKind, Affine, Item};
 use crate::tape::{Slot, Tape};
 
 /// The address of each slot in the values and gradients buffers.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Buffers {
-    /// Per slot, and one past the last: the kept slots before it.
+    /// Per slot: its address (a slot the buffers do not hold: the next held one's).
     address: Vec<u32>,
+    /// Per slot: whether the buffers hold it.
+    held: Vec<bool>,
+    /// How many slots they hold.
+    len: u32,
 }
 
 impl Buffers {
-    /// Kept slots side by side, if every loop's addresses stay affine; else every slot at
-    /// its own.
+    /// Kept slots side by side, each nest's values item by item, if every loop's addresses
+    /// stay affine; else kept slots in slot order, if that keeps them affine; else every
+    /// slot at its own.
     pub fn new(tape: &Tape, kept: &[bool], functions: &[Vec<Item>]) -> Buffers {
-        let mut address = Vec::with_capacity(kept.len() + 1);
+        let mut address = Vec::with_capacity(kept.len());
         let mut n = 0u32;
         for &k in kept {
             address.push(n);
             n += k as u32;
         }
-        address.push(n);
-        let compact = Buffers { address };
+        let compact = Buffers {
+            address,
+            held: kept.to_vec(),
+            len: n,
+        };
         let leaves_in_place =
             (0..tape.num_params() + tape.num_inputs()).all(|s| compact.address[s] as usize == s);
-        if leaves_in_place && compact.keeps_loops_affine(kept, functions) {
+        if !leaves_in_place {
+            return Buffers::slot_by_slot(tape.len());
+        }
+        if let Some(by_item) = compact.item_by_item(functions) {
+            if by_item.keeps_loops_affine(kept, functions) {
+                return by_item;
+            }
+        }
+        if compact.keeps_loops_affine(kept, functions) {
             compact
         } else {
             Buffers::slot_by_slot(tape.len())
@@ -47,13 +72,61 @@ impl Buffers {
     /// Every slot at its own address.
     pub fn slot_by_slot(slots: usize) -> Buffers {
         Buffers {
-            address: (0..=slots as u32).collect(),
+            address: (0..slots as u32).collect(),
+            held: vec![true; slots],
+            len: slots as u32,
         }
+    }
+
+    /// These buffers with the values each repetition of a nest writes laid out item by
+    /// item (within the addresses they had): an item's value in every repetition side by
+    /// side, then the next item's. So what lanes read and write across repetitions is one
+    /// vector, and a loop over a nest's outputs (a readout over a layer's activations, a
+    /// sum over a batch's losses) reads adjacent numbers, where one repetition after the
+    /// other puts them a whole repetition apart. `None` if no address changes.
+    fn item_by_item(&self, functions: &[Vec<Item>]) -> Option<Buffers> {
+        let mut address = self.address.clone();
+        let mut moved = false;
+        for item in functions.iter().flatten() {
+            for_each_flat_nest(item, &[], &mut |nest, outer| {
+                every_repetition(outer, |js| {
+                    let mut js = js.to_vec();
+                    js.push(0);
+                    let mut slots = Vec::new();
+                    for access in nest.body.iter().flat_map(Item::accesses) {
+                        if !matches!(access.kind, AccessKind::Writes { .. }) {
+                            continue;
+                        }
+                        for t in 0..access.len {
+                            for rep in 0..nest.count {
+                                *js.last_mut().expect("the nest's own level") = rep;
+                                let s = access.at.at_levels(t, &js).index();
+                                if self.held[s] {
+                                    slots.push(s);
+                                }
+                            }
+                        }
+                    }
+                    let mut addresses: Vec<u32> = slots.iter().map(|&s| self.address[s]).collect();
+                    addresses.sort_unstable();
+                    for (&s, a) in slots.iter().zip(addresses) {
+                        moved |= address[s] != a;
+                        address[s] = a;
+                    }
+                    true
+                });
+            });
+        }
+        moved.then(|| Buffers {
+            address,
+            held: self.held.clone(),
+            len: self.len,
+        })
     }
 
     /// The buffers' length: how many slots they hold.
     pub fn buffer_len(&self) -> usize {
-        *self.address.last().expect("one past the last slot") as usize
+        self.len as usize
     }
 
     /// The address of slot `s` (of a kept slot; an unkept one gets the next kept one's).
@@ -63,7 +136,11 @@ impl Buffers {
 
     /// Whether every slot is at its own address.
     pub fn in_place(&self) -> bool {
-        self.buffer_len() + 1 == self.address.len()
+        self.address
+            .iter()
+            .enumerate()
+            .all(|(s, &a)| a as usize == s)
+            && self.buffer_len() == self.address.len()
     }
 
     /// A buffer in slot order (one number per slot), laid out.
@@ -80,7 +157,7 @@ impl Buffers {
     /// A laid-out buffer in slot order, into `out` (0 for the slots it does not hold).
     pub fn in_slot_order(&self, laid_out: &[f64], out: &mut Vec<f64>) {
         out.clear();
-        let slots = self.address.len() - 1;
+        let slots = self.address.len();
         out.extend((0..slots).map(|s| match self.holds(s) {
             true => laid_out[self.address[s] as usize],
             false => 0.0,
@@ -89,7 +166,7 @@ impl Buffers {
 
     /// Whether the buffers hold slot `s`.
     fn holds(&self, s: usize) -> bool {
-        self.address[s + 1] > self.address[s]
+        self.held[s]
     }
 
     /// Per address, `which` of its slot.
@@ -146,5 +223,23 @@ impl Buffers {
                 })
             })
         })
+    }
+}
+
+/// Calls `f` on every nest of `item` whose body holds no nest, with the repetition counts of
+/// the nests around it (outermost first).
+fn for_each_flat_nest(
+    item: &Item,
+    outer: &[u32],
+    f: &mut impl FnMut(&crate::passes::loops::Nest, &[u32]),
+) {
+    let Item::Nest(nest) = item else { return };
+    if nest.body.iter().any(|b| matches!(b, Item::Nest(_))) {
+        let outer: Vec<u32> = outer.iter().copied().chain([nest.count]).collect();
+        for b in &nest.body {
+            for_each_flat_nest(b, &outer, f);
+        }
+    } else {
+        f(nest, outer);
     }
 }

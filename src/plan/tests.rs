@@ -328,6 +328,46 @@ fn a_recurrent_cells_sums_are_dots_after_their_input_terms_in_the_vertical_order
     }
 }
 
+/// The values a nest's repetitions write lie item by item in the buffers: each item's value
+/// in the 16 neurons of a recurrent cell side by side (one vector for lanes to load and
+/// store), where the tape has them a repetition (the neuron's own nodes) apart.
+#[test]
+fn a_nests_values_lie_item_by_item_in_the_buffers() {
+    use crate::passes::loops::{Access, AccessKind};
+    /// The values written by the flat nests of `item`, with the level of their repetitions.
+    fn written(item: &Item, level: usize, out: &mut Vec<(Access, usize)>) {
+        let Item::Nest(nest) = item else { return };
+        if nest.body.iter().any(|b| matches!(b, Item::Nest(_))) {
+            nest.body.iter().for_each(|b| written(b, level + 1, out));
+            return;
+        }
+        let writes = nest.body.iter().flat_map(Item::accesses);
+        out.extend(
+            writes
+                .filter(|a| matches!(a.kind, AccessKind::Writes { .. }))
+                .map(|a| (a, level)),
+        );
+    }
+    let g = Graph::new();
+    recurrent_cells(&g, 16, true);
+    let (_, plan) = planned(&g);
+    let mut values = Vec::new();
+    for item in plan.functions.iter().flatten() {
+        written(item, 0, &mut values);
+    }
+    let kept: Vec<_> = values
+        .iter()
+        .filter(|(a, _)| plan.kept[a.at.at(0).index()])
+        .collect();
+    // The first step's nest and the nest in the other steps' nest: each neuron's 3 input
+    // terms, its sum and its tanh.
+    assert_eq!(kept.len(), 2 * 5, "{kept:?}");
+    for (a, level) in kept {
+        assert!(a.at.outer[*level] > 1, "{a:?} already adjacent on the tape");
+        assert_eq!(plan.buffers.affine(a.at).outer[*level], 1, "{a:?}");
+    }
+}
+
 fn collect_lanes(item: &Item, out: &mut Vec<crate::passes::loops::Lanes>) {
     if let Item::Nest(n) = item {
         out.push(n.lanes);

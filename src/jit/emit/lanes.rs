@@ -213,7 +213,7 @@ impl<'ctx> LaneIo<'ctx> for VectorValue<'ctx> {
         lanes: Vector,
     ) -> Emit<Self> {
         let ty = Self::ty(e, lanes);
-        match a.outer[reps.lane_level()] {
+        match e.across(a, reps) {
             1 => {
                 let ptr = e.ptr_at(buf, a, t, &e.lane_js(reps, lanes)?)?;
                 e.load_vector(ptr, ty)
@@ -245,7 +245,7 @@ impl<'ctx> LaneIo<'ctx> for VectorValue<'ctx> {
         v: Self,
     ) -> Emit<()> {
         let place = Place::new(buf, a, t, reps, lanes);
-        if a.outer[reps.lane_level()] == 1 {
+        if e.across(a, reps) == 1 {
             e.wrote(place);
             let ptr = e.ptr_at(buf, a, t, &e.lane_js(reps, lanes)?)?;
             return e.store_vector(ptr, v);
@@ -267,7 +267,7 @@ impl<'ctx> LaneIo<'ctx> for VectorValue<'ctx> {
         d: Self,
     ) -> Emit<()> {
         let a = additions.operand();
-        let across = a.outer[reps.lane_level()];
+        let across = e.across(a, reps);
         if across == 1 && e.fuses_update(frame, a) {
             return e.fused_update(frame, a, t, (reps, lanes), d);
         }
@@ -313,6 +313,12 @@ impl<'ctx> Emitter<'ctx, '_> {
     /// Loop code writes `place` ([`Known`](super::known::Known)).
     pub(super) fn wrote(&self, place: Place<'ctx>) {
         self.known.wrote(self.block(), place, None);
+    }
+
+    /// How many addresses apart the lanes of `reps` find `a`'s slots (1: one vector; 0: one
+    /// slot for every lane).
+    pub(super) fn across(&self, a: Affine, reps: &Reps<'ctx>) -> i64 {
+        self.plan.buffers.affine(a).outer[reps.lane_level()]
     }
 
     /// `&buf[a.base + a.stride * t + a.outer[0] * js[0] + a.outer[1] * js[1] + ...]`
@@ -418,7 +424,7 @@ impl<'ctx> Emitter<'ctx, '_> {
     ) -> Emit<LanesAt<'ctx>> {
         Ok(LanesAt {
             first: self.ptr_at(buf, a, t, &self.lane_js(reps, lanes)?)?,
-            across: self.plan.buffers.affine(a).outer[reps.lane_level()],
+            across: self.across(a, reps),
             width: lanes.width,
         })
     }

@@ -201,7 +201,9 @@ impl<'ctx> Emitter<'ctx, '_> {
         let steps = self.entry_alloca(i32t.array_type(len).into(), "steps")?;
         let count = self.entry_alloca(i64t.into(), "count")?;
         self.builder.build_store(count, i64t.const_zero())?;
-        let unit_stride = inputs.iter().all(|(_, a)| a.stride == 1);
+        let unit_stride = inputs
+            .iter()
+            .all(|&(_, a)| self.plan.buffers.affine(a).stride == 1);
         let vectorized = if unit_stride { len / CHUNK } else { 0 };
         // Steps `first..first + width`, each appended to the list if not 0 in some input.
         let append = |this: &Self, first: IntValue<'ctx>, width: u32| -> Emit<()> {
