@@ -22,6 +22,7 @@
 //! loop's repetitions are alike: each holds as many kept slots); where one does not, the
 //! kept slots stay in slot order, or failing that every slot keeps its own address.
 
+use super::lanes::may_run_in_lanes;
 use crate::passes::loops::{every_repetition, AccessKind, Affine, Item};
 use crate::tape::{Slot, Tape};
 
@@ -78,35 +79,36 @@ impl Buffers {
         }
     }
 
-    /// These buffers with the values each repetition of a nest writes laid out item by
-    /// item (within the addresses they had): an item's value in every repetition side by
-    /// side, then the next item's. So what lanes read and write across repetitions is one
-    /// vector, and a loop over a nest's outputs (a readout over a layer's activations, a
-    /// sum over a batch's losses) reads adjacent numbers, where one repetition after the
-    /// other puts them a whole repetition apart. `None` if no address changes.
+    /// These buffers with each nest's values laid out item by item where its repetitions
+    /// may run in lanes: a nest's repetitions tile a run of slots, one repetition every `stride` slots (its values, and any leaf
+    /// the graph made among them, such as a constant written inline); the run's kept slots
+    /// take the run's addresses transposed, each offset's slot in every repetition side by
+    /// side, then the next offset's. So what lanes read and write across repetitions is one
+    /// vector, and a loop over a nest's outputs (a readout over a layer's activations, a sum
+    /// over a batch's losses) reads adjacent numbers, where one repetition after the other
+    /// puts them `stride` apart. `None` if no address changes.
     fn item_by_item(&self, functions: &[Vec<Item>]) -> Option<Buffers> {
         let mut address = self.address.clone();
         let mut moved = false;
         for item in functions.iter().flatten() {
             for_each_flat_nest(item, &[], &mut |nest, outer| {
+                // A nest whose repetitions depend on each other (a rollout's steps) runs
+                // one after the other: its values stay together.
+                let Some(run) =
+                    Run::of(nest, outer.len()).filter(|_| may_run_in_lanes(nest, outer))
+                else {
+                    return;
+                };
                 every_repetition(outer, |js| {
-                    let mut js = js.to_vec();
-                    js.push(0);
-                    let mut slots = Vec::new();
-                    for access in nest.body.iter().flat_map(Item::accesses) {
-                        if !matches!(access.kind, AccessKind::Writes { .. }) {
-                            continue;
-                        }
-                        for t in 0..access.len {
-                            for rep in 0..nest.count {
-                                *js.last_mut().expect("the nest's own level") = rep;
-                                let s = access.at.at_levels(t, &js).index();
-                                if self.held[s] {
-                                    slots.push(s);
-                                }
-                            }
-                        }
-                    }
+                    let Some(first) = run.first(js) else {
+                        return true;
+                    };
+                    let slots: Vec<usize> = (0..run.stride)
+                        .flat_map(|offset| {
+                            (0..nest.count as usize).map(move |r| first + r * run.stride + offset)
+                        })
+                        .filter(|&s| self.held.get(s) == Some(&true))
+                        .collect();
                     let mut addresses: Vec<u32> = slots.iter().map(|&s| self.address[s]).collect();
                     addresses.sort_unstable();
                     for (&s, a) in slots.iter().zip(addresses) {
@@ -241,5 +243,47 @@ fn for_each_flat_nest(
         }
     } else {
         f(nest, outer);
+    }
+}
+
+/// The run of slots a flat nest's repetitions tile: what it writes, each repetition
+/// `stride` slots after the one before.
+struct Run {
+    writes: Vec<crate::passes::loops::Access>,
+    level: usize,
+    stride: usize,
+}
+
+impl Run {
+    /// The run of `nest`, whose repetitions are at `level`; `None` if its values do not all
+    /// move by one stride per repetition.
+    fn of(nest: &crate::passes::loops::Nest, level: usize) -> Option<Run> {
+        let writes: Vec<_> = nest
+            .body
+            .iter()
+            .flat_map(Item::accesses)
+            .filter(|a| matches!(a.kind, AccessKind::Writes { .. }))
+            .collect();
+        let stride = writes.first()?.at.outer[level];
+        let alike = writes.iter().all(|a| a.at.outer[level] == stride);
+        (alike && stride > 0 && nest.count > 1).then_some(Run {
+            writes,
+            level,
+            stride: stride as usize,
+        })
+    }
+
+    /// The first slot of the run in repetition `outer` of the nests around, if the first
+    /// repetition's values lie within `stride` slots of it.
+    fn first(&self, outer: &[u32]) -> Option<usize> {
+        let mut js = outer.to_vec();
+        js.resize(self.level + 1, 0);
+        let slots = || {
+            self.writes
+                .iter()
+                .flat_map(|a| (0..a.len).map(|t| a.at.at_levels(t, &js).index()))
+        };
+        let (lo, hi) = (slots().min()?, slots().max()?);
+        (hi < lo + self.stride).then_some(lo)
     }
 }

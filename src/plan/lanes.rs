@@ -7,6 +7,7 @@
 //! Nests of nests run one repetition after the other, and the nests in their bodies in lanes
 //! where the analyses hold in every repetition of the nests around.
 
+use super::Buffers;
 use crate::passes::lanes::{backward_lanes_keep_order, repetitions_independent, vertical_map};
 use crate::passes::loops::{iteration, Item, Lanes, Nest, MAX_NEST_DEPTH};
 
@@ -35,18 +36,18 @@ pub fn lane_group(count: u32) -> u32 {
 /// stores (consecutive slots across lanes) or broadcasts (one slot for every lane).
 pub const MIN_VECTOR_ACCESS_PERCENT: u64 = 15;
 
-/// Whether a flat nest's `body` (its own level outermost) reads and writes mostly slots that
-/// lie neither side by side nor shared across its repetitions, counted over each access's
-/// sequence. Lanes reach those by gathers and scatters, which cost about what the scalar
+/// Whether a flat nest's `body` (its own repetitions at `level`) reads and writes mostly slots
+/// whose addresses ([`Buffers`]: a nest's values lie item by item) are neither side by side
+/// nor shared across its repetitions, counted over each access's sequence. Lanes reach those by gathers and scatters, which cost about what the scalar
 /// loop's loads and stores do (an AVX-512 scatter more), on top of building a vector of
 /// addresses each; their faster arithmetic does not make up for it. A mass-spring chain's
 /// masses (each reading its neighbours' state) run forward 17% faster one after the other,
 /// the moons demo's per-point loss 7-10%.
-fn mostly_strided(body: &[Item]) -> bool {
+fn mostly_strided(body: &[Item], level: usize, buffers: &Buffers) -> bool {
     let (mut vector, mut all) = (0u64, 0u64);
     for access in body.iter().flat_map(Item::accesses) {
         all += access.len as u64;
-        if matches!(access.at.outer[0], 0 | 1) {
+        if matches!(buffers.affine(access.at).outer[level], 0 | 1) {
             vector += access.len as u64;
         }
     }
@@ -54,20 +55,20 @@ fn mostly_strided(body: &[Item]) -> bool {
 }
 
 /// `item` with its lanes decided (a nest's, and those of the nests in its body; anything
-/// else is returned as it is).
-pub fn decide(item: &Item) -> Item {
-    decide_within(item, &[], false)
+/// else is returned as it is), its slots at the addresses `buffers` gives them.
+pub fn decide(item: &Item, buffers: &Buffers) -> Item {
+    decide_within(item, &[], buffers, false)
 }
 
 /// [`decide`], checking a nest in every repetition of the nests around even where
 /// [`alike_in_every_repetition`] says the first decides them all.
 #[cfg(test)]
-pub fn decide_checking_every_repetition(item: &Item) -> Item {
-    decide_within(item, &[], true)
+pub fn decide_checking_every_repetition(item: &Item, buffers: &Buffers) -> Item {
+    decide_within(item, &[], buffers, true)
 }
 
 /// [`decide`] for an item inside nests of `outer` repetitions (outermost first).
-fn decide_within(item: &Item, outer: &[u32], check_each: bool) -> Item {
+fn decide_within(item: &Item, outer: &[u32], buffers: &Buffers, check_each: bool) -> Item {
     let Item::Nest(nest) = item else {
         return item.clone();
     };
@@ -79,20 +80,13 @@ fn decide_within(item: &Item, outer: &[u32], check_each: bool) -> Item {
             body: nest
                 .body
                 .iter()
-                .map(|b| decide_within(b, &within, check_each))
+                .map(|b| decide_within(b, &within, buffers, check_each))
                 .collect(),
             lanes: Lanes::None,
             ..nest.clone()
         });
     }
-    // Lanes reorder the repetitions within one repetition of the nests around: the analyses
-    // must hold in every one of those (a repetition's slots differ from the next one's).
-    let instances = if !check_each && alike_in_every_repetition(&nest.body, outer, nest.count) {
-        // The first repetition of each nest around.
-        instances(&nest.body, &vec![1; outer.len()])
-    } else {
-        instances(&nest.body, outer)
-    };
+    let instances = every_instance(nest, outer, check_each);
     let group = lane_group(nest.count);
     // The vertical order where some map has a shared operand (it is faster), if it keeps
     // every gradient's order; else the plain lane order.
@@ -102,7 +96,7 @@ fn decide_within(item: &Item, outer: &[u32], check_each: bool) -> Item {
             .all(|body| backward_lanes_keep_order(body, nest.count, group, vertical))
     };
     let has_vertical = nest.body.iter().any(|b| vertical_map(b, 0).is_some());
-    let lanes = if mostly_strided(&instances[0])
+    let lanes = if mostly_strided(&nest.body, outer.len(), buffers)
         || !instances
             .iter()
             .all(|body| repetitions_independent(body, nest.count))
@@ -125,6 +119,27 @@ fn decide_within(item: &Item, outer: &[u32], check_each: bool) -> Item {
         lanes,
         ..nest.clone()
     })
+}
+
+/// A flat `nest`'s body as it stands in every repetition of the nests around (of `outer`
+/// repetitions): lanes reorder the repetitions within one of those, so the analyses must
+/// hold in each (a repetition's slots differ from the next one's). Only the first where
+/// [`alike_in_every_repetition`] says it decides them all, unless `check_each`.
+fn every_instance(nest: &Nest, outer: &[u32], check_each: bool) -> Vec<Vec<Item>> {
+    if !check_each && alike_in_every_repetition(&nest.body, outer, nest.count) {
+        instances(&nest.body, &vec![1; outer.len()])
+    } else {
+        instances(&nest.body, outer)
+    }
+}
+
+/// Whether a flat `nest` inside nests of `outer` repetitions may run in lanes: no
+/// repetition reads what another writes (whether lanes pay, and in which order backward
+/// runs, [`decide`] says).
+pub fn may_run_in_lanes(nest: &Nest, outer: &[u32]) -> bool {
+    every_instance(nest, outer, false)
+        .iter()
+        .all(|body| repetitions_independent(body, nest.count))
 }
 
 /// `body` as it stands in each repetition of the nests around it (of `outer` repetitions,

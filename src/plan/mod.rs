@@ -83,15 +83,17 @@ impl Plan {
     /// once, in order, as the tape says) is an [`crate::Error::InvalidPlan`].
     pub fn new(tape: &Tape, schedule: &Schedule, options: PlanOptions) -> crate::Result<Plan> {
         verify::verify_shapes(&schedule.items, tape)?;
+        let kept = schedule.kept(tape);
+        // Lanes pay where their slots' addresses are adjacent.
+        let addresses = Buffers::new(tape, &kept, std::slice::from_ref(&schedule.items));
         let items: Vec<Item> = schedule
             .items
             .iter()
-            .map(|item| shared::decide(tape, &lanes::decide(item)))
+            .map(|item| shared::decide(tape, &lanes::decide(item, &addresses)))
             .collect();
         let step = step::plan(tape, &items, options.zero_skipping);
         let functions = functions::cut(tape, &items, options.chunk_size);
         let grads = GradMemory::new(tape, &functions, step.as_ref());
-        let kept = schedule.kept(tape);
         let plan = Plan {
             buffers: Buffers::new(tape, &kept, &functions),
             kept,

@@ -552,12 +552,13 @@ fn lanes_decided_in_the_first_repetition_match_checking_every_one() {
         build(&g);
         let tape = Tape::from_graph(&g).unwrap();
         let s = schedule(&tape, true);
-        let (_, s) = layout::apply(tape, s).unwrap();
+        let (tape, s) = layout::apply(tape, s).unwrap();
+        let buffers = super::Buffers::new(&tape, &s.kept(&tape), std::slice::from_ref(&s.items));
         let (mut once, mut each) = (Vec::new(), Vec::new());
         for item in &s.items {
-            collect_lanes(&super::lanes::decide(item), &mut once);
+            collect_lanes(&super::lanes::decide(item, &buffers), &mut once);
             collect_lanes(
-                &super::lanes::decide_checking_every_repetition(item),
+                &super::lanes::decide_checking_every_repetition(item, &buffers),
                 &mut each,
             );
         }
