@@ -84,18 +84,20 @@ impl Plan {
     pub fn new(tape: &Tape, schedule: &Schedule, options: PlanOptions) -> crate::Result<Plan> {
         verify::verify_shapes(&schedule.items, tape)?;
         let kept = schedule.kept(tape);
-        // Lanes pay where their slots' addresses are adjacent.
-        let addresses = Buffers::new(tape, &kept, std::slice::from_ref(&schedule.items));
+        // Before the lanes, which pay where their slots' addresses are adjacent. (Cutting
+        // the items into functions cuts straight-line runs and wide sums only: every loop
+        // keeps its accesses.)
+        let buffers = Buffers::new(tape, &kept, std::slice::from_ref(&schedule.items));
         let items: Vec<Item> = schedule
             .items
             .iter()
-            .map(|item| shared::decide(tape, &lanes::decide(item, &addresses)))
+            .map(|item| shared::decide(tape, &lanes::decide(item, &buffers)))
             .collect();
         let step = step::plan(tape, &items, options.zero_skipping);
         let functions = functions::cut(tape, &items, options.chunk_size);
         let grads = GradMemory::new(tape, &functions, step.as_ref());
         let plan = Plan {
-            buffers: Buffers::new(tape, &kept, &functions),
+            buffers,
             kept,
             grads,
             step,
