@@ -303,6 +303,8 @@ impl<'g> Value<'g> {
     pub fn log(self) -> Value<'g> {
         self.unary(Op::Log)
     }
+    /// tapejit's `tanh` ([`crate::op::tanh`]: fdlibm's algorithm, within 2 ULP, the same on
+    /// every backend).
     pub fn tanh(self) -> Value<'g> {
         self.unary(Op::Tanh)
     }

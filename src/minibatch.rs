@@ -4,11 +4,11 @@
 //! A minibatch of `m` samples is cut into chunks of [`CHUNK`] samples (the last may be
 //! shorter). Each chunk starts from params' gradients of 0 and runs forward and backward per
 //! sample, in order, so its samples' gradients accumulate as `backward` accumulates them
-//! ([`Replica::accumulate`]; the JIT's skips inputs that are exactly 0 where `train` does). The
+//! (`Replica::accumulate`; the JIT's skips inputs that are exactly 0 where `train` does). The
 //! minibatch's gradient is the chunks' sums added in chunk order (`((c0 + c1) + c2) + ...`),
 //! and each param moves by `p -= (lr / m) * g`. None of this depends on the thread count.
 //!
-//! Each thread has its own copy of the values (a [`Replica`]) and a range of the params (a
+//! Each thread has its own copy of the values (a `Replica`) and a range of the params (a
 //! share of whole cache lines), and runs, per minibatch:
 //! 1. its share of the chunks (consecutive ones), each into a gradient buffer of its own
 //!    (`chunk_grads`; zero inputs skipped as `train` skips them, exactly);

@@ -47,8 +47,8 @@ pub trait Arith {
         self.select_gt(a, b, then, otherwise)
     }
     /// `2^k` for an integral `k` in `[-1022, 1023]`, built from its bits: exactly
-    /// [`formulas::pow2`]'s integer operations (for any `k`, so that backends agree on
-    /// every input). What the math formulas scale by.
+    /// `(bits(k + 1.5 * 2^52) + 1023) << 52` in wrapping integer arithmetic, for any `k`,
+    /// so that backends agree on every input. What the math formulas scale by.
     fn pow2(&mut self, k: Self::V) -> Self::V;
 }
 
@@ -68,10 +68,12 @@ pub enum Op {
     Mul,
     Div,
     Neg,
-    /// `a.powf(c)` for a constant exponent `c`.
+    /// `a.powf(c)` for a constant exponent `c` (derivative `c * a^(c-1)`, but `0.5 / out`
+    /// for the square root).
     Powf(f64),
     Exp,
     Log,
+    /// [`tanh`]: fdlibm's algorithm, written once over [`Arith`].
     Tanh,
     /// micrograd's relu: `0 if a < 0 else a`.
     Relu,
