@@ -28,6 +28,9 @@ pub trait Arith {
     fn call(&mut self, f: MathFn, args: &[Self::V]) -> Self::V;
     /// `then if a > b else otherwise` (false when either is NaN).
     fn select_gt(&mut self, a: Self::V, b: Self::V, then: Self::V, otherwise: Self::V) -> Self::V;
+    /// `a * b + c` rounded once (IEEE fusedMultiplyAdd; never made from `mul` and `add`,
+    /// which round twice): what the math formulas' polynomials step by.
+    fn mul_add(&mut self, a: Self::V, b: Self::V, c: Self::V) -> Self::V;
     /// `then(self)` if `a > b`, else `otherwise(self)`: [`Arith::select_gt`] of two values
     /// yet to be computed, the math formulas' branches. Both are computed and one picked;
     /// a backend that computes one value at a time (the interpreter) computes only the one
@@ -476,6 +479,9 @@ impl Arith for F64 {
         } else {
             otherwise(self)
         }
+    }
+    fn mul_add(&mut self, a: f64, b: f64, c: f64) -> f64 {
+        a.mul_add(b, c)
     }
     fn pow2(&mut self, k: f64) -> f64 {
         formulas::pow2(k)

@@ -1,6 +1,8 @@
 //! [`Arith`] as LLVM IR: the JIT's instance of the op formulas.
 
 use inkwell::builder::{Builder, BuilderError};
+use inkwell::intrinsics::Intrinsic;
+use inkwell::module::Module;
 use inkwell::types::{BasicTypeEnum, FloatType, VectorType};
 use inkwell::values::{
     BasicValue, BasicValueEnum, FastMathFlags, FloatMathValue, FloatValue, FunctionValue,
@@ -141,6 +143,8 @@ pub(super) type MathTable<'ctx> = std::collections::HashMap<MathFn, FunctionValu
 /// unpositioned builder, a bug of ours) are kept and reported by [`IrArith::finish`].
 pub(super) struct IrArith<'a, 'ctx, V: Lanes<'ctx> = FloatValue<'ctx>> {
     builder: &'a Builder<'ctx>,
+    /// Where intrinsics (`llvm.fma`) are declared.
+    module: &'a Module<'ctx>,
     ty: V::Ty,
     math: &'a MathTable<'ctx>,
     error: Option<BuilderError>,
@@ -151,9 +155,15 @@ pub(super) struct IrArith<'a, 'ctx, V: Lanes<'ctx> = FloatValue<'ctx>> {
 impl<'a, 'ctx, V: Lanes<'ctx>> IrArith<'a, 'ctx, V> {
     /// An emitter at the builder's position for values of type `ty`, calling the math
     /// functions `math` declares.
-    pub(super) fn new(builder: &'a Builder<'ctx>, ty: V::Ty, math: &'a MathTable<'ctx>) -> Self {
+    pub(super) fn new(
+        builder: &'a Builder<'ctx>,
+        module: &'a Module<'ctx>,
+        ty: V::Ty,
+        math: &'a MathTable<'ctx>,
+    ) -> Self {
         IrArith {
             builder,
+            module,
             ty,
             math,
             error: None,
@@ -233,6 +243,24 @@ impl<'ctx, V: Lanes<'ctx>> Arith for IrArith<'_, 'ctx, V> {
             .build_float_compare(FloatPredicate::OGT, a, b, "")
             .and_then(|c| self.builder.build_select(c, then, otherwise, ""))
             .map(V::from_basic);
+        self.emit(r)
+    }
+    fn mul_add(&mut self, a: V, b: V, c: V) -> V {
+        // `llvm.fma`: one rounding, as `f64::mul_add` (an instruction where the CPU has
+        // one, else the C library's `fma`, exact either way).
+        let ty = a.as_basic_value_enum().get_type();
+        let r = Intrinsic::find("llvm.fma")
+            .and_then(|i| i.get_declaration(self.module, &[ty]))
+            .ok_or(BuilderError::UnsetPosition)
+            .and_then(|fma| {
+                let args = [a, b, c].map(|v| v.as_basic_value_enum().into());
+                self.builder.build_call(fma, &args, "")
+            })
+            .map(|call| {
+                call.try_as_basic_value()
+                    .basic()
+                    .map_or_else(|| V::undef(self.ty), V::from_basic)
+            });
         self.emit(r)
     }
     fn pow2(&mut self, k: V) -> V {

@@ -526,7 +526,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         gs.iter()
             .map(|&g| {
                 let ty = V::ty_of(g);
-                let mut ar = IrArith::<V>::new(&self.builder, ty, &self.math)
+                let mut ar = IrArith::<V>::new(&self.builder, &self.module, ty, &self.math)
                     .with_fast_math(self.loop_fast_math());
                 let fresh = ar.constant(0.0);
                 let sum = ar.add(fresh, g);
@@ -655,7 +655,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
 
     /// Arithmetic on values of `lanes`, with the loops' fast-math flags.
     pub(super) fn arith<V: LaneIo<'ctx>>(&self, lanes: Vector) -> IrArith<'_, 'ctx, V> {
-        IrArith::new(&self.builder, V::ty(self, lanes), &self.math)
+        IrArith::new(&self.builder, &self.module, V::ty(self, lanes), &self.math)
             .with_fast_math(self.loop_fast_math())
     }
 

@@ -736,7 +736,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
 
     /// Scalar arithmetic without fast-math flags: straight-line code is always exact.
     fn scalar_arith(&self) -> IrArith<'_, 'ctx> {
-        IrArith::new(&self.builder, self.f64_type, &self.math)
+        IrArith::new(&self.builder, &self.module, self.f64_type, &self.math)
     }
 
     /// Zeroes the gradients of the slots where `which` is true, in a loop where runs repeat
