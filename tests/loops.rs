@@ -473,10 +473,10 @@ fn a_dot_after_a_term_that_others_read_too() {
 /// tanh is an [`Arith`](tapejit::op::Arith) formula of ours: the interpreter computes it on
 /// `f64`s, the JIT's scalar code calls that compiled function and its vector code computes
 /// it inline, eight lanes at once. A map of `tanh(x_i / y_i)` over 64 inputs (in lanes where
-/// loops are recovered) on values from every range its formula picks between (tiny, below
-/// 1, the expm1 cases of k, from 22, infinite, NaN, -0, subnormal; the non-finite ones
-/// divided out of finite inputs): values and gradients bit for bit against the interpreter
-/// at every level.
+/// loops are recovered) on values from every range its formula picks between (tiny, the
+/// series, either side of 0.625, the exponential across a change of k, from 22, infinite,
+/// NaN, -0, subnormal; the non-finite ones divided out of finite inputs): values and
+/// gradients bit for bit against the interpreter at every level.
 #[test]
 fn tanh_in_vector_lanes_is_the_interpreters_on_every_kind_of_input() {
     const N: usize = 64;
@@ -501,8 +501,10 @@ fn tanh_in_vector_lanes_is_the_interpreters_on_every_kind_of_input() {
             -1.0,
             0.999_999,
             0.549_306_144_334_054_9,
-            0.173_286_795_139_986_3, // 2|x| = ln2 / 2, where k changes
-            -0.173_286_795_139_986_3,
+            0.625,
+            -0.624_999_999_999_999_9,
+            0.866_433_975_699_931_6, // 2|x| = 2.5 ln2, where k changes
+            -0.866_433_975_699_931_6,
             0.52,
             1e300,
         ]

@@ -129,7 +129,7 @@ def test_gradients_add_up_until_zeroed_and_the_root_is_set_to_one():
 
 
 def test_unary_ops_are_the_math_modules():
-    # tanh is tapejit's own (fdlibm's algorithm, the same on every backend): within a few
+    # tanh is tapejit's own (a formula of ours, the same on every backend): within a few
     # ULP of the math module's, which it matches on most inputs.
     for x in [0.7, -0.3, 0.05, 2.5, -1e-9]:
         for name, f, df, ulps in [
