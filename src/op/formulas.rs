@@ -43,7 +43,8 @@ const SERIES_BELOW: f64 = 0.625;
 
 /// `tanh(a)` for `0 <= a < 0.625`: `a + a s P(s)` with `s = a^2`, `P` of degree 11 in `s`
 /// fitted at Chebyshev nodes to `(tanh(a) / a - 1) / s` (within 0.07 ULP of it there, in
-/// doubles), by Estrin's scheme, the last step one fused multiply-add.
+/// doubles; `scripts/fit-tanh.py` makes the coefficients), by Estrin's scheme, the last
+/// step one fused multiply-add.
 fn odd_series<A: Arith>(ar: &mut A, a: A::V) -> A::V {
     const P: [u64; 12] = [
         0xbfd5_5555_5555_5555, // -1/3
