@@ -22,7 +22,7 @@ pub(super) trait Lanes<'ctx>: FloatMathValue<'ctx> + Copy {
     /// An `i64` per lane, for building numbers from bits.
     type Int: IntMathValue<'ctx> + BasicValue<'ctx>;
     /// Whether [`MathFn::formula`]s are emitted inline (on vectors: one formula computes
-    /// every lane) rather than called (on scalars: a formula is some 60 instructions, and
+    /// every lane) rather than called (on scalars: a formula is some 50 instructions, and
     /// straight-line code may use it thousands of times).
     const INLINE_FORMULAS: bool;
     fn ty_of(self) -> Self::Ty;

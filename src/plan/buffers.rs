@@ -35,6 +35,9 @@ pub struct Buffers {
     held: Vec<bool>,
     /// How many slots they hold.
     len: u32,
+    /// Whether every slot is at its own address (known when laid out, asked on every
+    /// `Program::values`).
+    in_place: bool,
 }
 
 impl Buffers {
@@ -49,6 +52,7 @@ impl Buffers {
             n += k as u32;
         }
         let compact = Buffers {
+            in_place: n as usize == kept.len(),
             address,
             held: kept.to_vec(),
             len: n,
@@ -76,13 +80,14 @@ impl Buffers {
             address: (0..slots as u32).collect(),
             held: vec![true; slots],
             len: slots as u32,
+            in_place: true,
         }
     }
 
     /// These buffers with each nest's values laid out item by item where its repetitions
-    /// may run in lanes: a nest's repetitions tile a run of slots, one repetition every `stride` slots (its values, and any leaf
-    /// the graph made among them, such as a constant written inline); the run's kept slots
-    /// take the run's addresses transposed, each offset's slot in every repetition side by
+    /// may run in lanes: a nest's repetitions tile a run of slots, one repetition every
+    /// `stride` slots (its values, and any leaf the graph made among them, such as a constant
+    /// written inline); the run's kept slots take the run's addresses transposed, each offset's slot in every repetition side by
     /// side, then the next offset's. So what lanes read and write across repetitions is one
     /// vector, and a loop over a nest's outputs (a readout over a layer's activations, a sum
     /// over a batch's losses) reads adjacent numbers, where one repetition after the other
@@ -123,6 +128,7 @@ impl Buffers {
             address,
             held: self.held.clone(),
             len: self.len,
+            in_place: false,
         })
     }
 
@@ -138,11 +144,7 @@ impl Buffers {
 
     /// Whether every slot is at its own address.
     pub fn in_place(&self) -> bool {
-        self.address
-            .iter()
-            .enumerate()
-            .all(|(s, &a)| a as usize == s)
-            && self.buffer_len() == self.address.len()
+        self.in_place
     }
 
     /// A buffer in slot order (one number per slot), laid out.
