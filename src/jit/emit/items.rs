@@ -50,14 +50,12 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
                     .try_for_each(|item| this.body_forward::<VectorValue>(frame, item, reps))
             });
         }
-        self.emit_loop::<FloatValue>(nest.count, false, &[], |this, j, _| {
+        self.emit_repetitions(nest.count, false, |this, j| {
             let reps = outer.scalar_in(j, nest.count);
-            for item in &nest.body {
-                this.body_forward::<FloatValue>(frame, item, &reps)?;
-            }
-            Ok(Vec::new())
-        })?;
-        Ok(())
+            nest.body
+                .iter()
+                .try_for_each(|item| this.body_forward::<FloatValue>(frame, item, &reps))
+        })
     }
 
     /// A nest's backward: lane groups from the last, body items from the last, where the
@@ -77,12 +75,11 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
             });
         }
         let body = nest.repetition_body();
-        self.emit_loop::<FloatValue>(nest.count, true, &[], |this, j, _| {
+        self.emit_repetitions(nest.count, true, |this, j| {
             let reps = outer.scalar_in(j, nest.count);
-            for item in body.iter().rev() {
-                this.body_backward::<FloatValue>(frame, item, &reps)?;
-            }
-            Ok(Vec::new())
+            body.iter()
+                .rev()
+                .try_for_each(|item| this.body_backward::<FloatValue>(frame, item, &reps))
         })?;
         for &shared in &nest.shared_grads {
             self.shared_grad_backward(frame, nest, shared, outer)?;
@@ -188,11 +185,10 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         if full == 1 {
             body(self, &outer.group_in(i64t.const_zero(), count, size))?;
         } else if full > 1 {
-            self.emit_loop::<FloatValue>(full, descending, &[], |this, g, _| {
+            self.emit_repetitions(full, descending, |this, g| {
                 let stride = i64t.const_int(size as u64, false);
                 let first = this.builder.build_int_mul(g, stride, "group")?;
-                body(this, &outer.group_in(first, count, size))?;
-                Ok(Vec::new())
+                body(this, &outer.group_in(first, count, size))
             })?;
         }
         if rest > 0 && !descending {
@@ -353,7 +349,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
             return Ok(());
         }
         if let Some(shared) = vertical_arg(map, reps.lane_level()).filter(|_| reps.vertical) {
-            return self.vertical_backward(frame, map, reps, shared, |this, t| {
+            return self.vertical_backward(frame, map, reps, shared, None, |this, t| {
                 this.map_locals(frame, map, t, reps)
             });
         }
@@ -445,7 +441,8 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
             let gs = self.sum_grads::<VectorValue>(frame, sum, reps)?;
             self.tail_backward(frame, sum, dot.head(), reps, &gs)?;
             let g_products = self.fresh(&gs)?;
-            return self.vertical_backward(frame, map, reps, shared, |this, t| {
+            let gs = Some(g_products.as_slice());
+            return self.vertical_backward(frame, map, reps, shared, gs, |this, t| {
                 this.products_locals(frame, map, t, reps, &g_products)
             });
         }

@@ -60,6 +60,14 @@ use crate::tape::{Slot, Tape};
 /// a memset.
 const INLINE_ZEROS: usize = 128;
 
+/// A loop over an item's elements of at most this many iterations is emitted as its
+/// iterations one after the other ([`Emitter::emit_loop`]). A short loop's counter, compare,
+/// branch and the φ of each carried sum are a large part of its body, and with constant
+/// indices instruction combining and early CSE see through its loads: a value stored by
+/// one item and loaded by the next (an RNN cell's input terms, stored in lanes and summed
+/// right after) is forwarded in registers.
+const UNROLLED_ITERATIONS: u32 = 4;
+
 /// Names of the generated entry points.
 pub const FORWARD: &str = "forward";
 pub const BACKWARD: &str = "backward";
@@ -811,22 +819,47 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
 
     /// Emits `for t in 0..len` (or `(0..len).rev()`) around `body` (which may emit loops of
     /// its own); `body` gets `t` and the carried values and returns their next values.
-    /// Returns the carried values after the last iteration. A loop of one iteration is its
-    /// body alone, with `t` = 0 (a nest's single nodes are maps of one).
+    /// Returns the carried values after the last iteration. For an item's elements: a loop
+    /// of at most [`UNROLLED_ITERATIONS`] is its iterations one after the other, each with
+    /// `t` a constant.
     fn emit_loop<V: Lanes<'ctx>>(
         &self,
         len: u32,
         descending: bool,
         carried: &[V],
-        body: impl FnMut(&Self, IntValue<'ctx>, &[V]) -> Emit<Vec<V>>,
+        mut body: impl FnMut(&Self, IntValue<'ctx>, &[V]) -> Emit<Vec<V>>,
     ) -> Emit<Vec<V>> {
         let i64t = self.context.i64_type();
-        if len == 1 {
-            let mut body = body;
-            return body(self, i64t.const_zero(), carried);
+        if len > UNROLLED_ITERATIONS {
+            return self.loop_to(i64t.const_int(len as u64, false), descending, carried, body);
         }
-        let end = i64t.const_int(len as u64, false);
-        self.loop_to(end, descending, carried, body)
+        let mut values = carried.to_vec();
+        for k in 0..len {
+            let t = if descending { len - 1 - k } else { k };
+            values = body(self, i64t.const_int(t as u64, false), &values)?;
+        }
+        Ok(values)
+    }
+
+    /// [`Emitter::emit_loop`] over the repetitions of a nest or its groups of lanes, whose
+    /// bodies may be large: a loop unless there is one repetition (then `t` = 0).
+    fn emit_repetitions(
+        &self,
+        count: u32,
+        descending: bool,
+        mut body: impl FnMut(&Self, IntValue<'ctx>) -> Emit<()>,
+    ) -> Emit<()> {
+        let i64t = self.context.i64_type();
+        if count == 1 {
+            return body(self, i64t.const_zero());
+        }
+        let no_carried: &[FloatValue<'ctx>] = &[];
+        let end = i64t.const_int(count as u64, false);
+        self.loop_to(end, descending, no_carried, |this, j, _| {
+            body(this, j)?;
+            Ok(Vec::new())
+        })?;
+        Ok(())
     }
 
     /// [`Emitter::emit_loop`] for `end` iterations, `end` at least 1 (maybe known only at
