@@ -49,6 +49,21 @@ pub trait Arith {
         let otherwise = otherwise(self);
         self.select_gt(a, b, then, otherwise)
     }
+    /// [`Arith::select_gt_with`] of two long computations: a backend of vector lanes may
+    /// compute only the case every lane takes, where they agree (each lane's result is the
+    /// same), and both otherwise. The same result on every backend.
+    fn branch_gt_with(
+        &mut self,
+        a: Self::V,
+        b: Self::V,
+        then: impl Fn(&mut Self) -> Self::V,
+        otherwise: impl Fn(&mut Self) -> Self::V,
+    ) -> Self::V
+    where
+        Self: Sized,
+    {
+        self.select_gt_with(a, b, then, otherwise)
+    }
     /// `2^k` for an integral `k` in `[-1022, 1023]`, built from its bits: exactly
     /// `(bits(k + 1.5 * 2^52) + 1023) << 52` in wrapping integer arithmetic, for any `k`,
     /// so that backends agree on every input. What the math formulas scale by.

@@ -3,6 +3,8 @@
 
 mod common;
 
+use std::ops::Range;
+
 use common::{assert_backends_agree, interpreter_and_every_jit_level, random_inputs, Action};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -511,10 +513,18 @@ fn tanh_in_vector_lanes_is_the_interpreters_on_every_kind_of_input() {
         .map(|x| (x, 1.0)),
     );
     let mut rng = StdRng::seed_from_u64(19);
-    while pairs.len() < N {
-        let magnitude: f64 = rng.gen_range(-8.0..5.0f64).exp2();
-        pairs.push((if rng.gen() { magnitude } else { -magnitude }, 1.0));
-    }
+    let mut random_up_to = |pairs: &mut Vec<(f64, f64)>, len: usize, exponents: Range<f64>| {
+        while pairs.len() < len {
+            let magnitude: f64 = rng.gen_range(exponents.clone()).exp2();
+            pairs.push((if rng.gen() { magnitude } else { -magnitude }, 1.0));
+        }
+    };
+    // Vectors of lanes that all take the series (below 0.625), all the exponential, and
+    // (the rest) a mix: each way a backend of lanes may branch.
+    random_up_to(&mut pairs, 24, -8.0..5.0);
+    random_up_to(&mut pairs, 32, -8.0..-1.0);
+    random_up_to(&mut pairs, 40, 0.0..4.0);
+    random_up_to(&mut pairs, N, -8.0..5.0);
     let inputs = pairs.iter().map(|p| p.0).chain(pairs.iter().map(|p| p.1));
     let script = [
         Action::SetInputs(inputs.collect()),

@@ -181,6 +181,68 @@ impl<'a, 'ctx, V: Lanes<'ctx>> IrArith<'a, 'ctx, V> {
         self.error.map_or(Ok(()), Err)
     }
 
+    /// [`Arith::branch_gt_with`] on lanes: `then` alone where every lane has `a > b`,
+    /// `otherwise` alone where none has, both and a select where they disagree.
+    fn branch_on_lanes(
+        &mut self,
+        a: V,
+        b: V,
+        then: &impl Fn(&mut Self) -> V,
+        otherwise: &impl Fn(&mut Self) -> V,
+    ) -> Emit<V> {
+        let builder = self.builder;
+        let here = builder
+            .get_insert_block()
+            .ok_or(BuilderError::UnsetPosition)?;
+        let f = here.get_parent().ok_or(BuilderError::UnsetPosition)?;
+        let context = f.get_type().get_context();
+        let gt = builder.build_float_compare(FloatPredicate::OGT, a, b, "gt")?;
+        let mask = gt.as_basic_value_enum();
+        let reduce = |name: &str| -> Emit<IntValue<'ctx>> {
+            let intrinsic = Intrinsic::find(name)
+                .and_then(|i| i.get_declaration(self.module, &[mask.get_type()]))
+                .ok_or(BuilderError::UnsetPosition)?;
+            let call = builder.build_call(intrinsic, &[mask.into()], name)?;
+            call.try_as_basic_value()
+                .basic()
+                .map(|v| v.into_int_value())
+                .ok_or(BuilderError::UnsetPosition)
+        };
+        let (all, any) = (
+            reduce("llvm.vector.reduce.and")?,
+            reduce("llvm.vector.reduce.or")?,
+        );
+        let [then_only, not_all, otherwise_only, both, join] =
+            ["then_only", "not_all", "otherwise_only", "both", "join"]
+                .map(|name| context.append_basic_block(f, name));
+        builder.build_conditional_branch(all, then_only, not_all)?;
+        builder.position_at_end(not_all);
+        builder.build_conditional_branch(any, both, otherwise_only)?;
+        let mut incoming = Vec::with_capacity(3);
+        for (block, case) in [(then_only, 0), (otherwise_only, 1), (both, 2)] {
+            builder.position_at_end(block);
+            let v = match case {
+                0 => then(self),
+                1 => otherwise(self),
+                _ => {
+                    let (t, o) = (then(self), otherwise(self));
+                    self.select_gt(a, b, t, o)
+                }
+            };
+            let end = builder
+                .get_insert_block()
+                .ok_or(BuilderError::UnsetPosition)?;
+            builder.build_unconditional_branch(join)?;
+            incoming.push((v, end));
+        }
+        builder.position_at_end(join);
+        let phi = builder.build_phi(a.as_basic_value_enum().get_type(), "branch")?;
+        for (v, end) in &incoming {
+            phi.add_incoming(&[(&v.as_basic_value_enum(), *end)]);
+        }
+        Ok(V::from_basic(phi.as_basic_value()))
+    }
+
     fn emit(&mut self, r: Emit<V>) -> V {
         if let (Ok(v), Some(flags)) = (&r, self.flags) {
             if let Some(inst) = v.as_instruction_value() {
@@ -235,6 +297,19 @@ impl<'ctx, V: Lanes<'ctx>> Arith for IrArith<'_, 'ctx, V> {
             Some(&declared) => V::call(self.builder, self.ty, declared, args),
             None => Err(BuilderError::UnsetPosition),
         };
+        self.emit(r)
+    }
+    fn branch_gt_with(
+        &mut self,
+        a: V,
+        b: V,
+        then: impl Fn(&mut Self) -> V,
+        otherwise: impl Fn(&mut Self) -> V,
+    ) -> V {
+        if !V::INLINE_FORMULAS {
+            return self.select_gt_with(a, b, then, otherwise);
+        }
+        let r = self.branch_on_lanes(a, b, &then, &otherwise);
         self.emit(r)
     }
     fn select_gt(&mut self, a: V, b: V, then: V, otherwise: V) -> V {

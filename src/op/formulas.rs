@@ -2,7 +2,10 @@
 //! the same IEEE operations: the interpreter on `f64`s, the JIT's scalar code by calling the
 //! interpreter's compiled copy, its vector code inline, eight lanes at a time (a libm call
 //! is one lane at a time). Branches are selects ([`Arith::select_gt_with`]): every lane
-//! computes every case, the interpreter only the one it takes.
+//! computes every case, the interpreter only the one it takes. Where both cases are long
+//! (tanh's series and exponential), [`Arith::branch_gt_with`]: vector code computes only the
+//! case its lanes agree on, where they do (a recurrent cell's pre-activations are mostly
+//! below 0.625: after 5,000 steps of the RNN benchmark, 93% of its vectors of eight).
 
 use super::Arith;
 
@@ -29,7 +32,7 @@ pub fn tanh<A: Arith>(ar: &mut A, x: A::V) -> A::V {
                 a,
                 large,
                 |ar| ar.constant(1.0),
-                |ar| ar.select_gt_with(split, a, |ar| odd_series(ar, a), |ar| from_exp(ar, a)),
+                |ar| ar.branch_gt_with(split, a, |ar| odd_series(ar, a), |ar| from_exp(ar, a)),
             );
             let minus_z = ar.neg(z);
             ar.select_gt(zero, x, minus_z, z)
