@@ -435,6 +435,26 @@ fn recurrent_cells_whose_sums_add_terms_before_their_products() {
     }
 }
 
+/// A rollout whose forward runs the chain to the next step before the values only the loss
+/// reads (`plan::order`): a scalar state through `tanh(h * 3 + 0.5)`, with `h * 2` read by
+/// the loss only, and the same around a vector state. Bit for bit against the interpreter
+/// at every level.
+#[test]
+fn rollouts_whose_forward_runs_the_chain_first() {
+    for width in [1, 5] {
+        let g = Graph::new();
+        let mut h: Vec<Value> = g.inputs(width);
+        let mut terms = Vec::new();
+        for _ in 0..40 {
+            terms.extend(h.iter().map(|&x| x * 2.0));
+            h = h.iter().map(|&x| (x * 3.0 + 0.5).tanh()).collect();
+        }
+        terms.extend(&h);
+        g.set_loss(g.sum(terms.iter().map(|&t| t * t))).unwrap();
+        check(&format!("a rollout of {width} states"), &g);
+    }
+}
+
 /// A layer whose every neuron's sum adds, before its products, a value of its own that the
 /// loss reads too (a term before the products with two readers, each lane its own): `b +
 /// tanh(a * z) + w . x`, with `z` an input of the neuron's own (backward in lanes) or one of

@@ -215,6 +215,11 @@ pub struct Nest {
     /// Gradients added over the repetitions after the nest's backward, not in each
     /// repetition. Loop recovery leaves none; the plan decides ([`crate::plan`]).
     pub shared_grads: Vec<SharedGrad>,
+    /// The order in which forward runs the body's items (indices into `body`), empty for
+    /// the body's own: each item after those whose values of the same repetition it reads.
+    /// Backward runs the body from its last item. Loop recovery leaves it empty; the plan
+    /// decides ([`crate::plan::order`]).
+    pub forward_order: Vec<u32>,
 }
 
 /// Operand `operand` of the products of the dot `body[inner].body[dot]` of a nest (a nest of
@@ -231,6 +236,17 @@ pub struct SharedGrad {
 }
 
 impl Nest {
+    /// The body's items in the order forward runs them ([`Nest::forward_order`]).
+    pub fn forward_items(&self) -> impl Iterator<Item = &Item> {
+        let order = (!self.forward_order.is_empty()).then_some(&self.forward_order);
+        let ordered = order.map(|o| o.iter().map(|&i| &self.body[i as usize]));
+        let plain = order.is_none().then(|| self.body.iter());
+        ordered
+            .into_iter()
+            .flatten()
+            .chain(plain.into_iter().flatten())
+    }
+
     /// The body as each repetition's backward runs it: without the additions
     /// [`Nest::shared_grads`] makes after the repetitions.
     pub fn repetition_body(&self) -> std::borrow::Cow<'_, [Item]> {
@@ -663,6 +679,7 @@ impl Item {
                 body: n.body.iter().map(|b| b.map_affines(f)).collect(),
                 lanes: n.lanes,
                 shared_grads: n.shared_grads.clone(),
+                forward_order: n.forward_order.clone(),
             }),
             Item::Straight(_) | Item::SumPart { .. } => self.clone(),
         }

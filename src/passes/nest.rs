@@ -563,6 +563,7 @@ fn nest_of(tape: &Tape, items: &[Unit], period: usize) -> Option<Nest> {
         body,
         lanes: Lanes::None,
         shared_grads: Vec::new(),
+        forward_order: Vec::new(),
     })
 }
 

@@ -9,6 +9,8 @@
 //!   at a time.
 //! - [`shared`]: which gradients a nest adds over its repetitions after its backward (the
 //!   weights a batch's copies share), instead of in every repetition.
+//! - [`order`]: the order in which forward runs a rollout's body: what the next repetition
+//!   reads first.
 //! - [`memory`]: which slots the buffers keep and which gradients live in memory when a
 //!   backward function starts.
 //! - [`step`]: what `step` does better than the four passes it stands for: params updated
@@ -22,6 +24,7 @@ pub mod buffers;
 pub mod functions;
 pub mod lanes;
 pub mod memory;
+pub mod order;
 pub mod shared;
 pub mod step;
 mod verify;
@@ -91,7 +94,7 @@ impl Plan {
         let items: Vec<Item> = schedule
             .items
             .iter()
-            .map(|item| shared::decide(tape, &lanes::decide(item, &buffers)))
+            .map(|item| order::decide(&shared::decide(tape, &lanes::decide(item, &buffers))))
             .collect();
         let step = step::plan(tape, &items, options.zero_skipping);
         let functions = functions::cut(tape, &items, options.chunk_size);

@@ -615,3 +615,70 @@ fn slp_pays_on_a_layer_written_out_not_on_a_random_graph() {
     assert!(plan.loops == 0 && tape.len() > 1000, "{} loops", plan.loops);
     assert!(!slp_pays(&tape, &plan.functions));
 }
+
+/// The forward order of every nest in `plan`, with its count and its body's kinds.
+fn forward_orders(plan: &Plan) -> Vec<(u32, Vec<&'static str>, Vec<u32>)> {
+    fn visit(item: &Item, out: &mut Vec<(u32, Vec<&'static str>, Vec<u32>)>) {
+        if let Item::Nest(n) = item {
+            let kinds = n.body.iter().map(|b| match b {
+                Item::Nest(_) => "nest",
+                Item::Dot(_) => "dot",
+                Item::Map(_) => "map",
+                Item::Sum(_) => "sum",
+                _ => "other",
+            });
+            out.push((n.count, kinds.collect(), n.forward_order.clone()));
+            n.body.iter().for_each(|b| visit(b, out));
+        }
+    }
+    let mut out = Vec::new();
+    plan.functions
+        .iter()
+        .flatten()
+        .for_each(|i| visit(i, &mut out));
+    out
+}
+
+/// A rollout's forward runs first what the next step reads: an RNN's cell before the
+/// readout of the state the cell reads too (the tape has the readout first in the nest's
+/// repetition: the first step, which reads constants, stands outside it).
+#[test]
+fn a_rollouts_forward_runs_the_chain_to_the_next_step_first() {
+    for readout in [false, true] {
+        let g = Graph::new();
+        recurrent_cells(&g, 16, readout);
+        let (_, plan) = planned(&g);
+        let orders = forward_orders(&plan);
+        let reordered: Vec<_> = orders.iter().filter(|o| !o.2.is_empty()).collect();
+        match readout {
+            false => assert!(reordered.is_empty(), "{orders:?}"),
+            true => {
+                assert_eq!(reordered.len(), 1, "{orders:?}");
+                let (_, kinds, order) = reordered[0];
+                assert_eq!(kinds[order[0] as usize], "nest", "{orders:?}");
+                assert_eq!(kinds[*order.last().unwrap() as usize], "dot", "{orders:?}");
+            }
+        }
+    }
+}
+
+/// What the chain reads in the same step stays before it; what it does not moves after it.
+#[test]
+fn a_rollouts_chain_keeps_what_it_reads_before_it() {
+    let g = Graph::new();
+    let mut h = g.input();
+    let mut terms = Vec::new();
+    for _ in 0..40 {
+        terms.push(h * 2.0);
+        let a = h * 3.0;
+        h = (a + 0.5).tanh();
+    }
+    terms.push(h);
+    g.set_loss(g.sum(terms.iter().map(|&t| t * t))).unwrap();
+    let (_, plan) = planned(&g);
+    let orders = forward_orders(&plan);
+    let reordered: Vec<_> = orders.iter().filter(|o| !o.2.is_empty()).collect();
+    assert_eq!(reordered.len(), 1, "{orders:?}");
+    // The step's `h * 2` (only the loss reads it) after `h * 3`, `+ 0.5` and `tanh`.
+    assert_eq!(reordered[0].2, [1, 2, 3, 0], "{orders:?}");
+}

@@ -112,6 +112,16 @@ fn check_shape(item: &Item, depth: usize) -> std::result::Result<(), String> {
                     ));
                 }
             }
+            // Forward's order is the body's, or a permutation of it.
+            let mut order = n.forward_order.clone();
+            order.sort_unstable();
+            if !order.is_empty() && !order.iter().copied().eq(0..n.body.len() as u32) {
+                return Err(format!(
+                    "forward order {:?} of {} body items",
+                    n.forward_order,
+                    n.body.len()
+                ));
+            }
             n.body.iter().try_for_each(|b| check_shape(b, depth + 1))
         }
         Item::Map(m) if m.len == 0 || m.op.is_leaf() || !takes(m.op, m.args.len()) => Err(format!(

@@ -41,19 +41,18 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
     }
 
     /// A nest's forward: lane groups, each body item for the whole group, where the plan
-    /// allows; otherwise `for j in 0..count { body }`.
+    /// allows; otherwise `for j in 0..count { body }`; the body's items in the order the
+    /// plan chose ([`Nest::forward_items`]).
     fn nest_forward(&self, frame: Frame<'ctx>, nest: &Nest, outer: &Reps<'ctx>) -> Emit<()> {
         if let Some(group) = nest.lanes.forward() {
             return self.for_each_group(nest.count, group, false, outer, |this, reps| {
-                nest.body
-                    .iter()
+                nest.forward_items()
                     .try_for_each(|item| this.body_forward::<VectorValue>(frame, item, reps))
             });
         }
         self.emit_repetitions(nest.count, false, |this, j| {
             let reps = outer.scalar_in(j, nest.count);
-            nest.body
-                .iter()
+            nest.forward_items()
                 .try_for_each(|item| this.body_forward::<FloatValue>(frame, item, &reps))
         })
     }
