@@ -15,7 +15,7 @@
 
 use std::collections::HashSet;
 
-use crate::passes::loops::{every_repetition, AccessKind, Item, Lanes, Nest};
+use crate::passes::loops::{every_repetition, Access, AccessKind, Item, Lanes, Nest};
 
 /// `item` with the forward order of every nest in it decided.
 pub fn decide(item: &Item) -> Item {
@@ -79,18 +79,24 @@ pub fn forward_order(nest: &Nest, outer: &[u32]) -> Vec<u32> {
         return Vec::new();
     }
     let chain: Vec<usize> = (0..=last).filter(|&i| on_chain[i]).collect();
-    // In every repetition, no item on the chain reads what an item that moves computes.
-    let counts: Vec<u32> = outer.iter().copied().chain([nest.count]).collect();
-    let legal = every_repetition(&counts, |js| {
-        let written: HashSet<u32> = moved
-            .iter()
-            .flat_map(|&i| slots(&nest.body[i], js, Writes))
-            .collect();
-        chain
-            .iter()
-            .filter(|&&i| i > moved[0])
-            .all(|&i| slots(&nest.body[i], js, Reads).all(|s| !written.contains(&s)))
-    });
+    // In every repetition, no item on the chain reads what an item that moves computes: the
+    // ranges of slots they write and read, which move linearly with the repetition, stay
+    // apart from the first repetition to the last.
+    let level = outer.len();
+    let ranges = |i: usize, kind: Kind| -> Vec<SlotRange> {
+        let accesses = nest.body[i].nested_accesses().into_iter();
+        let accesses = accesses.filter(|(a, _)| Kind::of(a) == kind);
+        accesses
+            .map(|(a, inner)| SlotRange::new(&a, outer, level, &inner))
+            .collect()
+    };
+    let written: Vec<SlotRange> = moved.iter().flat_map(|&i| ranges(i, Writes)).collect();
+    let last_j = nest.count as i64 - 1;
+    let legal = chain
+        .iter()
+        .filter(|&&i| i > moved[0])
+        .flat_map(|&i| ranges(i, Reads))
+        .all(|r| written.iter().all(|w| w.apart(&r, last_j)));
     if !legal {
         return Vec::new();
     }
@@ -107,16 +113,66 @@ enum Kind {
     Writes,
 }
 
+impl Kind {
+    fn of(access: &Access) -> Kind {
+        match access.kind {
+            AccessKind::Reads { .. } => Reads,
+            AccessKind::Writes { .. } => Writes,
+        }
+    }
+}
+
+/// The slots an access reaches in repetition `j` of its nest, within
+/// `lo + step * j ..= hi + step * j` (every iteration, every repetition of the nests inside,
+/// and, conservatively, of the nests around).
+struct SlotRange {
+    lo: i64,
+    hi: i64,
+    step: i64,
+}
+
+impl SlotRange {
+    /// The range of `access` at nest level `level`, inside nests of `outer` repetitions,
+    /// with nests of `inner` repetitions inside.
+    fn new(access: &Access, outer: &[u32], level: usize, inner: &[u32]) -> SlotRange {
+        let a = access.at;
+        let moves = std::iter::once((a.stride, access.len))
+            .chain(outer.iter().enumerate().map(|(l, &n)| (a.outer[l], n)))
+            .chain(
+                inner
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &n)| (a.outer[level + 1 + k], n)),
+            );
+        let (mut lo, mut hi) = (a.base, a.base);
+        for (stride, n) in moves {
+            let reach = stride * (n as i64 - 1);
+            lo += reach.min(0);
+            hi += reach.max(0);
+        }
+        SlotRange {
+            lo,
+            hi,
+            step: a.outer[level],
+        }
+    }
+
+    /// Whether `self` and `other` share no slot in any repetition `0..=last` (their
+    /// distance is linear in it: apart at both ends, with the same one first, is apart
+    /// throughout).
+    fn apart(&self, other: &SlotRange, last: i64) -> bool {
+        let below = |a: &SlotRange, b: &SlotRange, j: i64| a.hi + a.step * j < b.lo + b.step * j;
+        (below(self, other, 0) && below(self, other, last))
+            || (below(other, self, 0) && below(other, self, last))
+    }
+}
+
 /// The value slots `item` reads or writes in repetition `js` of the nests around it (the
 /// last of `js` the nest whose body holds it), in every repetition of the nests inside it.
 fn slots(item: &Item, js: &[u32], kind: Kind) -> impl Iterator<Item = u32> {
     let mut out = Vec::new();
     for (access, inner) in item.nested_accesses() {
-        let wanted = match access.kind {
-            AccessKind::Reads { .. } => kind == Reads,
-            AccessKind::Writes { .. } => kind == Writes,
-        };
-        if !wanted {
+        if Kind::of(&access) != kind {
             continue;
         }
         every_repetition(&inner, |inner_js| {
