@@ -33,11 +33,12 @@ fn decide_within(item: &Item, outer: &[u32]) -> Item {
         .iter()
         .map(|b| decide_within(b, &within))
         .collect();
-    let forward_order = forward_order(nest, outer);
     Item::Nest(Nest {
+        count: nest.count,
         body,
-        forward_order,
-        ..nest.clone()
+        lanes: nest.lanes,
+        shared_grads: nest.shared_grads.clone(),
+        forward_order: forward_order(nest, outer),
     })
 }
 
