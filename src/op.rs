@@ -12,7 +12,8 @@ pub(crate) use formulas::ROUNDER;
 
 /// The scalar operations a backend must provide to evaluate ops.
 ///
-/// Every method is one IEEE-754 double operation (or one call to a [`MathFn`]);
+/// Every primitive is one IEEE-754 double operation (or one call to a [`MathFn`]; [`Arith::pow2`]
+/// exact integer operations on bits), and the `_with` methods choose between computations;
 /// implementations must not fuse, reassociate or approximate.
 pub trait Arith {
     /// A scalar: an `f64` for the interpreter, an IR value for the JIT.

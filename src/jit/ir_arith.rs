@@ -199,9 +199,7 @@ impl<'a, 'ctx, V: Lanes<'ctx>> IrArith<'a, 'ctx, V> {
         let gt = builder.build_float_compare(FloatPredicate::OGT, a, b, "gt")?;
         let mask = gt.as_basic_value_enum();
         let reduce = |name: &str| -> Emit<IntValue<'ctx>> {
-            let intrinsic = Intrinsic::find(name)
-                .and_then(|i| i.get_declaration(self.module, &[mask.get_type()]))
-                .ok_or(BuilderError::UnsetPosition)?;
+            let intrinsic = self.intrinsic(name, mask.get_type())?;
             let call = builder.build_call(intrinsic, &[mask.into()], name)?;
             call.try_as_basic_value()
                 .basic()
@@ -226,7 +224,7 @@ impl<'a, 'ctx, V: Lanes<'ctx>> IrArith<'a, 'ctx, V> {
                 1 => otherwise(self),
                 _ => {
                     let (t, o) = (then(self), otherwise(self));
-                    self.select_gt(a, b, t, o)
+                    V::from_basic(builder.build_select(V::int_from_basic(mask), t, o, "")?)
                 }
             };
             let end = builder
@@ -241,6 +239,13 @@ impl<'a, 'ctx, V: Lanes<'ctx>> IrArith<'a, 'ctx, V> {
             phi.add_incoming(&[(&v.as_basic_value_enum(), *end)]);
         }
         Ok(V::from_basic(phi.as_basic_value()))
+    }
+
+    /// LLVM's intrinsic `name` for operands of type `ty`, declared in the module.
+    fn intrinsic(&self, name: &str, ty: BasicTypeEnum<'ctx>) -> Emit<FunctionValue<'ctx>> {
+        Intrinsic::find(name)
+            .and_then(|i| i.get_declaration(self.module, &[ty]))
+            .ok_or(BuilderError::UnsetPosition)
     }
 
     fn emit(&mut self, r: Emit<V>) -> V {
@@ -324,9 +329,8 @@ impl<'ctx, V: Lanes<'ctx>> Arith for IrArith<'_, 'ctx, V> {
         // `llvm.fma`: one rounding, as `f64::mul_add` (an instruction where the CPU has
         // one, else the C library's `fma`, exact either way).
         let ty = a.as_basic_value_enum().get_type();
-        let r = Intrinsic::find("llvm.fma")
-            .and_then(|i| i.get_declaration(self.module, &[ty]))
-            .ok_or(BuilderError::UnsetPosition)
+        let r = self
+            .intrinsic("llvm.fma", ty)
             .and_then(|fma| {
                 let args = [a, b, c].map(|v| v.as_basic_value_enum().into());
                 self.builder.build_call(fma, &args, "")

@@ -238,13 +238,8 @@ pub struct SharedGrad {
 impl Nest {
     /// The body's items in the order forward runs them ([`Nest::forward_order`]).
     pub fn forward_items(&self) -> impl Iterator<Item = &Item> {
-        let order = (!self.forward_order.is_empty()).then_some(&self.forward_order);
-        let ordered = order.map(|o| o.iter().map(|&i| &self.body[i as usize]));
-        let plain = order.is_none().then(|| self.body.iter());
-        ordered
-            .into_iter()
-            .flatten()
-            .chain(plain.into_iter().flatten())
+        let at = |k: usize| self.forward_order.get(k).map_or(k, |&i| i as usize);
+        (0..self.body.len()).map(move |k| &self.body[at(k)])
     }
 
     /// The body as each repetition's backward runs it: without the additions

@@ -44,7 +44,7 @@ impl Buffers {
     /// Kept slots side by side, each nest's values item by item, if every loop's addresses
     /// stay affine; else kept slots in slot order, if that keeps them affine; else every
     /// slot at its own.
-    pub fn new(tape: &Tape, kept: &[bool], functions: &[Vec<Item>]) -> Buffers {
+    pub fn new(tape: &Tape, kept: &[bool], items: &[Item]) -> Buffers {
         let mut address = Vec::with_capacity(kept.len());
         let mut n = 0u32;
         for &k in kept {
@@ -62,12 +62,12 @@ impl Buffers {
         if !leaves_in_place {
             return Buffers::slot_by_slot(tape.len());
         }
-        if let Some(by_item) = compact.item_by_item(functions) {
-            if by_item.keeps_loops_affine(kept, functions) {
+        if let Some(by_item) = compact.item_by_item(items) {
+            if by_item.keeps_loops_affine(kept, items) {
                 return by_item;
             }
         }
-        if compact.keeps_loops_affine(kept, functions) {
+        if compact.keeps_loops_affine(kept, items) {
             compact
         } else {
             Buffers::slot_by_slot(tape.len())
@@ -87,15 +87,16 @@ impl Buffers {
     /// These buffers with each nest's values laid out item by item where its repetitions
     /// may run in lanes: a nest's repetitions tile a run of slots, one repetition every
     /// `stride` slots (its values, and any leaf the graph made among them, such as a constant
-    /// written inline); the run's kept slots take the run's addresses transposed, each offset's slot in every repetition side by
-    /// side, then the next offset's. So what lanes read and write across repetitions is one
+    /// written inline); the run's kept slots take the run's addresses transposed, each
+    /// offset's slot in every repetition side by side, then the next offset's. So what lanes
+    /// read and write across repetitions is one
     /// vector, and a loop over a nest's outputs (a readout over a layer's activations, a sum
     /// over a batch's losses) reads adjacent numbers, where one repetition after the other
     /// puts them `stride` apart. `None` if no address changes.
-    fn item_by_item(&self, functions: &[Vec<Item>]) -> Option<Buffers> {
+    fn item_by_item(&self, items: &[Item]) -> Option<Buffers> {
         let mut address = self.address.clone();
         let mut moved = false;
-        for item in functions.iter().flatten() {
+        for item in items {
             for_each_flat_nest(item, &[], &mut |nest, outer| {
                 // A nest whose repetitions depend on each other (a rollout's steps) runs
                 // one after the other: its values stay together.
@@ -210,8 +211,8 @@ impl Buffers {
     }
 
     /// Whether every sequence of kept slots a loop reads or writes is affine in addresses.
-    fn keeps_loops_affine(&self, kept: &[bool], functions: &[Vec<Item>]) -> bool {
-        functions.iter().flatten().all(|item| {
+    fn keeps_loops_affine(&self, kept: &[bool], items: &[Item]) -> bool {
+        items.iter().all(|item| {
             item.nested_accesses().iter().all(|(access, counts)| {
                 let (a, mapped) = (access.at, self.affine(access.at));
                 // Slots and addresses computed per repetition, then moved by their strides.

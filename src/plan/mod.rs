@@ -90,7 +90,7 @@ impl Plan {
         // Before the lanes, which pay where their slots' addresses are adjacent. (Cutting
         // the items into functions cuts straight-line runs and wide sums only: every loop
         // keeps its accesses.)
-        let buffers = Buffers::new(tape, &kept, std::slice::from_ref(&schedule.items));
+        let buffers = Buffers::new(tape, &kept, &schedule.items);
         let items: Vec<Item> = schedule
             .items
             .iter()

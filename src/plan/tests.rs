@@ -501,23 +501,23 @@ fn buffers_hold_kept_slots_side_by_side_where_loops_stay_affine() {
         stride,
         outer: [0; MAX_NEST_DEPTH],
     };
-    let functions = vec![vec![Item::Map(MapLoop {
+    let items = vec![Item::Map(MapLoop {
         op: crate::op::Op::Neg,
         out: at(11, 1),
         args: vec![at(2, 3)],
         len: 3,
         needs_grad: false,
         grad_args: vec![false],
-    })]];
+    })];
     let kept = |unkept: &[usize]| -> Vec<bool> { (0..14).map(|s| !unkept.contains(&s)).collect() };
     // One slot not kept after each read: the reads stay affine, 2 addresses apart.
-    let regular = Buffers::new(&tape, &kept(&[3, 6, 9]), &functions);
+    let regular = Buffers::new(&tape, &kept(&[3, 6, 9]), &items);
     assert_eq!(regular.buffer_len(), 11);
     assert!((0..2).all(|s| regular.address(Slot(s)) == s as usize));
     assert_eq!(regular.affine(at(2, 3)), at(2, 2));
     assert_eq!(regular.affine(at(11, 1)), at(8, 1));
     // Two after the first read only: addresses 2, 3, 6, not affine: slot by slot.
-    let irregular = Buffers::new(&tape, &kept(&[3, 4]), &functions);
+    let irregular = Buffers::new(&tape, &kept(&[3, 4]), &items);
     assert_eq!(irregular.buffer_len(), 14);
     assert!(irregular.in_place());
 }
@@ -553,7 +553,7 @@ fn lanes_decided_in_the_first_repetition_match_checking_every_one() {
         let tape = Tape::from_graph(&g).unwrap();
         let s = schedule(&tape, true);
         let (tape, s) = layout::apply(tape, s).unwrap();
-        let buffers = super::Buffers::new(&tape, &s.kept(&tape), std::slice::from_ref(&s.items));
+        let buffers = super::Buffers::new(&tape, &s.kept(&tape), &s.items);
         let (mut once, mut each) = (Vec::new(), Vec::new());
         for item in &s.items {
             collect_lanes(&super::lanes::decide(item, &buffers), &mut once);

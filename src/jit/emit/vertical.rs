@@ -1,8 +1,9 @@
 //! A map's backward in lanes in the vertical order ([`crate::passes::loops::Lanes`]): the
 //! gradients of the operand every lane shares (a layer's inputs, a recurrent cell's state),
-//! 8 steps at a time, one vector over the steps per lane, the lanes' rows turned into
-//! columns by shuffles. Each step's slot gets the additions it got lane by lane, in the
-//! same order.
+//! 8 steps at a time, one vector over the steps per lane: a dot's products computed as such
+//! columns from columns of their operands (a weight matrix the function never writes
+//! transposed once, at its entry), any other map's rows turned into columns by shuffles.
+//! Each step's slot gets the additions it got lane by lane, in the same order.
 
 use inkwell::types::VectorType;
 use inkwell::values::{FloatValue, IntValue, VectorValue};
