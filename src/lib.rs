@@ -8,6 +8,7 @@
 //! same tape as the reference every backend must match bit for bit; both implement
 //! [`Program`], so a training loop is written once.
 
+pub(crate) mod aligned;
 pub mod checkpoint;
 pub mod datasets;
 pub mod dot;

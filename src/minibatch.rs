@@ -36,6 +36,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, RwLock, RwLockReadGuard};
 
+use crate::aligned::AlignedBuf;
 use crate::program::{all_finite, Backend, Replica};
 
 /// Samples per chunk: the unit of work a thread takes, and of the order of additions.
@@ -61,7 +62,8 @@ pub(crate) fn train<B: Backend + ?Sized>(
     // tape has slots).
     let buffer_len = b.value_buffer().len();
     let tape = b.program_tape();
-    let (width, params) = (tape.num_inputs(), tape.num_params());
+    // (Params at `0..params_len` of the buffers, whatever else lies among them 0.)
+    let (width, params) = (tape.num_inputs(), b.params_len());
     if tape.loss().is_none() {
         return Ok(Vec::new());
     }
@@ -71,8 +73,8 @@ pub(crate) fn train<B: Backend + ?Sized>(
     let workers = threads.clamp(1, chunks_per_batch);
     let mut replicas: Vec<Box<dyn Replica + '_>> = (0..workers).map(|_| b.replica()).collect();
     // Each chunk's gradients (every slot's: backward needs them all), accumulated in place.
-    let chunk_grads: Vec<RwLock<Vec<f64>>> = (0..chunks_per_batch)
-        .map(|_| RwLock::new(vec![0.0; buffer_len]))
+    let chunk_grads: Vec<RwLock<AlignedBuf>> = (0..chunks_per_batch)
+        .map(|_| RwLock::new(AlignedBuf::zeros(buffer_len)))
         .collect();
     // The params each thread adds up and updates (consecutive ranges, whole cache lines),
     // and the new values of each range, which the other threads copy.
@@ -80,9 +82,9 @@ pub(crate) fn train<B: Backend + ?Sized>(
     let ranges: Vec<Range<usize>> = (0..workers)
         .map(|w| (w * share).min(params)..((w + 1) * share).min(params))
         .collect();
-    let updated: Vec<RwLock<Vec<f64>>> = ranges
+    let updated: Vec<RwLock<AlignedBuf>> = ranges
         .iter()
-        .map(|r| RwLock::new(vec![0.0; r.len()]))
+        .map(|r| RwLock::new(AlignedBuf::zeros(r.len())))
         .collect();
     let mut mean = vec![0.0; params];
     let barrier = SpinBarrier::new(workers);
@@ -173,7 +175,7 @@ pub(crate) fn train<B: Backend + ?Sized>(
 /// gradients are `sums`: `g` the sums added in chunk order, then `p -= (lr / m) * g`; and
 /// `g / m` into `mean` if given. In blocks that stay in L1.
 fn step(
-    sums: &[RwLockReadGuard<'_, Vec<f64>>],
+    sums: &[RwLockReadGuard<'_, AlignedBuf>],
     range: Range<usize>,
     (lr, m): (f64, usize),
     params: &mut [f64],
@@ -226,11 +228,11 @@ fn split<'a>(mut xs: &'a mut [f64], ranges: &[Range<usize>]) -> Vec<&'a mut [f64
 
 /// A lock no thread holds while another wants it (the barrier separates them), so a
 /// poisoned one still holds good numbers.
-fn read(lock: &RwLock<Vec<f64>>) -> std::sync::RwLockReadGuard<'_, Vec<f64>> {
+fn read(lock: &RwLock<AlignedBuf>) -> std::sync::RwLockReadGuard<'_, AlignedBuf> {
     lock.read().unwrap_or_else(|e| e.into_inner())
 }
 
-fn write(lock: &RwLock<Vec<f64>>) -> std::sync::RwLockWriteGuard<'_, Vec<f64>> {
+fn write(lock: &RwLock<AlignedBuf>) -> std::sync::RwLockWriteGuard<'_, AlignedBuf> {
     lock.write().unwrap_or_else(|e| e.into_inner())
 }
 

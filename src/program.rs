@@ -88,9 +88,23 @@ mod backend {
     pub trait Backend {
         /// The tape being run.
         fn program_tape(&self) -> &Tape;
-        /// The values buffer: one value per slot, or the backend's own layout of them, where
-        /// params and inputs keep their slots (the JIT's: [`crate::plan::Buffers`]).
+        /// The values buffer: one value per slot, or the backend's own layout of them (the
+        /// JIT's: [`crate::plan::Buffers`]), which keeps params at `0..params_len` and the
+        /// inputs side by side after them.
         fn value_buffer(&self) -> &[f64];
+        /// Where the buffers hold param or input `s`.
+        fn leaf_address(&self, s: Slot) -> usize {
+            s.index()
+        }
+        /// Where the params end in the buffers (the addresses before hold params, and what
+        /// else they hold is 0 and read by no code).
+        fn params_len(&self) -> usize {
+            self.program_tape().num_params()
+        }
+        /// Where the inputs start in the buffers.
+        fn inputs_address(&self) -> usize {
+            self.params_len()
+        }
         /// The gradients buffer, laid out as the values (a backend stores any it deferred
         /// before handing them out).
         fn grad_buffer(&self) -> &[f64];
@@ -133,7 +147,7 @@ mod backend {
         /// when the tape has a loss and `lr` is finite. A backend may do it in one go (the
         /// JIT does), with the same results.
         fn run_step(&mut self, lr: f64) {
-            let n = self.program_tape().num_params();
+            let n = self.params_len();
             self.buffers_mut().1[..n].fill(0.0);
             self.run_forward();
             self.run_backward();
@@ -314,8 +328,8 @@ impl<B: Backend> Program for B {
 
     fn set_inputs(&mut self, inputs: &[f64]) -> Result<()> {
         check_inputs(self.tape(), inputs)?;
-        let (base, n) = (self.tape().input_base(), self.tape().num_inputs());
-        self.buffers_mut().0[base..base + n].copy_from_slice(inputs);
+        let base = self.inputs_address();
+        self.buffers_mut().0[base..base + inputs.len()].copy_from_slice(inputs);
         Ok(())
     }
 
@@ -335,7 +349,7 @@ impl<B: Backend> Program for B {
     }
 
     fn zero_grad(&mut self) {
-        let n = self.tape().num_params();
+        let n = self.params_len();
         self.buffers_mut().1[..n].fill(0.0);
     }
 
@@ -409,8 +423,7 @@ impl<B: Backend> Program for B {
     }
 
     fn params(&self) -> Vec<f64> {
-        // Params keep their slots in every layout.
-        in_creation_order(self.tape(), self.value_buffer())
+        in_creation_order(self, self.value_buffer())
     }
 
     fn set_params(&mut self, params: &[f64]) -> Result<()> {
@@ -423,16 +436,21 @@ impl<B: Backend> Program for B {
             });
         }
         check_finite("param", params)?;
-        let slots = self.tape().param_slots().to_vec();
+        let addresses: Vec<usize> = self
+            .tape()
+            .param_slots()
+            .iter()
+            .map(|&s| self.leaf_address(s))
+            .collect();
         let values = self.buffers_mut().0;
-        for (s, &p) in slots.iter().zip(params) {
-            values[s.index()] = p;
+        for (a, &p) in addresses.into_iter().zip(params) {
+            values[a] = p;
         }
         Ok(())
     }
 
     fn param_grads(&self) -> Vec<f64> {
-        in_creation_order(self.tape(), self.grad_buffer())
+        in_creation_order(self, self.grad_buffer())
     }
 
     fn is_kept(&self, slot: Slot) -> bool {
@@ -534,8 +552,8 @@ fn checked_step<B: Backend + ?Sized>(b: &mut B, inputs: &[f64], lr: f64) -> f64 
         return f64::NAN;
     };
     b.begin_step();
-    let (base, n) = (b.program_tape().input_base(), inputs.len());
-    b.buffers_mut().0[base..base + n].copy_from_slice(inputs);
+    let base = b.inputs_address();
+    b.buffers_mut().0[base..base + inputs.len()].copy_from_slice(inputs);
     // The update changes params only, so a computed loss is still in the buffers
     // afterwards; a leaf loss (a param) is read before.
     let before = b.value_at(loss);
@@ -556,9 +574,11 @@ fn check_learning_rate(lr: f64) -> Result<()> {
     }
 }
 
-/// The params' entries of `buf`, in the order the params were created.
-fn in_creation_order(tape: &Tape, buf: &[f64]) -> Vec<f64> {
-    tape.param_slots().iter().map(|s| buf[s.index()]).collect()
+/// The params' entries of `buf` (one of `b`'s buffers), in the order the params were
+/// created.
+fn in_creation_order<B: Backend + ?Sized>(b: &B, buf: &[f64]) -> Vec<f64> {
+    let slots = b.program_tape().param_slots();
+    slots.iter().map(|&s| buf[b.leaf_address(s)]).collect()
 }
 
 /// `train` checks its inputs as its steps reach them (restoring the buffers if one is not

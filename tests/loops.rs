@@ -25,6 +25,8 @@ fn mlps_of_several_shapes_become_loops() {
         (16, vec![9, 7]),
         (30, vec![1]),
         (8, vec![8, 8, 8]),
+        // Rows of 13 and 20 weights, laid out as rows of 16 and 24 on cache lines.
+        (11, vec![13, 20]),
     ]
     .into_iter()
     .enumerate()

@@ -240,10 +240,13 @@ fn moons_demo_is_one_nest_over_its_100_copies() {
     );
     assert!(stats.coverage() > 0.999, "coverage {}", stats.coverage());
     // The buffers hold what the code keeps in memory: not the products of the copies' fused
-    // dots (each copy's second layer, 16 x 16, and output neuron, 16), kept in registers.
-    assert_eq!(
-        stats.buffered_slots,
-        stats.tape_nodes - 100 * (16 * 16 + 16)
+    // dots (each copy's second layer, 16 x 16, and output neuron, 16), kept in registers;
+    // and less than a cache line before each hidden layer's weights, which start on one.
+    let kept = stats.tape_nodes - 100 * (16 * 16 + 16);
+    assert!(
+        (kept..kept + 2 * 8).contains(&stats.buffered_slots),
+        "{} buffered, {kept} kept",
+        stats.buffered_slots
     );
     // The second layer's weights, which every copy shares, get their gradients after the
     // copies ran (the first layer's dots are too short to be dot loops).

@@ -35,6 +35,7 @@ use inkwell::targets::{InitializationConfig, Target};
 use super::compiler::{compile_modules, llvm_error};
 use super::emit::{LazyEntry, BACKWARD, FORWARD, MATERIALIZE, STEP, UPDATE};
 use super::{JitBuilder, JitStats};
+use crate::aligned::AlignedBuf;
 use crate::error::Result;
 use crate::op::MathFn;
 use crate::plan::{Buffers, Plan, GUARD_FINITE, GUARD_NO_NEGATIVE_ZERO};
@@ -87,10 +88,10 @@ fn initialize_llvm() -> Result<()> {
 pub struct Native {
     /// One value and one gradient per kept slot, where `layout` says; the only memory the
     /// native code touches.
-    vals: Vec<f64>,
+    vals: AlignedBuf,
     /// In a cell because reading gradients (a `&self` method) may first have to store the
     /// ones `step` deferred (`pending`).
-    grads: UnsafeCell<Vec<f64>>,
+    grads: UnsafeCell<AlignedBuf>,
     /// `step` deferred gradients to `materialize`; nothing has read `grads` since.
     pending: Cell<bool>,
     /// Where each slot lives in the buffers.
@@ -408,8 +409,8 @@ impl Native {
         let (vals, grads) = initial_buffers(tape);
         let layout = plan.buffers.clone();
         Ok(Native {
-            vals: layout.lay_out(&vals),
-            grads: UnsafeCell::new(layout.lay_out(&grads)),
+            vals: AlignedBuf::from_slice(&layout.lay_out(&vals)),
+            grads: UnsafeCell::new(AlignedBuf::from_slice(&layout.lay_out(&grads))),
             pending: Cell::new(false),
             layout,
             in_slot_order: UnsafeCell::new((Vec::new(), Vec::new())),
@@ -422,7 +423,13 @@ impl Native {
                     .iter()
                     .flat_map(|s| &s.train)
                     .flat_map(|t| &t.skip_zeros)
-                    .flat_map(|z| z.weights.iter().cloned())
+                    .flat_map(|z| &z.weights)
+                    .filter(|r| !r.is_empty())
+                    // As addresses (a lined matrix's gaps hold finite +0s).
+                    .map(|r| {
+                        let at = |s: u32| plan.buffers.address(Slot(s)) as u32;
+                        at(r.start)..at(r.end - 1) + 1
+                    })
                     .collect(),
                 word: 0,
                 fresh: false,
@@ -480,6 +487,11 @@ impl Native {
         // SAFETY: `materialize` has returned; from here on no `&self` method writes `grads`
         // until a `&mut self` method (which ends this borrow) sets `pending` again.
         unsafe { &*self.grads.get() }
+    }
+
+    /// Where each slot lives in the buffers.
+    pub fn layout(&self) -> &Buffers {
+        &self.layout
     }
 
     /// The value of kept slot `s`.
@@ -665,7 +677,7 @@ pub struct NativeReplica<'a> {
     accumulate: Option<AccumulateFn>,
     sample_width: usize,
     guard: ZeroSkipGuard,
-    vals: Vec<f64>,
+    vals: AlignedBuf,
     code: std::marker::PhantomData<&'a ()>,
 }
 

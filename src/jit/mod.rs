@@ -167,7 +167,8 @@ pub struct JitStats {
     pub code_bytes: usize,
     /// Numbers each of the values and gradients buffers holds: the slots the code keeps in
     /// memory, side by side (a fused dot's products live in registers and take no room;
-    /// `tape_nodes` if a loop would address them otherwise).
+    /// `tape_nodes` if a loop would address them otherwise), and the gaps that start a
+    /// layer's rows of weights on cache lines.
     pub buffered_slots: usize,
     /// The repeated structure loop recovery found: each outermost nest in tape order (a
     /// batch written as copies, a rollout's steps, a layer's neurons), with the nests in it.
@@ -560,6 +561,12 @@ impl Backend for Jit {
     }
     fn grad_buffer(&self) -> &[f64] {
         self.native.grads()
+    }
+    fn leaf_address(&self, s: Slot) -> usize {
+        self.native.layout().address(s)
+    }
+    fn params_len(&self) -> usize {
+        self.native.layout().params_len(&self.tape)
     }
     fn value_at(&self, s: Slot) -> f64 {
         self.native.value_at(s)

@@ -8,6 +8,7 @@ use super::{lanes::lane_group, GradMemory, Plan, PlanOptions, ZeroSkipping};
 use crate::nn::{Activation, Classifier, Layer};
 use crate::passes::layout;
 use crate::passes::loops::{schedule, Item};
+use crate::tape::Slot;
 use crate::{Graph, Tape, Value};
 
 #[test]
@@ -520,6 +521,62 @@ fn buffers_hold_kept_slots_side_by_side_where_loops_stay_affine() {
     let irregular = Buffers::new(&tape, &kept(&[3, 4]), &items);
     assert_eq!(irregular.buffer_len(), 14);
     assert!(irregular.in_place());
+}
+
+/// A layer whose rows of weights are not whole cache lines (13 neurons: rows of 13
+/// weights, input-major) gets rows of 16, each starting on a line, params first and the
+/// inputs right after them; rows of 10 (a line and a quarter, lined would waste more than a
+/// quarter) and of 16 (whole lines already) keep their length. The loops stay affine.
+#[test]
+fn a_layers_rows_start_on_cache_lines() {
+    const NIN: usize = 24;
+    for (hidden, row) in [(13, 16), (10, 10), (16, 16)] {
+        let g = Graph::new();
+        Classifier::new(&g, NIN, &[hidden], 3, &mut StdRng::seed_from_u64(4)).unwrap();
+        let tape = Tape::from_graph(&g).unwrap();
+        let s = schedule(&tape, true);
+        let (tape, s) = layout::apply(tape, s).unwrap();
+        let b = super::Buffers::new(&tape, &s.kept(&tape), &s.items);
+        let p = tape.num_params();
+        // The first layer's weights: input-major after the layout pass, the first
+        // input's weight for every neuron, then the next input's. Where do they start?
+        let rows_from = |s: usize| {
+            let at = |k: usize| b.address(Slot((s + k) as u32));
+            (0..NIN).all(|r| (0..hidden).all(|c| at(r * hidden + c) == at(0) + r * row + c))
+        };
+        let first = (0..=p - NIN * hidden)
+            .find(|&s| rows_from(s))
+            .unwrap_or_else(|| {
+                panic!(
+                    "hidden {hidden}: {:?}",
+                    (0..p)
+                        .map(|s| b.address(Slot(s as u32)))
+                        .collect::<Vec<_>>()
+                )
+            });
+        let at = |k: usize| b.address(Slot((first + k) as u32));
+        if row != hidden || hidden % 8 == 0 {
+            assert_eq!(at(0) % 8, 0, "hidden {hidden}: rows start on a line");
+        }
+        let addresses: Vec<usize> = (0..p).map(|s| b.address(Slot(s as u32))).collect();
+        assert!(
+            addresses.windows(2).all(|w| w[0] < w[1]),
+            "params keep their order"
+        );
+        let inputs = b.params_len(&tape);
+        assert!(addresses.iter().all(|&a| a < inputs));
+        let input_addresses: Vec<usize> = (0..tape.num_inputs())
+            .map(|i| b.address(Slot((tape.input_base() + i) as u32)))
+            .collect();
+        assert_eq!(
+            input_addresses,
+            (inputs..inputs + NIN + 3).collect::<Vec<_>>()
+        );
+        if row != hidden {
+            assert_eq!(inputs % 8, 0, "inputs start on a line");
+            assert_eq!(at(NIN * hidden - 1), at(0) + (NIN - 1) * row + hidden - 1);
+        }
+    }
 }
 
 /// A nest inside copies is checked for lanes in the first copy alone where every copy is the

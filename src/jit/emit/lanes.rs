@@ -101,6 +101,9 @@ pub(super) trait LaneIo<'ctx>: super::Lanes<'ctx> {
         lanes: Vector,
     ) -> Emit<Self>;
 
+    /// `x` in every lane.
+    fn shared(e: &Emitter<'ctx, '_>, x: FloatValue<'ctx>, lanes: Vector) -> Emit<Self>;
+
     /// `buf[a(t, j)] = v[lane]` for the vector's repetitions `j`.
     fn store(
         e: &Emitter<'ctx, '_>,
@@ -142,6 +145,10 @@ impl<'ctx> LaneIo<'ctx> for FloatValue<'ctx> {
         _: Vector,
     ) -> Emit<Self> {
         e.load_at(buf, a, t, &reps.js)
+    }
+
+    fn shared(_: &Emitter<'ctx, '_>, x: FloatValue<'ctx>, _: Vector) -> Emit<Self> {
+        Ok(x)
     }
 
     fn store(
@@ -200,6 +207,10 @@ impl<'ctx> LaneIo<'ctx> for VectorValue<'ctx> {
 
     fn ty(e: &Emitter<'ctx, '_>, lanes: Vector) -> VectorType<'ctx> {
         e.f64_type.vec_type(lanes.width)
+    }
+
+    fn shared(e: &Emitter<'ctx, '_>, x: FloatValue<'ctx>, lanes: Vector) -> Emit<Self> {
+        e.splat(x, lanes.width)
     }
 
     /// One vector load when the repetitions are adjacent, a broadcast when they share the
@@ -330,7 +341,18 @@ impl<'ctx> Emitter<'ctx, '_> {
         t: IntValue<'ctx>,
         js: &[IntValue<'ctx>],
     ) -> Emit<PointerValue<'ctx>> {
-        let a = self.plan.buffers.affine(a);
+        self.address_ptr(buf, self.plan.buffers.affine(a), t, js)
+    }
+
+    /// [`Emitter::ptr_at`] of an affine sequence of addresses, not slots (of a buffer the
+    /// slots do not map into: a sample in `train`'s argument).
+    pub(super) fn address_ptr(
+        &self,
+        buf: PointerValue<'ctx>,
+        a: Affine,
+        t: IntValue<'ctx>,
+        js: &[IntValue<'ctx>],
+    ) -> Emit<PointerValue<'ctx>> {
         let i64t = self.context.i64_type();
         let mut index = i64t.const_int(a.base as u64, true);
         let terms =

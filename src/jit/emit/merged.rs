@@ -96,7 +96,8 @@ impl<'ctx> Emitter<'ctx, '_> {
     }
 
     /// The operands of `train`'s merged dot at step `t`: params from `vals`, a sample's
-    /// inputs from `train`'s argument `inputs` (`train` does not copy them into `vals`).
+    /// input from `train`'s argument `inputs` (`train` does not copy them into `vals`; the
+    /// plan made it one input per step, shared by the lanes).
     fn merged_operands<V: LaneIo<'ctx>>(
         &self,
         m: &MergedDot<'_, 'ctx, V>,
@@ -112,15 +113,19 @@ impl<'ctx> Emitter<'ctx, '_> {
                 if param {
                     return V::load(self, m.frame.vals, a, t, &m.reps, lanes);
                 }
-                V::load(self, inputs, self.input_affine(a), t, &m.reps, lanes)
+                let at = self.address_ptr(inputs, self.sample_affine(a), t, &[])?;
+                let x = self.builder.build_load(self.f64_type, at, "x")?;
+                V::shared(self, x.into_float_value(), lanes)
             })
             .collect()
     }
 
-    /// Input slots `a` as indices into one sample of `train`'s argument.
-    pub(super) fn input_affine(&self, a: Affine) -> Affine {
+    /// Input slots `a` as addresses in one sample of `train`'s argument.
+    pub(super) fn sample_affine(&self, a: Affine) -> Affine {
+        let a = self.plan.buffers.affine(a);
+        let inputs = self.plan.buffers.params_len(self.tape);
         Affine {
-            base: a.base - self.tape.input_base() as i64,
+            base: a.base - inputs as i64,
             ..a
         }
     }

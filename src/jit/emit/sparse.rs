@@ -106,7 +106,7 @@ impl<'ctx> Emitter<'ctx, '_> {
 
         self.builder.position_at_end(list);
         let len = m.dot.products.len;
-        let input = self.input_affine(m.dot.products.args[skip.input]);
+        let input = self.sample_affine(m.dot.products.args[skip.input]);
         let (steps, n) =
             self.nonzero_steps(len, &[(m.samples.this, input), (m.samples.next, input)])?;
         // A sample too dense to skip makes the next `DENSE_WAIT` run dense without looking.
@@ -186,7 +186,7 @@ impl<'ctx> Emitter<'ctx, '_> {
     }
 
     /// The steps `t` in `0..len` (ascending, as `i32`s in a stack array) where some input
-    /// `buf[a(t)]` of `inputs` is not 0 (NaN counts as not 0), and how many there are.
+    /// `buf[a(t)]` of `inputs` (`a` in addresses) is not 0 (NaN counts as not 0), and how many there are.
     /// Inputs at unit stride are tested [`CHUNK`] at a time, a chunk of zeros skipped by one
     /// branch. Every step of the others is stored at the list's end and the count moves past
     /// it only if the step is kept: no branch to mispredict, and no compress-store
@@ -201,16 +201,14 @@ impl<'ctx> Emitter<'ctx, '_> {
         let steps = self.entry_alloca(i32t.array_type(len).into(), "steps")?;
         let count = self.entry_alloca(i64t.into(), "count")?;
         self.builder.build_store(count, i64t.const_zero())?;
-        let unit_stride = inputs
-            .iter()
-            .all(|&(_, a)| self.plan.buffers.affine(a).stride == 1);
+        let unit_stride = inputs.iter().all(|&(_, a)| a.stride == 1);
         let vectorized = if unit_stride { len / CHUNK } else { 0 };
         // Steps `first..first + width`, each appended to the list if not 0 in some input.
         let append = |this: &Self, first: IntValue<'ctx>, width: u32| -> Emit<()> {
             let ty = this.f64_type.vec_type(width);
             let mut mask: Option<VectorValue<'ctx>> = None;
             for &(buf, input) in inputs {
-                let x = this.load_vector(this.ptr_at(buf, input, first, &[])?, ty)?;
+                let x = this.load_vector(this.address_ptr(buf, input, first, &[])?, ty)?;
                 let test = this.builder.build_float_compare(
                     FloatPredicate::UNE,
                     x,
@@ -319,7 +317,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         self.builder.build_conditional_branch(set, list, dense)?;
 
         self.builder.position_at_end(list);
-        let input = dot.products.args[skip.input];
+        let input = self.plan.buffers.affine(dot.products.args[skip.input]);
         let (steps, n) = self.nonzero_steps(len, &[(frame.vals, input)])?;
         self.branch_on_density(n, len, skip, sparse, dense)?;
 
@@ -367,7 +365,8 @@ impl<'ctx> Emitter<'ctx, '_> {
         self.builder.build_conditional_branch(finite, list, dense)?;
 
         self.builder.position_at_end(list);
-        let (steps, n) = self.nonzero_steps(map.len, &[(frame.vals, map.args[skip.input])])?;
+        let input = self.plan.buffers.affine(map.args[skip.input]);
+        let (steps, n) = self.nonzero_steps(map.len, &[(frame.vals, input)])?;
         self.branch_on_density(n, map.len, skip, sparse, dense)?;
 
         self.builder.position_at_end(sparse);

@@ -468,35 +468,56 @@ impl<'ctx> Emitter<'ctx, '_> {
 
     /// `name(vals, grads, lr)`: `vals[p] -= lr * grads[p]` for every param but those `skip`
     /// marks, as loops LLVM may vectorize (each param is independent, so vectorizing keeps
-    /// every result exact).
+    /// every result exact). The loops run over addresses, the gaps between lined rows
+    /// ([`crate::plan::Buffers`]) too: their 0s stay 0 (`0 - lr * 0` is +0 for a finite `lr`),
+    /// and the runs stay whole.
     pub(super) fn update_function(&self, name: &str, skip: Option<&[bool]>) -> Emit<Part<'ctx>> {
         let f = self.begin_function(name, &[self.f64_type.into()], true);
         let (vals, grads) = self.buffers(f);
         let lr = f.get_nth_param(2).unwrap().into_float_value();
         lr.set_name("lr");
-        let skips = |s: usize| skip.is_some_and(|k| k[s]);
-        let p = self.tape.num_params();
-        let mut s = 0;
-        while s < p {
-            if skips(s) {
-                s += 1;
+        // Per address: whether it is updated (`None`: a gap, which goes with its run).
+        let buffers = &self.plan.buffers;
+        let mut updated = vec![None; buffers.params_len(self.tape)];
+        for s in 0..self.tape.num_params() {
+            let skipped = skip.is_some_and(|k| k[s]);
+            updated[buffers.address(Slot(s as u32))] = Some(!skipped);
+        }
+        let mut a = 0;
+        while a < updated.len() {
+            if updated[a] != Some(true) {
+                a += 1;
                 continue;
             }
-            let start = s;
-            while s < p && !skips(s) {
-                s += 1;
+            let start = a;
+            while a < updated.len() && updated[a] != Some(false) {
+                a += 1;
+            }
+            // (A run starts at an updated param, and ends at one: the gaps after the last
+            // are no one's.)
+            while updated[a - 1].is_none() {
+                a -= 1;
             }
             let run = Affine {
                 base: start as i64,
                 stride: 1,
                 outer: [0; crate::passes::loops::MAX_NEST_DEPTH],
             };
-            self.emit_loop::<FloatValue>((s - start) as u32, false, &[], |this, i, _| {
-                let g = this.load_at(grads, run, i, &[])?;
-                let p = this.load_at(vals, run, i, &[])?;
+            self.emit_loop::<FloatValue>((a - start) as u32, false, &[], |this, i, _| {
+                let (g_at, p_at) = (
+                    this.address_ptr(grads, run, i, &[])?,
+                    this.address_ptr(vals, run, i, &[])?,
+                );
+                let g = this
+                    .builder
+                    .build_load(this.f64_type, g_at, "g")?
+                    .into_float_value();
+                let p = this
+                    .builder
+                    .build_load(this.f64_type, p_at, "p")?
+                    .into_float_value();
                 let p_new = this.sgd(p, g, lr)?;
-                let ptr = this.ptr_at(vals, run, i, &[])?;
-                this.builder.build_store(ptr, p_new)?;
+                this.builder.build_store(p_at, p_new)?;
                 Ok(Vec::new())
             })?;
         }
