@@ -409,8 +409,8 @@ impl Native {
         let (vals, grads) = initial_buffers(tape);
         let layout = plan.buffers.clone();
         Ok(Native {
-            vals: AlignedBuf::from_slice(&layout.lay_out(&vals)),
-            grads: UnsafeCell::new(AlignedBuf::from_slice(&layout.lay_out(&grads))),
+            vals: layout.lay_out(&vals),
+            grads: UnsafeCell::new(layout.lay_out(&grads)),
             pending: Cell::new(false),
             layout,
             in_slot_order: UnsafeCell::new((Vec::new(), Vec::new())),

@@ -576,6 +576,18 @@ fn a_layers_rows_start_on_cache_lines() {
             assert_eq!(inputs % 8, 0, "inputs start on a line");
             assert_eq!(at(NIN * hidden - 1), at(0) + (NIN - 1) * row + hidden - 1);
         }
+        // Zeroing or updating every param walks one run, gaps and all; leaving the first
+        // layer's weights out leaves their gaps out too.
+        let every = b.compact_bridged(&tape, &vec![true; p]);
+        let lined_end = at(NIN * hidden - 1) + 1;
+        assert!(every[..lined_end].iter().all(|&x| x), "hidden {hidden}");
+        let mut but_weights = vec![true; p];
+        but_weights[first..first + NIN * hidden].fill(false);
+        let some = b.compact_bridged(&tape, &but_weights);
+        assert!(
+            some[at(0)..lined_end].iter().all(|&x| !x),
+            "hidden {hidden}"
+        );
     }
 }
 

@@ -755,7 +755,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
     fn zero_grads_where(&self, grads: PointerValue<'ctx>, which: &[bool]) -> Emit<()> {
         let zero = self.context.i8_type().const_zero();
         let i64t = self.context.i64_type();
-        for block in repeated_runs(&self.plan.buffers.compact(which)) {
+        for block in repeated_runs(&self.plan.buffers.compact_bridged(self.tape, which)) {
             let stride = i64t.const_int(block.stride as u64, false);
             let no_carried: &[FloatValue<'ctx>] = &[];
             self.emit_loop(block.count, false, no_carried, |this, c, _| {

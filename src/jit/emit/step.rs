@@ -469,34 +469,26 @@ impl<'ctx> Emitter<'ctx, '_> {
     /// `name(vals, grads, lr)`: `vals[p] -= lr * grads[p]` for every param but those `skip`
     /// marks, as loops LLVM may vectorize (each param is independent, so vectorizing keeps
     /// every result exact). The loops run over addresses, the gaps between lined rows
-    /// ([`crate::plan::Buffers`]) too: their 0s stay 0 (`0 - lr * 0` is +0 for a finite `lr`),
-    /// and the runs stay whole.
+    /// ([`crate::plan::Buffers::compact_bridged`]) too: their 0s stay 0 (`0 - lr * 0` is +0
+    /// for a finite `lr`), and the runs stay whole.
     pub(super) fn update_function(&self, name: &str, skip: Option<&[bool]>) -> Emit<Part<'ctx>> {
         let f = self.begin_function(name, &[self.f64_type.into()], true);
         let (vals, grads) = self.buffers(f);
         let lr = f.get_nth_param(2).unwrap().into_float_value();
         lr.set_name("lr");
-        // Per address: whether it is updated (`None`: a gap, which goes with its run).
-        let buffers = &self.plan.buffers;
-        let mut updated = vec![None; buffers.params_len(self.tape)];
-        for s in 0..self.tape.num_params() {
-            let skipped = skip.is_some_and(|k| k[s]);
-            updated[buffers.address(Slot(s as u32))] = Some(!skipped);
-        }
+        let params = self.tape.num_params();
+        let which: Vec<bool> = (0..params).map(|s| !skip.is_some_and(|k| k[s])).collect();
+        let mut updated = self.plan.buffers.compact_bridged(self.tape, &which);
+        updated.truncate(self.plan.buffers.params_len(self.tape));
         let mut a = 0;
         while a < updated.len() {
-            if updated[a] != Some(true) {
+            if !updated[a] {
                 a += 1;
                 continue;
             }
             let start = a;
-            while a < updated.len() && updated[a] != Some(false) {
+            while a < updated.len() && updated[a] {
                 a += 1;
-            }
-            // (A run starts at an updated param, and ends at one: the gaps after the last
-            // are no one's.)
-            while updated[a - 1].is_none() {
-                a -= 1;
             }
             let run = Affine {
                 base: start as i64,
