@@ -2,10 +2,10 @@
 //!
 //! The native code loads and stores a layer's weights a vector of eight at a time, and a
 //! vector that straddles two cache lines costs two accesses. Where a layer's rows are whole
-//! lines, they start on one only if the buffer does; `Vec<f64>` promises 8 bytes (and the
-//! allocator gives large blocks 16 bytes past a page). Measured on `train()` with 48 hidden
-//! units (rows of 6 lines): 2.82 us per sample from the allocator's address, 2.40 from a
-//! line's.
+//! lines, they start on one only if the buffer does; `Vec<f64>` promises 8 bytes (the
+//! allocator gave MNIST's buffers 16 or 48 bytes past a line). Measured on `train()` with 48
+//! hidden units (rows of 6 lines): 2.82 us per sample from the allocator's address, 2.40 from
+//! a line's.
 
 use std::ops::{Deref, DerefMut};
 

@@ -96,15 +96,15 @@ impl Buffers {
         after.map_or(self.buffer_len(), |&a| a as usize)
     }
 
-    /// These buffers with the rows of the param matrices that nests read across their
-    /// repetitions (a layer's weights, input-major: one row per input, a weight per neuron)
-    /// each starting on a cache line: a row of `n` weights, `n` not a whole number of
-    /// vectors, takes the next whole number of lines (where that adds at most a quarter),
-    /// the rest a gap of zeros no code reads. A vector of a row then never straddles two
-    /// lines. Measured on `train()` (MNIST 784-50-10: rows of 400 bytes, three in four
-    /// straddling), in one process, 9 rounds taking turns, three times: rows of 56 took
-    /// 2.63-2.68 us per sample, rows of 50 2.79-2.89. Everything after the params moves up
-    /// by the gaps; `None` if no address changes.
+    /// These buffers with the rows of the param matrices that nests read across their repetitions
+    /// (a layer's weights, input-major: one row per input, a weight per neuron) each starting on a
+    /// cache line: a row of `n` weights, `n` not a whole number of vectors, takes the next whole
+    /// number of lines (where that adds at most a quarter), the rest a gap of zeros no code reads;
+    /// a matrix whose rows are whole lines starts on one. A vector of a row then never straddles
+    /// two lines. Measured on `train()` (MNIST 784-50-10: rows of 400 bytes, three in four
+    /// straddling), in one process, 9 rounds taking turns, three times: rows of 56 took 2.63-2.68
+    /// us per sample, rows of 50 2.79-2.89. Everything after the params moves up by the gaps;
+    /// `None` if no address changes.
     fn with_lined_rows(&self, tape: &Tape, items: &[Item]) -> Option<Buffers> {
         let p = tape.num_params();
         let matrices = lane_matrices(p, items);
@@ -429,15 +429,13 @@ fn lane_matrices(params: usize, items: &[Item]) -> Vec<LaneMatrix> {
     let mut found: Vec<LaneMatrix> = Vec::new();
     for item in items {
         for (access, counts) in item.nested_accesses() {
-            let level = 0;
-            if counts.len() != 1 {
+            let &[row] = &counts[..] else {
                 continue;
-            }
-            let (a, row) = (access.at, counts[level] as usize);
-            let across = a.outer[level] == 1 && a.outer[..level].iter().all(|&o| o == 0);
-            let rows = access.len as usize;
+            };
+            let (a, row, rows) = (access.at, row as usize, access.len as usize);
             let end = a.base + (rows * row) as i64;
-            if across && a.stride == row as i64 && rows > 1 && a.base >= 0 && end <= params as i64 {
+            let across = a.outer[0] == 1 && a.stride == row as i64;
+            if across && rows > 1 && a.base >= 0 && end <= params as i64 {
                 found.push(LaneMatrix {
                     base: a.base as usize,
                     rows,

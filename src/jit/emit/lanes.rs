@@ -344,8 +344,9 @@ impl<'ctx> Emitter<'ctx, '_> {
         self.address_ptr(buf, self.plan.buffers.affine(a), t, js)
     }
 
-    /// [`Emitter::ptr_at`] of an affine sequence of addresses, not slots (of a buffer the
-    /// slots do not map into: a sample in `train`'s argument).
+    /// [`Emitter::ptr_at`] of an affine sequence of addresses, not slots: where code walks
+    /// addresses (a sample in `train`'s argument, which slots do not map into; the params
+    /// with the gaps among them).
     pub(super) fn address_ptr(
         &self,
         buf: PointerValue<'ctx>,

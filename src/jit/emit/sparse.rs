@@ -186,12 +186,12 @@ impl<'ctx> Emitter<'ctx, '_> {
     }
 
     /// The steps `t` in `0..len` (ascending, as `i32`s in a stack array) where some input
-    /// `buf[a(t)]` of `inputs` (`a` in addresses) is not 0 (NaN counts as not 0), and how many there are.
-    /// Inputs at unit stride are tested [`CHUNK`] at a time, a chunk of zeros skipped by one
-    /// branch. Every step of the others is stored at the list's end and the count moves past
-    /// it only if the step is kept: no branch to mispredict, and no compress-store
-    /// (`llvm.masked.compressstore` is one `vpcompressd` to memory where AVX-512 has it,
-    /// which Zen 4 runs so slowly that building the list took half of `train`'s time).
+    /// `buf[a(t)]` of `inputs` (`a` in addresses) is not 0 (NaN counts as not 0), and how many
+    /// there are. Inputs at unit stride are tested [`CHUNK`] at a time, a chunk of zeros skipped by
+    /// one branch. Every step of the others is stored at the list's end and the count moves past it
+    /// only if the step is kept: no branch to mispredict, and no compress-store
+    /// (`llvm.masked.compressstore` is one `vpcompressd` to memory where AVX-512 has it, which Zen
+    /// 4 runs so slowly that building the list took half of `train`'s time).
     fn nonzero_steps(
         &self,
         len: u32,
