@@ -216,13 +216,15 @@ enum Pass<'ctx> {
 }
 
 /// What `train`'s merged dot reads besides the buffers: this sample's inputs and the
-/// next's (in `train`'s argument), and the guard word of its zero-skipping
-/// ([`crate::plan::ZeroSkip`]).
+/// next's (in `train`'s argument), the guard word of its zero-skipping
+/// ([`crate::plan::ZeroSkip`]), and the sample after the next, whose lines its steps ask into
+/// the cache ([`Emitter::prefetch_sample_line`]).
 #[derive(Clone, Copy)]
 pub(super) struct Samples<'ctx> {
     this: PointerValue<'ctx>,
     next: PointerValue<'ctx>,
     guard: PointerValue<'ctx>,
+    ahead: PointerValue<'ctx>,
 }
 
 /// `train`'s merged dot, as its steps see it: the frame, the dot, the lanes, the samples and

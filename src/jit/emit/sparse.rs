@@ -126,6 +126,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         for (start, m) in [(plain_loop, &m.with_plain_updates()), (fresh_loop, m)] {
             self.builder.position_at_end(start);
             let sums = self.counted_loop(n, biases, |this, k, sums| {
+                this.prefetch_sample_line(m.samples.ahead, k)?;
                 let t = this.load_step(steps, k)?;
                 this.merged_step(m, t, sums)
             })?;
@@ -154,6 +155,7 @@ impl<'ctx> Emitter<'ctx, '_> {
             wait_phi.add_incoming(&[(&i64t.const_int(DENSE_WAIT, false), list_end)]);
         }
         let every = self.emit_loop(len, false, biases, |this, t, sums| {
+            this.prefetch_sample_line(m.samples.ahead, t)?;
             this.merged_step(m, t, sums)
         })?;
         let dense_end = self.block();

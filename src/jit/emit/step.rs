@@ -65,7 +65,13 @@ impl<'ctx> Emitter<'ctx, '_> {
         train_forward[0] = train_forward0;
         let merged = self.begin_function(
             "train_bwd0",
-            &[self.f64_type.into(), ptr.into(), ptr.into(), ptr.into()],
+            &[
+                self.f64_type.into(),
+                ptr.into(),
+                ptr.into(),
+                ptr.into(),
+                ptr.into(),
+            ],
             false,
         );
         {
@@ -81,6 +87,7 @@ impl<'ctx> Emitter<'ctx, '_> {
                         next: param(3).into_pointer_value(),
                         this: param(4).into_pointer_value(),
                         guard: param(5).into_pointer_value(),
+                        ahead: param(6).into_pointer_value(),
                     },
                 },
             };
@@ -140,14 +147,15 @@ impl<'ctx> Emitter<'ctx, '_> {
             .build_conditional_branch(finite, merged_block, stop)?;
 
         self.builder.position_at_end(merged_block);
-        // The sample after the next (or the next, at the end) on its way into the cache
-        // while this step runs: the next sample's check waited for each line of it.
+        // The sample after the next (or the next, at the end), which the merged loop asks
+        // into the cache a line per step while it runs: the next sample's check waited for
+        // each line of it.
         let (after_next, more) = self.next_sample(next, n)?;
         let after_next = self
             .builder
             .build_select(more, after_next, next, "after_next")?
             .into_int_value();
-        self.prefetch_sample(self.sample_ptr(inputs, after_next, "after_next_inputs")?)?;
+        let after_next_inputs = self.sample_ptr(inputs, after_next, "after_next_inputs")?;
         let sample_inputs = self.sample_ptr(inputs, s_value, "sample_inputs")?;
         // `step`'s backward parts are init, the functions from the last, rest: function 0
         // is the last but one.
@@ -161,6 +169,7 @@ impl<'ctx> Emitter<'ctx, '_> {
                     next_inputs.into(),
                     sample_inputs.into(),
                     guard.into(),
+                    after_next_inputs.into(),
                 ];
                 self.builder.build_call(merged, &args, "")?;
             } else {
@@ -382,28 +391,40 @@ impl<'ctx> Emitter<'ctx, '_> {
         self.element_ptr(inputs, offset)
     }
 
-    /// Asks the cache for every line of the sample at `sample` (a prefetch never faults and
-    /// changes no result). Into L2, not L1: there it would push out the weights the step is
-    /// using (per-sample `train` on MNIST, Zen 4: into L2 -7 to -10%, into L1 -2%).
-    fn prefetch_sample(&self, sample: PointerValue<'ctx>) -> Emit<()> {
-        const LINE_NUMBERS: u32 = 8;
-        let lines = (self.tape.num_inputs() as u32).div_ceil(LINE_NUMBERS);
+    /// Asks the cache for line `min(k, last)` of the sample at `sample` (a prefetch never
+    /// faults and changes no result). `train`'s merged loops ask for the sample after the
+    /// next one line per step: issued all at once, before the step, the prefetches of a
+    /// sample's 100 lines (from memory) filled the core's miss buffers and stalled it (train()
+    /// on MNIST, two JITs taking turns: 2.62-2.78 -> 2.51-2.55 us per sample). Into L2, not L1:
+    /// there they would push out the weights the step is using (into L2 -7 to -10%, into L1
+    /// -2%, when the prefetch was introduced).
+    pub(super) fn prefetch_sample_line(
+        &self,
+        sample: PointerValue<'ctx>,
+        k: IntValue<'ctx>,
+    ) -> Emit<()> {
+        const LINE_NUMBERS: u64 = 8;
+        let lines = (self.tape.num_inputs() as u64).div_ceil(LINE_NUMBERS);
         if lines == 0 {
             return Ok(());
         }
         let (i32t, i64t) = (self.context.i32_type(), self.context.i64_type());
-        let prefetch = self.intrinsic("llvm.prefetch", &[sample.get_type().into()])?;
+        let last = i64t.const_int(lines - 1, false);
+        let before_last =
+            self.builder
+                .build_int_compare(inkwell::IntPredicate::ULT, k, last, "")?;
+        let line = self.builder.build_select(before_last, k, last, "line")?;
+        let at = self.builder.build_int_mul(
+            line.into_int_value(),
+            i64t.const_int(LINE_NUMBERS, false),
+            "",
+        )?;
+        let ptr = self.element_ptr(sample, at)?;
+        let prefetch = self.intrinsic("llvm.prefetch", &[ptr.get_type().into()])?;
         // Read, locality 1 (x86: prefetcht2; AMD fills L2 for it), data.
         let how = [0, 1, 1].map(|x| i32t.const_int(x, false).into());
-        self.emit_loop::<FloatValue>(lines, false, &[], |this, line, _| {
-            let at =
-                this.builder
-                    .build_int_mul(line, i64t.const_int(LINE_NUMBERS.into(), false), "")?;
-            let ptr = this.element_ptr(sample, at)?;
-            this.builder
-                .build_call(prefetch, &[ptr.into(), how[0], how[1], how[2]], "")?;
-            Ok(Vec::new())
-        })?;
+        self.builder
+            .build_call(prefetch, &[ptr.into(), how[0], how[1], how[2]], "")?;
         Ok(())
     }
 
