@@ -97,13 +97,9 @@ mod backend {
             s.index()
         }
         /// Where the params end in the buffers (the addresses before hold params, and what
-        /// else they hold is 0 and read by no code).
+        /// else they hold is 0 and read by no code), and the inputs start, side by side.
         fn params_len(&self) -> usize {
             self.program_tape().num_params()
-        }
-        /// Where the inputs start in the buffers.
-        fn inputs_address(&self) -> usize {
-            self.params_len()
         }
         /// The gradients buffer, laid out as the values (a backend stores any it deferred
         /// before handing them out).
@@ -328,7 +324,8 @@ impl<B: Backend> Program for B {
 
     fn set_inputs(&mut self, inputs: &[f64]) -> Result<()> {
         check_inputs(self.tape(), inputs)?;
-        let base = self.inputs_address();
+        // (The inputs lie side by side right after the params.)
+        let base = self.params_len();
         self.buffers_mut().0[base..base + inputs.len()].copy_from_slice(inputs);
         Ok(())
     }
@@ -552,7 +549,7 @@ fn checked_step<B: Backend + ?Sized>(b: &mut B, inputs: &[f64], lr: f64) -> f64 
         return f64::NAN;
     };
     b.begin_step();
-    let base = b.inputs_address();
+    let base = b.params_len();
     b.buffers_mut().0[base..base + inputs.len()].copy_from_slice(inputs);
     // The update changes params only, so a computed loss is still in the buffers
     // afterwards; a leaf loss (a param) is read before.

@@ -10,10 +10,10 @@
 //! (`d tanh = (1 - t*t) * g`, `d relu = [out > 0] * g`, `d (a*b)/da = b * g`,
 //! `d pow(a, c) = (c * pow(a, c - 1)) * g`, `d sqrt(a) = (0.5 / sqrt(a)) * g`, ...), every
 //! gradient summed in the order the interpreter adds to it: a param's contributions copy by
-//! copy or step by step from the last, a hidden unit's from the last neuron reading it. Where an accumulator has only two
-//! contributions (and those start from 0) the order is free, since addition commutes.
-//! Signs of zero may differ (`0 * g` against a skipped term) and never show: a gradient
-//! accumulator starts at +0, to which adding either zero gives +0.
+//! copy or step by step from the last, a hidden unit's from the last neuron reading it. Where an
+//! accumulator has only two contributions (and those start from 0) the order is free, since
+//! addition commutes. Signs of zero may differ (`0 * g` against a skipped term) and never
+//! show: a gradient accumulator starts at +0, to which adding either zero gives +0.
 //!
 //! `tanh` is tapejit's (`tapejit::op::tanh`, what `Op::Tanh` computes; glibc's agrees with it
 //! on most inputs, within 2 ULP), as a hand-written loop calls libm's. The loss value is

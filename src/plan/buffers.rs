@@ -163,13 +163,13 @@ impl Buffers {
 
     /// These buffers with each nest's values laid out item by item where its repetitions
     /// may run in lanes: a nest's repetitions tile a run of slots, one repetition every
-    /// `stride` slots (its values, and any leaf the graph made among them, such as a constant
-    /// written inline); the run's kept slots take the run's addresses transposed, each
-    /// offset's slot in every repetition side by side, then the next offset's. So what lanes
-    /// read and write across repetitions is one
-    /// vector, and a loop over a nest's outputs (a readout over a layer's activations, a sum
-    /// over a batch's losses) reads adjacent numbers, where one repetition after the other
-    /// puts them `stride` apart. `None` if no address changes.
+    /// `stride` slots (its values, and any leaf the graph made among them, such as a
+    /// constant written inline); the run's kept slots take the run's addresses transposed,
+    /// each offset's slot in every repetition side by side, then the next offset's. So what
+    /// lanes read and write across repetitions is one vector, and a loop over a nest's
+    /// outputs (a readout over a layer's activations, a sum over a batch's losses) reads
+    /// adjacent numbers, where one repetition after the other puts them `stride` apart.
+    /// `None` if no address changes.
     fn item_by_item(&self, items: &[Item]) -> Option<Buffers> {
         let mut address = self.address.clone();
         let mut moved = false;

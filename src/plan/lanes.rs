@@ -36,14 +36,14 @@ pub fn lane_group(count: u32) -> u32 {
 /// stores (consecutive slots across lanes) or broadcasts (one slot for every lane).
 pub const MIN_VECTOR_ACCESS_PERCENT: u64 = 15;
 
-/// Whether a flat nest's `body` (its own repetitions at `level`) reads and writes mostly slots
-/// whose addresses ([`Buffers`]: a nest's values lie item by item) are neither side by side
-/// nor shared across its repetitions, counted over each access's sequence. Lanes reach those
-/// by gathers and scatters, which cost about what the scalar loop's loads and stores do (an
-/// AVX-512 scatter more), on top of building a vector of addresses each; their faster
-/// arithmetic does not make up for it. A mass-spring chain's
-/// masses (each reading its neighbours' state) run forward 17% faster one after the other,
-/// the moons demo's per-point loss 7-10%.
+/// Whether a flat nest's `body` (its own repetitions at `level`) reads and writes mostly
+/// slots whose addresses ([`Buffers`]: a nest's values lie item by item) are neither side
+/// by side nor shared across its repetitions, counted over each access's sequence. Lanes
+/// reach those by gathers and scatters, which cost about what the scalar loop's loads and
+/// stores do (an AVX-512 scatter more), on top of building a vector of addresses each;
+/// their faster arithmetic does not make up for it. A mass-spring chain's masses (each
+/// reading its neighbours' state) run forward 17% faster one after the other, the moons
+/// demo's per-point loss 7-10%.
 fn mostly_strided(body: &[Item], level: usize, buffers: &Buffers) -> bool {
     let (mut vector, mut all) = (0u64, 0u64);
     for access in body.iter().flat_map(Item::accesses) {

@@ -13,6 +13,12 @@ use super::{Emit, Emitter, Frame, Pass};
 use crate::passes::lanes::VERTICAL_BLOCK;
 use crate::passes::loops::{Affine, MapLoop};
 
+/// A block's steps as one vector of lanes.
+const STEPS: Vector = Vector {
+    offset: 0,
+    width: VERTICAL_BLOCK,
+};
+
 impl<'ctx> Emitter<'ctx, '_> {
     /// A map's backward in lanes (`locals` gives its local gradients at a step, per vector),
     /// in the vertical order the plan checked ([`crate::passes::loops::Lanes`]): the steps
@@ -83,23 +89,15 @@ impl<'ctx> Emitter<'ctx, '_> {
         first: IntValue<'ctx>,
         g_products: &[VectorValue<'ctx>],
     ) -> Emit<Option<Vec<Vec<VectorValue<'ctx>>>>> {
-        let steps = Vector {
-            offset: 0,
-            width: VERTICAL_BLOCK,
-        };
-        let level = reps.lane_level();
-        let mut at_first = reps.clone();
-        at_first.js[level] = self.context.i64_type().const_zero();
         let mut out = Vec::with_capacity(reps.vectors.len());
         for (&lanes, &g) in reps.vectors.iter().zip(g_products) {
             // Per operand, per lane: its values over the steps.
             let mut operands: Vec<Vec<VectorValue<'ctx>>> = Vec::with_capacity(map.args.len());
             for (i, &a) in map.args.iter().enumerate() {
                 let columns = if i == shared {
-                    let mut across_steps = a;
-                    across_steps.outer[level] = a.stride;
+                    let (across_steps, at_first) = self.steps_as_lanes(a, reps);
                     let x =
-                        VectorValue::load(self, frame.vals, across_steps, first, &at_first, steps)?;
+                        VectorValue::load(self, frame.vals, across_steps, first, &at_first, STEPS)?;
                     vec![x; lanes.width as usize]
                 } else if a.stride == 0 {
                     let row = VectorValue::load(self, frame.vals, a, first, reps, lanes)?;
@@ -118,11 +116,22 @@ impl<'ctx> Emitter<'ctx, '_> {
             for lane in 0..lanes.width {
                 let x: Vec<VectorValue> = operands.iter().map(|o| o[lane as usize]).collect();
                 let g_lane = self.lane_splat(g, lane)?;
-                columns.push(self.product_grads(map, steps, &x, g_lane)?[shared]);
+                columns.push(self.product_grads(map, STEPS, &x, g_lane)?[shared]);
             }
             out.push(columns);
         }
         Ok(Some(out))
+    }
+
+    /// `a`'s slots over a block of steps as if the steps were the lanes of [`STEPS`] (`a`
+    /// moves by its stride per lane), and the repetitions of `reps` with the lanes' at 0.
+    fn steps_as_lanes(&self, a: Affine, reps: &Reps<'ctx>) -> (Affine, Reps<'ctx>) {
+        let level = reps.lane_level();
+        let mut across_steps = a;
+        across_steps.outer[level] = a.stride;
+        let mut at_first = reps.clone();
+        at_first.js[level] = self.context.i64_type().const_zero();
+        (across_steps, at_first)
     }
 
     /// Lane `lane` of `v` in every lane of a vector of [`VERTICAL_BLOCK`].
@@ -180,10 +189,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         if !unwritten {
             return Ok(None);
         }
-        let here = self
-            .builder
-            .get_insert_block()
-            .expect("positioned in a function");
+        let here = self.block();
         let entry = here
             .get_parent()
             .and_then(|f| f.get_first_basic_block())
@@ -221,21 +227,12 @@ impl<'ctx> Emitter<'ctx, '_> {
         reps: &Reps<'ctx>,
         columns: &[Vec<VectorValue<'ctx>>],
     ) -> Emit<()> {
-        // The block's slots as if the steps were lanes: `a` moves by its stride per lane.
-        let level = reps.lane_level();
-        let mut across_steps = a;
-        across_steps.outer[level] = a.stride;
-        let mut at_first = reps.clone();
-        at_first.js[level] = self.context.i64_type().const_zero();
-        let steps = Vector {
-            offset: 0,
-            width: VERTICAL_BLOCK,
-        };
+        let (across_steps, at_first) = self.steps_as_lanes(a, reps);
         // Where these lanes make the slots' every addition, the sums start from 0.
         let mut acc = if self.plan.grads.sums_whole(a.base) {
             self.f64_type.vec_type(VERTICAL_BLOCK).const_zero()
         } else {
-            VectorValue::load(self, frame.grads, across_steps, first, &at_first, steps)?
+            VectorValue::load(self, frame.grads, across_steps, first, &at_first, STEPS)?
         };
         for &column in columns.iter().flat_map(|c| c.iter()).rev() {
             acc = self.builder.build_float_add(acc, column, "")?;
@@ -246,7 +243,7 @@ impl<'ctx> Emitter<'ctx, '_> {
             across_steps,
             first,
             &at_first,
-            steps,
+            STEPS,
             acc,
         )
     }
