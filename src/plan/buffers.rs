@@ -3,11 +3,12 @@
 //! The tape gives every node a slot, but the native code keeps a fused dot's products in
 //! registers: their slots are never read or written. Left in place, they space out what is:
 //! a layer's sums sit a whole row of products apart, and each copy of a batch spreads its
-//! activations over a page per neuron. So the buffers hold the kept slots only, in slot order
-//! (a slot's address is the number of kept slots before it): a layer's sums side by side, a
-//! copy's activations in a few lines. Params and inputs come first on the tape and are all
-//! kept, so they keep their order: params at `0..params_len`, the inputs side by side right
-//! after ([`crate::program`] writes them through `Backend::leaf_address`).
+//! activations over a page per neuron. So the buffers hold the kept slots only, in slot
+//! order (a slot's address is the number of kept slots before it): a layer's sums side by
+//! side, a copy's activations in a few lines. Params and inputs come first on the tape and
+//! are all kept, so they keep their order: params at `0..params_len`, the inputs side by
+//! side right after ([`crate::program`] finds them through `Backend::leaf_address` and
+//! `params_len`).
 //!
 //! A layer's weights, once the layout pass made them input-major, are rows of one weight per
 //! neuron, which the code loads and stores a vector of eight at a time. Where a row is not
