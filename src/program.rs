@@ -120,10 +120,16 @@ mod backend {
         fn slot_grads(&self) -> &[f64] {
             self.grad_buffer()
         }
-        /// Whether the buffers hold `slot`; the interpreter keeps every slot.
+        /// Whether the buffers hold `slot`'s value (and gradient, unless
+        /// [`Backend::keeps_grad`] says otherwise); the interpreter keeps every slot.
         fn keeps(&self, slot: Slot) -> bool {
             let _ = slot;
             true
+        }
+        /// Whether the gradients buffer holds `slot`'s gradient (the JIT's local gradients
+        /// live in registers, [`crate::plan::local`]).
+        fn keeps_grad(&self, slot: Slot) -> bool {
+            self.keeps(slot)
         }
         /// Mutable views for `Program`'s methods, which write inputs, params and params'
         /// gradients only (the JIT compiles constants to immediates); lengths are fixed.
@@ -288,7 +294,9 @@ pub trait Program: backend::Sealed {
     fn param_grads(&self) -> Vec<f64>;
 
     /// Whether this program stores `slot`'s value and gradient in its buffers. The
-    /// interpreter keeps every slot; the JIT all but the products it fuses into sums.
+    /// interpreter keeps every slot; the JIT all but the products it fuses into sums, and
+    /// the gradients of a rollout step's intermediate results, which every addition into
+    /// reaches from the same step and which live in registers (their values are kept).
     fn is_kept(&self, slot: Slot) -> bool;
 
     /// Every slot's value and gradient as of the last `forward` and `backward`, those this
@@ -298,14 +306,16 @@ pub trait Program: backend::Sealed {
     /// they are; after `update` or `step` the interpreter's still show the old ones).
     fn every_value_and_grad(&self) -> (Vec<f64>, Vec<f64>);
 
-    /// The value of `v` as of the last `forward`.
+    /// The value of `v` as of the last `forward` ([`Error::NotKept`] if the buffers do not
+    /// hold it: [`Program::every_value_and_grad`] has every value).
     fn value(&self, v: Value<'_>) -> Result<f64>;
 
     /// The gradient of `v` as of the last `backward` (0 for nodes the loss does not depend
-    /// on, and for inputs made without gradient unless one is the loss itself).
+    /// on, and for inputs made without gradient unless one is the loss itself);
+    /// [`Error::NotKept`] unless [`Program::is_kept`].
     fn grad(&self, v: Value<'_>) -> Result<f64>;
 
-    /// The slot of `v`, if this program keeps it.
+    /// The slot of `v`, if this program keeps its value and gradient.
     fn kept_slot(&self, v: Value<'_>) -> Result<Slot>;
 }
 
@@ -451,21 +461,23 @@ impl<B: Backend> Program for B {
     }
 
     fn is_kept(&self, slot: Slot) -> bool {
-        slot.index() < self.tape().len() && self.keeps(slot)
+        slot.index() < self.tape().len() && self.keeps(slot) && self.keeps_grad(slot)
     }
 
     fn every_value_and_grad(&self) -> (Vec<f64>, Vec<f64>) {
         let tape = self.tape();
         let (mut values, mut grads) = (self.values().to_vec(), self.grads().to_vec());
-        let missing: Vec<bool> = tape.slots().map(|s| !self.keeps(s)).collect();
+        let missing: Vec<bool> = tape.slots().map(|s| !self.keeps_grad(s)).collect();
         if !missing.contains(&true) {
             return (values, grads);
         }
         let mut operands = Vec::new();
         for s in tape.slots().filter(|s| missing[s.index()]) {
-            operands.clear();
-            operands.extend(tape.args(s).iter().map(|a| values[a.index()]));
-            values[s.index()] = tape.op(s).forward(&mut F64, &operands);
+            if !self.keeps(s) {
+                operands.clear();
+                operands.extend(tape.args(s).iter().map(|a| values[a.index()]));
+                values[s.index()] = tape.op(s).forward(&mut F64, &operands);
+            }
             grads[s.index()] = 0.0;
         }
         // The interpreter's backward for the missing slots' gradients: from 0, each
@@ -492,7 +504,11 @@ impl<B: Backend> Program for B {
     }
 
     fn value(&self, v: Value<'_>) -> Result<f64> {
-        Ok(self.value_at(self.kept_slot(v)?))
+        let slot = self.tape().slot(v)?;
+        match self.keeps(slot) {
+            true => Ok(self.value_at(slot)),
+            false => Err(Error::NotKept { node: v.id() }),
+        }
     }
 
     fn grad(&self, v: Value<'_>) -> Result<f64> {

@@ -12,6 +12,9 @@
 //! 6. `step` returns the loss before the update, whether the loss is computed or a leaf.
 //! 7. After `step` or `train` (which may leave the JIT's gradients of fused products
 //!    unstored), whatever public methods follow, in any order, observe the interpreter's bits.
+//!
+//! (1b: a rollout step's intermediate results keep their values but not their gradients,
+//! which live in registers.)
 
 mod common;
 
@@ -307,6 +310,91 @@ fn fused_products_stay_unkept_after_step() {
     assert_eq!(bits(&jit.param_grads()), bits(&reference.param_grads()));
     for &x in &d.x {
         assert_eq!(read(&jit, x), read(&reference, x), "input #{}", x.id());
+    }
+}
+
+/// A rollout of 40 steps over 6 states, `x' = x + ((x - left) * k - x * x * 0.01)` (`k =
+/// -0.2`: every number stays finite), each step's differences `x - left`, and (marked as an
+/// output) the first state's.
+struct Rollout<'g> {
+    states: Vec<Value<'g>>,
+    differences: Vec<Value<'g>>,
+    marked: Vec<Value<'g>>,
+}
+
+fn rollout(g: &Graph) -> Rollout<'_> {
+    let k = g.param(-0.2);
+    let mut x: Vec<Value> = g.inputs(6);
+    let (mut states, mut differences, mut marked) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..40 {
+        x = (0..x.len())
+            .map(|i| {
+                let difference = x[i] - x[i.saturating_sub(1)];
+                match i {
+                    0 => marked.push(difference),
+                    _ => differences.push(difference),
+                }
+                x[i] + (difference * k - x[i] * x[i] * 0.01)
+            })
+            .collect();
+        states.extend(&x);
+    }
+    for &m in &marked {
+        g.add_output(m).unwrap();
+    }
+    g.set_loss(g.sum(x.iter().map(|&v| v * v))).unwrap();
+    Rollout {
+        states,
+        differences,
+        marked,
+    }
+}
+
+/// 1b. A rollout step's intermediate results (whose gradients come from the same step
+/// alone) keep their gradients in registers: their values are kept, their gradients are
+/// not (`Error::NotKept`), and `every_value_and_grad` recomputes them with the interpreter's
+/// bits. The states the next step reads, and what the user marked as outputs, are kept.
+#[test]
+fn a_rollouts_intermediate_gradients_live_in_registers() {
+    let g = Graph::new();
+    let r = rollout(&g);
+    let inputs: Vec<f64> = (0..6).map(|i| 0.5 - 0.2 * i as f64).collect();
+    let mut reference = interpreter(&g);
+    forward_backward(reference.program.as_mut(), &inputs);
+    let every = |p: &dyn Program| {
+        let (values, grads) = p.every_value_and_grad();
+        let from = p.tape().num_params();
+        (bits(&values[from..]), bits(&grads[from..]))
+    };
+    for level in OptLevel::ALL {
+        let mut jit = jit_with(&g, level, true);
+        forward_backward(jit.program.as_mut(), &inputs);
+        let (j, e) = (jit.program.as_ref(), reference.program.as_ref());
+        let tape = j.tape();
+        let local = |v: Value| !j.is_kept(tape.slot(v).unwrap());
+        assert!(
+            r.differences.iter().filter(|&&d| local(d)).count() > r.differences.len() / 2,
+            "{}: most differences keep their gradients in memory",
+            jit.name
+        );
+        for &d in r.differences.iter().filter(|&&d| local(d)) {
+            assert_eq!(
+                j.grad(d),
+                Err(Error::NotKept { node: d.id() }),
+                "{}",
+                jit.name
+            );
+            let value = j.value(d).map(f64::to_bits);
+            assert_eq!(value, e.value(d).map(f64::to_bits), "{}", jit.name);
+        }
+        for &v in r.states.iter().chain(&r.marked) {
+            assert_eq!(read(j, v), read(e, v), "{}: #{}", jit.name, v.id());
+        }
+        let (got, expected) = (every(j), every(e));
+        for (what, got, expected) in [("values", got.0, expected.0), ("grads", got.1, expected.1)] {
+            let first = (0..got.len()).find(|&i| got[i] != expected[i]);
+            assert_eq!(first, None, "{}: every_value_and_grad's {what}", jit.name);
+        }
     }
 }
 

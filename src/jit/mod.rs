@@ -46,7 +46,9 @@ impl OptLevel {
     /// already made non-redundant, and the SelectionDAG chokes on unvectorized blocks. What
     /// pays here is the SLP vectorizer, which merges the per-slot loads and stores of
     /// neighbouring slots into vector ones (4x fewer instructions, faster codegen), the loop
-    /// vectorizer for recovered loops, instruction combining and, at O3, GVN. None of these
+    /// vectorizer for recovered loops, instruction combining and, at O3, GVN; first SROA,
+    /// which makes a backward function's scratch of local gradients
+    /// (`crate::plan::local`) registers and finds nothing elsewhere. None of these
     /// passes changes a result: no pass gets fast-math flags. A module of loop code only runs
     /// the same without SLP at O2 and O3, one of straight-line code SLP finds nothing in at
     /// O1 to O3 (see `pipeline_without_slp`).
@@ -70,25 +72,25 @@ impl OptLevel {
         match (self, slp) {
             (OptLevel::O0, _) => None,
             (OptLevel::O1, true) => {
-                Some("function(instcombine<no-verify-fixpoint>,loop-vectorize,slp-vectorizer)")
+                Some("function(sroa,instcombine<no-verify-fixpoint>,loop-vectorize,slp-vectorizer)")
             }
             (OptLevel::O1, false) => {
-                Some("function(instcombine<no-verify-fixpoint>,loop-vectorize)")
+                Some("function(sroa,instcombine<no-verify-fixpoint>,loop-vectorize)")
             }
             (OptLevel::O2, true) => Some(
-                "function(early-cse<memssa>,instcombine<no-verify-fixpoint>,loop-vectorize,\
+                "function(sroa,early-cse<memssa>,instcombine<no-verify-fixpoint>,loop-vectorize,\
                  slp-vectorizer,instcombine<no-verify-fixpoint>,simplifycfg)",
             ),
             (OptLevel::O2, false) => Some(
-                "function(early-cse<memssa>,instcombine<no-verify-fixpoint>,loop-vectorize,\
+                "function(sroa,early-cse<memssa>,instcombine<no-verify-fixpoint>,loop-vectorize,\
                  instcombine<no-verify-fixpoint>,simplifycfg)",
             ),
             (OptLevel::O3, true) => Some(
-                "function(early-cse<memssa>,instcombine<no-verify-fixpoint>,gvn,loop-vectorize,\
+                "function(sroa,early-cse<memssa>,instcombine<no-verify-fixpoint>,gvn,loop-vectorize,\
                  slp-vectorizer,instcombine<no-verify-fixpoint>,simplifycfg)",
             ),
             (OptLevel::O3, false) => Some(
-                "function(early-cse<memssa>,instcombine<no-verify-fixpoint>,gvn,loop-vectorize,\
+                "function(sroa,early-cse<memssa>,instcombine<no-verify-fixpoint>,gvn,loop-vectorize,\
                  instcombine<no-verify-fixpoint>,simplifycfg)",
             ),
         }
@@ -170,6 +172,10 @@ pub struct JitStats {
     /// `tape_nodes` if a loop would address them otherwise), and the gaps that start a
     /// layer's rows of weights on cache lines.
     pub buffered_slots: usize,
+    /// Slots whose gradient never leaves a nest's repetition, kept in registers rather than
+    /// memory: a rollout step's intermediate results, whose every gradient addition comes
+    /// from the same step (`Program::grad` of one is [`crate::Error::NotKept`]).
+    pub local_grads: usize,
     /// The repeated structure loop recovery found: each outermost nest in tape order (a
     /// batch written as copies, a rollout's steps, a layer's neurons), with the nests in it.
     pub nests: Vec<NestStats>,
@@ -423,11 +429,13 @@ impl JitBuilder {
             .collect();
         stats.modules = plan.modules.len();
         stats.buffered_slots = plan.buffers.buffer_len();
+        stats.local_grads = plan.grads.local.count();
         stats.compile_threads = self.threads().min(plan.modules.len());
         let native = Native::compile(&tape, &plan, self, stats.compile_threads, &mut stats)?;
         stats.compile_secs = start.elapsed().as_secs_f64();
         Ok(Jit {
             kept: plan.kept.clone(),
+            local_grads: tape.slots().map(|s| plan.grads.local.is_local(s)).collect(),
             unlinked: tape.loss().map(|_| Box::new((plan, self.clone()))),
             tape,
             native,
@@ -476,6 +484,8 @@ pub struct Jit {
     tape: Tape,
     /// Per slot: whether the buffers hold it ([`Plan::kept`]).
     kept: Vec<bool>,
+    /// Per slot: whether its gradient lives in registers ([`crate::plan::local`]).
+    local_grads: Vec<bool>,
     native: Native,
     stats: JitStats,
     opt_level: OptLevel,
@@ -585,6 +595,9 @@ impl Backend for Jit {
     }
     fn keeps(&self, slot: Slot) -> bool {
         self.kept.get(slot.index()).copied().unwrap_or(true)
+    }
+    fn keeps_grad(&self, slot: Slot) -> bool {
+        self.keeps(slot) && !self.local_grads.get(slot.index()).copied().unwrap_or(false)
     }
     fn run_forward(&mut self) {
         self.native.forward();

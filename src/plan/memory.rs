@@ -14,6 +14,7 @@ use crate::passes::lanes::vertical_map;
 use crate::passes::loops::{
     every_rep, every_repetition, Access, AccessKind, Affine, Item, Lanes, MapLoop, SumLoop,
 };
+use crate::plan::local::LocalGrads;
 use crate::plan::StepPlan;
 use crate::tape::{Consumers, Slot, Tape};
 
@@ -29,6 +30,8 @@ pub struct GradMemory {
     whole: Vec<Whole>,
     /// The loop operands that store their first additions ([`Whole::Stored`]).
     stored: HashSet<Addition>,
+    /// The gradients a repetition keeps in its function's scratch, not in memory.
+    pub local: LocalGrads,
 }
 
 const NONE: u32 = u32::MAX;
@@ -121,6 +124,7 @@ impl GradMemory {
             first_store,
             whole,
             stored,
+            local: LocalGrads::find(tape, functions),
         }
     }
 
@@ -158,6 +162,7 @@ impl GradMemory {
     fn zeroed(&self, tape: &Tape, s: Slot, step: bool) -> bool {
         self.in_loops[s.index()]
             && self.whole[s.index()] == Whole::No
+            && !self.local.is_local(s)
             && (step || s.index() >= tape.num_params())
     }
 

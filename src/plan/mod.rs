@@ -12,7 +12,7 @@
 //! - [`order`]: the order in which forward runs a rollout's body: what the next repetition
 //!   reads first.
 //! - [`memory`]: which slots the buffers keep and which gradients live in memory when a
-//!   backward function starts.
+//!   backward function starts; [`local`]: which never leave a repetition's registers.
 //! - [`step`]: what `step` does better than the four passes it stands for: params updated
 //!   where their gradient is computed, gradients deferred to `materialize`, and the first
 //!   layer `train` merges with the next sample's forward.
@@ -23,6 +23,7 @@
 pub mod buffers;
 pub mod functions;
 pub mod lanes;
+pub mod local;
 pub mod memory;
 pub mod order;
 pub mod shared;

@@ -166,7 +166,28 @@ pub fn assert_backends_agree_on(context: &str, backends: &mut [Backend], script:
             let got = apply(other.program.as_mut(), action);
             assert_same_result(&at, &reference.name, &expected, &other.name, &got);
             assert_same_state(&at, reference, other);
+            if matches!(action, Action::Backward) {
+                assert_same_recomputed_state(&at, reference, other);
+            }
         }
+    }
+}
+
+/// Every slot's value and gradient but the params' (which the layout pass may move), those
+/// a program does not keep recomputed ([`Program::every_value_and_grad`]), compared bit for
+/// bit: right after `backward`, while the params are those `forward` saw.
+fn assert_same_recomputed_state(at: &str, expected: &Backend, got: &Backend) {
+    let (e, g) = (expected.program.as_ref(), got.program.as_ref());
+    let ((e_values, e_grads), (g_values, g_grads)) =
+        (e.every_value_and_grad(), g.every_value_and_grad());
+    let p = e.tape().num_params();
+    let names = (expected.name.as_str(), got.name.as_str());
+    let describe = |i: usize| format!("slot {}", p + i);
+    for (what, a, b) in [
+        ("every value", &e_values, &g_values),
+        ("every gradient", &e_grads, &g_grads),
+    ] {
+        assert_bits_eq(at, what, names, &a[p..], &b[p..], &describe);
     }
 }
 

@@ -76,12 +76,59 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         let body = nest.repetition_body();
         self.emit_repetitions(nest.count, true, |this, j| {
             let reps = outer.scalar_in(j, nest.count);
+            this.zero_local_grads(frame, &body)?;
             body.iter()
                 .rev()
                 .try_for_each(|item| this.body_backward::<FloatValue>(frame, item, &reps))
         })?;
         for &shared in &nest.shared_grads {
             self.shared_grad_backward(frame, nest, shared, outer)?;
+        }
+        Ok(())
+    }
+
+    /// Backward function `function`'s scratch for its local gradients
+    /// ([`crate::plan::local`]), if it has any: emitted where the builder is, which must be
+    /// the function's entry block (where LLVM turns an `alloca` into registers).
+    pub(super) fn local_scratch(&self, function: usize) -> Emit<Option<PointerValue<'ctx>>> {
+        let len = self.plan.grads.local.scratch_len(function);
+        if len == 0 {
+            return Ok(None);
+        }
+        let ty = self.f64_type.array_type(len);
+        Ok(Some(self.builder.build_alloca(ty, "scratch")?))
+    }
+
+    /// Where the gradient of `a` lives if it is local: its element of the scratch.
+    pub(super) fn local_grad_ptr(
+        &self,
+        frame: Frame<'ctx>,
+        a: Affine,
+    ) -> Emit<Option<PointerValue<'ctx>>> {
+        let Some(element) = self.plan.grads.local.place(a) else {
+            return Ok(None);
+        };
+        let Some(scratch) = frame.scratch else {
+            unreachable!("backward_body gives every function with local gradients its scratch")
+        };
+        let index = self.context.i64_type().const_int(element as u64, false);
+        // SAFETY: (of the GEP, not of Rust code) `element` is below the scratch's length,
+        // the number of local gradients of this function.
+        let ptr = unsafe {
+            self.builder
+                .build_in_bounds_gep(self.f64_type, scratch, &[index], "local")?
+        };
+        Ok(Some(ptr))
+    }
+
+    /// Starts the local gradients of a repetition's `body` from 0, as the zeroed buffer
+    /// would.
+    fn zero_local_grads(&self, frame: Frame<'ctx>, body: &[Item]) -> Emit<()> {
+        for item in body {
+            let Item::Map(map) = item else { continue };
+            if let Some(ptr) = self.local_grad_ptr(frame, map.out)? {
+                self.builder.build_store(ptr, self.f64_type.const_zero())?;
+            }
         }
         Ok(())
     }
@@ -370,7 +417,13 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
     ) -> Emit<Vec<Vec<V>>> {
         let mut locals = Vec::with_capacity(reps.vectors.len());
         for &lanes in &reps.vectors {
-            let g = V::load(self, frame.grads, map.out, t, reps, lanes)?;
+            let g = match self.local_grad_ptr(frame, map.out)? {
+                Some(ptr) => {
+                    let g = self.builder.build_load(self.f64_type, ptr, "")?;
+                    V::shared(self, g.into_float_value(), lanes)?
+                }
+                None => V::load(self, frame.grads, map.out, t, reps, lanes)?,
+            };
             let out = V::load(self, frame.vals, map.out, t, reps, lanes)?;
             let x = self.load_args::<V>(frame.vals, map, t, reps, lanes)?;
             let mut ar = self.arith::<V>(lanes);

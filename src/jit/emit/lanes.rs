@@ -176,6 +176,14 @@ impl<'ctx> LaneIo<'ctx> for FloatValue<'ctx> {
         d: Self,
     ) -> Emit<()> {
         let a = additions.operand();
+        if let Some(ptr) = e.local_grad_ptr(frame, a)? {
+            let before = e.builder.build_load(e.f64_type, ptr, "")?;
+            let after = e
+                .builder
+                .build_float_add(before.into_float_value(), d, "")?;
+            e.builder.build_store(ptr, after)?;
+            return Ok(());
+        }
         e.wrote(Place::new(frame.grads, a, t, reps, lanes));
         let ptr = e.ptr_at(frame.grads, a, t, &reps.js)?;
         if e.plan.grads.stores_whole(additions) {

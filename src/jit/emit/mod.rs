@@ -182,6 +182,9 @@ pub struct Emitter<'ctx, 't> {
 pub(super) struct Frame<'ctx> {
     vals: PointerValue<'ctx>,
     grads: PointerValue<'ctx>,
+    /// A backward function's gradients that never leave a repetition
+    /// ([`crate::plan::local`]), if it has any: an `alloca` in its entry block.
+    scratch: Option<PointerValue<'ctx>>,
     pass: Pass<'ctx>,
 }
 
@@ -506,6 +509,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         let frame = Frame {
             vals,
             grads: second,
+            scratch: None,
             pass,
         };
         self.forward_body(frame, out, items)?;
@@ -584,6 +588,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         let frame = Frame {
             vals,
             grads,
+            scratch: None,
             pass: Pass::Backward { function, lr },
         };
         self.backward_body(frame, &self.plan.functions[function])?;
@@ -592,8 +597,12 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
 
     /// The backward walk over a function's items in reverse order. Straight-line gradients
     /// live in registers until a loop (which works on memory) or the end of the function
-    /// needs them stored.
+    /// needs them stored; a nest's repetition keeps its own in the function's scratch.
     fn backward_body(&self, frame: Frame<'ctx>, items: &[Item]) -> Emit<()> {
+        let frame = Frame {
+            scratch: self.local_scratch(frame.function())?,
+            ..frame
+        };
         let mut chunk = straight::BackwardChunk::default();
         for item in items.iter().rev() {
             match item {
