@@ -62,8 +62,9 @@ pub enum Error {
     /// A value the compiled program computes only in registers: a product that only a sum
     /// reads, fused into it by loop recovery (its value and gradient never reach memory), or
     /// an intermediate result of a rollout's step, whose gradient never leaves the step's
-    /// registers (`Program::grad` only; its value is kept). Mark it as an output
-    /// (`Graph::add_output`) to keep it, or read `Program::every_value_and_grad`.
+    /// registers (`Program::grad`; its value too, `Program::value`, where no derivative
+    /// reads it). Mark it as an output (`Graph::add_output`) to keep it, or read
+    /// `Program::every_value_and_grad`.
     #[error("value #{node} (or its gradient) lives only in registers and is not kept by this program; mark it as an output to keep it, or read every_value_and_grad")]
     NotKept { node: u32 },
     /// A tape failed `Tape::verify`; this is a bug in a pass, reported rather than run.

@@ -7,8 +7,10 @@
 //! the same order. A new op is one new arm in [`Op::forward`] and one in [`Op::local_grads`].
 
 mod formulas;
+mod reads;
 
 pub(crate) use formulas::ROUNDER;
+pub use reads::BackwardReads;
 
 /// The scalar operations a backend must provide to evaluate ops.
 ///

@@ -295,8 +295,9 @@ pub trait Program: backend::Sealed {
 
     /// Whether this program stores `slot`'s value and gradient in its buffers. The
     /// interpreter keeps every slot; the JIT all but the products it fuses into sums, and
-    /// the gradients of a rollout step's intermediate results, which every addition into
-    /// reaches from the same step and which live in registers (their values are kept).
+    /// a rollout step's intermediate results whose every gradient addition comes from the
+    /// same step: their gradients live in registers, and their values too where only the
+    /// same step reads them and no derivative does.
     fn is_kept(&self, slot: Slot) -> bool;
 
     /// Every slot's value and gradient as of the last `forward` and `backward`, those this

@@ -314,11 +314,13 @@ fn fused_products_stay_unkept_after_step() {
 }
 
 /// A rollout of 40 steps over 6 states, `x' = x + ((x - left) * k - x * x * 0.01)` (`k =
-/// -0.2`: every number stays finite), each step's differences `x - left`, and (marked as an
-/// output) the first state's.
+/// -0.2`: every number stays finite), each step's differences `x - left` and decays `x * x *
+/// 0.01` (read by a subtraction only, whose derivative reads no value), and (marked as an
+/// output) the first state's difference.
 struct Rollout<'g> {
     states: Vec<Value<'g>>,
     differences: Vec<Value<'g>>,
+    decays: Vec<Value<'g>>,
     marked: Vec<Value<'g>>,
 }
 
@@ -326,6 +328,7 @@ fn rollout(g: &Graph) -> Rollout<'_> {
     let k = g.param(-0.2);
     let mut x: Vec<Value> = g.inputs(6);
     let (mut states, mut differences, mut marked) = (Vec::new(), Vec::new(), Vec::new());
+    let mut decays = Vec::new();
     for _ in 0..40 {
         x = (0..x.len())
             .map(|i| {
@@ -334,7 +337,9 @@ fn rollout(g: &Graph) -> Rollout<'_> {
                     0 => marked.push(difference),
                     _ => differences.push(difference),
                 }
-                x[i] + (difference * k - x[i] * x[i] * 0.01)
+                let decay = x[i] * x[i] * 0.01;
+                decays.push(decay);
+                x[i] + (difference * k - decay)
             })
             .collect();
         states.extend(&x);
@@ -346,14 +351,16 @@ fn rollout(g: &Graph) -> Rollout<'_> {
     Rollout {
         states,
         differences,
+        decays,
         marked,
     }
 }
 
 /// 1b. A rollout step's intermediate results (whose gradients come from the same step
 /// alone) keep their gradients in registers: their values are kept, their gradients are
-/// not (`Error::NotKept`), and `every_value_and_grad` recomputes them with the interpreter's
-/// bits. The states the next step reads, and what the user marked as outputs, are kept.
+/// not (`Error::NotKept`); those no derivative reads keep their values in registers too.
+/// `every_value_and_grad` recomputes both with the interpreter's bits. The states the next
+/// step reads, and what the user marked as outputs, are kept.
 #[test]
 fn a_rollouts_intermediate_gradients_live_in_registers() {
     let g = Graph::new();
@@ -386,6 +393,19 @@ fn a_rollouts_intermediate_gradients_live_in_registers() {
             );
             let value = j.value(d).map(f64::to_bits);
             assert_eq!(value, e.value(d).map(f64::to_bits), "{}", jit.name);
+        }
+        let unkept = r.decays.iter().filter(|&&d| j.value(d).is_err()).count();
+        assert!(
+            unkept > r.decays.len() / 2,
+            "{}: most decays keep their values in memory",
+            jit.name
+        );
+        for &d in &r.decays {
+            let expected = Err(Error::NotKept { node: d.id() });
+            if j.value(d).is_err() {
+                assert_eq!(j.value(d), expected, "{}", jit.name);
+                assert_eq!(j.grad(d), expected, "{}", jit.name);
+            }
         }
         for &v in r.states.iter().chain(&r.marked) {
             assert_eq!(read(j, v), read(e, v), "{}: #{}", jit.name, v.id());

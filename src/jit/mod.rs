@@ -176,6 +176,9 @@ pub struct JitStats {
     /// memory: a rollout step's intermediate results, whose every gradient addition comes
     /// from the same step (`Program::grad` of one is [`crate::Error::NotKept`]).
     pub local_grads: usize,
+    /// Slots whose value never leaves a nest's repetition and no derivative reads, kept in
+    /// registers and never stored (`Program::value` of one is [`crate::Error::NotKept`]).
+    pub local_values: usize,
     /// The repeated structure loop recovery found: each outermost nest in tape order (a
     /// batch written as copies, a rollout's steps, a layer's neurons), with the nests in it.
     pub nests: Vec<NestStats>,
@@ -430,11 +433,16 @@ impl JitBuilder {
         stats.modules = plan.modules.len();
         stats.buffered_slots = plan.buffers.buffer_len();
         stats.local_grads = plan.grads.local.count();
+        stats.local_values = plan.local_values.count();
         stats.compile_threads = self.threads().min(plan.modules.len());
         let native = Native::compile(&tape, &plan, self, stats.compile_threads, &mut stats)?;
         stats.compile_secs = start.elapsed().as_secs_f64();
+        let local_values = &plan.local_values;
         Ok(Jit {
-            kept: plan.kept.clone(),
+            kept: tape
+                .slots()
+                .map(|s| plan.kept[s.index()] && !local_values.is_local(s))
+                .collect(),
             local_grads: tape.slots().map(|s| plan.grads.local.is_local(s)).collect(),
             unlinked: tape.loss().map(|_| Box::new((plan, self.clone()))),
             tape,
@@ -482,7 +490,7 @@ impl JitBuilder {
 /// ```
 pub struct Jit {
     tape: Tape,
-    /// Per slot: whether the buffers hold it ([`Plan::kept`]).
+    /// Per slot: whether the buffers hold its value ([`Plan::kept`], but local values).
     kept: Vec<bool>,
     /// Per slot: whether its gradient lives in registers ([`crate::plan::local`]).
     local_grads: Vec<bool>,

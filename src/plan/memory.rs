@@ -14,7 +14,7 @@ use crate::passes::lanes::vertical_map;
 use crate::passes::loops::{
     every_rep, every_repetition, Access, AccessKind, Affine, Item, Lanes, MapLoop, SumLoop,
 };
-use crate::plan::local::LocalGrads;
+use crate::plan::local::Locals;
 use crate::plan::StepPlan;
 use crate::tape::{Consumers, Slot, Tape};
 
@@ -30,8 +30,9 @@ pub struct GradMemory {
     whole: Vec<Whole>,
     /// The loop operands that store their first additions ([`Whole::Stored`]).
     stored: HashSet<Addition>,
-    /// The gradients a repetition keeps in its function's scratch, not in memory.
-    pub local: LocalGrads,
+    /// The gradients a repetition keeps in its function's scratch, not in memory
+    /// ([`crate::plan::local`]).
+    pub local: Locals,
 }
 
 const NONE: u32 = u32::MAX;
@@ -66,7 +67,12 @@ pub enum GradStart {
 }
 
 impl GradMemory {
-    pub fn new(tape: &Tape, functions: &[Vec<Item>], step: Option<&StepPlan>) -> GradMemory {
+    pub fn new(
+        tape: &Tape,
+        functions: &[Vec<Item>],
+        step: Option<&StepPlan>,
+        local: Locals,
+    ) -> GradMemory {
         let additions = Additions { tape };
         let mut in_loops = vec![false; tape.len()];
         let mut whole = vec![Whole::No; tape.len()];
@@ -124,7 +130,7 @@ impl GradMemory {
             first_store,
             whole,
             stored,
-            local: LocalGrads::find(tape, functions),
+            local,
         }
     }
 

@@ -57,6 +57,9 @@ pub struct Plan {
     /// Per slot: whether its value and gradient reach the buffers. Everything does but the
     /// products of fused dots.
     pub kept: Vec<bool>,
+    /// The values a repetition keeps in its forward function's scratch, which the code
+    /// never stores ([`local`]; `kept` still says where a slot has room in the buffers).
+    pub local_values: local::Locals,
     /// Where each slot lives in the buffers (see [`Buffers`]).
     pub buffers: Buffers,
     /// Where backward's gradients live (see [`GradMemory`]).
@@ -99,10 +102,12 @@ impl Plan {
             .collect();
         let step = step::plan(tape, &items, options.zero_skipping);
         let functions = functions::cut(tape, &items, options.chunk_size);
-        let grads = GradMemory::new(tape, &functions, step.as_ref());
+        let (local_grads, local_values) = local::find(tape, &functions);
+        let grads = GradMemory::new(tape, &functions, step.as_ref(), local_grads);
         let plan = Plan {
             buffers,
             kept,
+            local_values,
             grads,
             step,
             fast_math: options.fast_math,

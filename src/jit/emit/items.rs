@@ -87,52 +87,6 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         Ok(())
     }
 
-    /// Backward function `function`'s scratch for its local gradients
-    /// ([`crate::plan::local`]), if it has any: emitted where the builder is, which must be
-    /// the function's entry block (where LLVM turns an `alloca` into registers).
-    pub(super) fn local_scratch(&self, function: usize) -> Emit<Option<PointerValue<'ctx>>> {
-        let len = self.plan.grads.local.scratch_len(function);
-        if len == 0 {
-            return Ok(None);
-        }
-        let ty = self.f64_type.array_type(len);
-        Ok(Some(self.builder.build_alloca(ty, "scratch")?))
-    }
-
-    /// Where the gradient of `a` lives if it is local: its element of the scratch.
-    pub(super) fn local_grad_ptr(
-        &self,
-        frame: Frame<'ctx>,
-        a: Affine,
-    ) -> Emit<Option<PointerValue<'ctx>>> {
-        let Some(element) = self.plan.grads.local.place(a) else {
-            return Ok(None);
-        };
-        let Some(scratch) = frame.scratch else {
-            unreachable!("backward_body gives every function with local gradients its scratch")
-        };
-        let index = self.context.i64_type().const_int(element as u64, false);
-        // SAFETY: (of the GEP, not of Rust code) `element` is below the scratch's length,
-        // the number of local gradients of this function.
-        let ptr = unsafe {
-            self.builder
-                .build_in_bounds_gep(self.f64_type, scratch, &[index], "local")?
-        };
-        Ok(Some(ptr))
-    }
-
-    /// Starts the local gradients of a repetition's `body` from 0, as the zeroed buffer
-    /// would.
-    fn zero_local_grads(&self, frame: Frame<'ctx>, body: &[Item]) -> Emit<()> {
-        for item in body {
-            let Item::Map(map) = item else { continue };
-            if let Some(ptr) = self.local_grad_ptr(frame, map.out)? {
-                self.builder.build_store(ptr, self.f64_type.const_zero())?;
-            }
-        }
-        Ok(())
-    }
-
     /// A [`SharedGrad`] after its nest's repetitions, in chunks of [`SHARED_CHUNK`]
     /// repetitions from the last (a partial chunk of the last ones first): per chunk and lane
     /// group of the inner nest, the products' gradients of the chunk's repetitions held in
@@ -316,11 +270,13 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
     ) -> Emit<()> {
         self.emit_loop::<V>(map.len, false, &[], |this, t, _| {
             for &lanes in &reps.vectors {
-                let x = this.load_args::<V>(frame.vals, map, t, reps, lanes)?;
+                let x = this.load_args::<V>(frame, map, t, reps, lanes)?;
                 let mut ar = this.arith::<V>(lanes);
                 let y = map.op.forward(&mut ar, &x);
                 ar.finish()?;
-                V::store(this, frame.vals, map.out, t, reps, lanes, y)?;
+                if !this.store_local_value(frame, map.out, y)? {
+                    V::store(this, frame.vals, map.out, t, reps, lanes, y)?;
+                }
             }
             Ok(Vec::new())
         })?;
@@ -370,7 +326,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
             .map(|(&lanes, &acc)| {
                 let term = match products {
                     Some(map) => {
-                        let x = self.load_args::<V>(frame.vals, map, t, reps, lanes)?;
+                        let x = self.load_args::<V>(frame, map, t, reps, lanes)?;
                         let mut ar = self.arith::<V>(lanes);
                         let product = map.op.forward(&mut ar, &x);
                         ar.finish()?;
@@ -424,8 +380,11 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
                 }
                 None => V::load(self, frame.grads, map.out, t, reps, lanes)?,
             };
-            let out = V::load(self, frame.vals, map.out, t, reps, lanes)?;
-            let x = self.load_args::<V>(frame.vals, map, t, reps, lanes)?;
+            let out = match self.local_value(frame, map.out, lanes)? {
+                Some(out) => out,
+                None => V::load(self, frame.vals, map.out, t, reps, lanes)?,
+            };
+            let x = self.load_args::<V>(frame, map, t, reps, lanes)?;
             let mut ar = self.arith::<V>(lanes);
             let mut local = Vec::new();
             map.op.local_grads(&mut ar, &x, out, g, &mut local);
@@ -532,7 +491,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
                 let g_products = this.fresh(&gs)?;
                 this.emit_loop::<VectorValue>(map.len, false, &[], |this, t, _| {
                     for (&lanes, &g) in reps.vectors.iter().zip(&g_products) {
-                        let x = this.load_args::<VectorValue>(frame.vals, map, t, reps, lanes)?;
+                        let x = this.load_args::<VectorValue>(frame, map, t, reps, lanes)?;
                         let local = this.product_grads(map, lanes, &x, g)?;
                         let g_operand = this.fresh(&local[i..=i])?[0];
                         VectorValue::store(
@@ -599,7 +558,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
             .iter()
             .zip(g_products)
             .map(|(&lanes, &g)| {
-                let x = self.load_args::<V>(frame.vals, map, t, reps, lanes)?;
+                let x = self.load_args::<V>(frame, map, t, reps, lanes)?;
                 self.product_grads(map, lanes, &x, g)
             })
             .collect()
@@ -687,10 +646,10 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         Ok(())
     }
 
-    /// The operands of iteration `t` of a map.
+    /// The operands of iteration `t` of a map (local values from the scratch).
     fn load_args<V: LaneIo<'ctx>>(
         &self,
-        vals: PointerValue<'ctx>,
+        frame: Frame<'ctx>,
         map: &MapLoop,
         t: IntValue<'ctx>,
         reps: &Reps<'ctx>,
@@ -698,7 +657,10 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
     ) -> Emit<Vec<V>> {
         map.args
             .iter()
-            .map(|&a| V::load(self, vals, a, t, reps, lanes))
+            .map(|&a| match self.local_value(frame, a, lanes)? {
+                Some(x) => Ok(x),
+                None => V::load(self, frame.vals, a, t, reps, lanes),
+            })
             .collect()
     }
 

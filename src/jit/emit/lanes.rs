@@ -104,6 +104,9 @@ pub(super) trait LaneIo<'ctx>: super::Lanes<'ctx> {
     /// `x` in every lane.
     fn shared(e: &Emitter<'ctx, '_>, x: FloatValue<'ctx>, lanes: Vector) -> Emit<Self>;
 
+    /// One repetition's value, if this is one.
+    fn scalar(v: Self) -> Option<FloatValue<'ctx>>;
+
     /// `buf[a(t, j)] = v[lane]` for the vector's repetitions `j`.
     fn store(
         e: &Emitter<'ctx, '_>,
@@ -149,6 +152,10 @@ impl<'ctx> LaneIo<'ctx> for FloatValue<'ctx> {
 
     fn shared(_: &Emitter<'ctx, '_>, x: FloatValue<'ctx>, _: Vector) -> Emit<Self> {
         Ok(x)
+    }
+
+    fn scalar(v: Self) -> Option<FloatValue<'ctx>> {
+        Some(v)
     }
 
     fn store(
@@ -219,6 +226,10 @@ impl<'ctx> LaneIo<'ctx> for VectorValue<'ctx> {
 
     fn shared(e: &Emitter<'ctx, '_>, x: FloatValue<'ctx>, lanes: Vector) -> Emit<Self> {
         e.splat(x, lanes.width)
+    }
+
+    fn scalar(_: Self) -> Option<FloatValue<'ctx>> {
+        None
     }
 
     /// One vector load when the repetitions are adjacent, a broadcast when they share the

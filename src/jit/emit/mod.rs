@@ -33,6 +33,7 @@
 mod items;
 mod known;
 mod lanes;
+mod local;
 mod merged;
 mod sparse;
 mod step;
@@ -182,9 +183,8 @@ pub struct Emitter<'ctx, 't> {
 pub(super) struct Frame<'ctx> {
     vals: PointerValue<'ctx>,
     grads: PointerValue<'ctx>,
-    /// A backward function's gradients that never leave a repetition
-    /// ([`crate::plan::local`]), if it has any: an `alloca` in its entry block.
-    scratch: Option<PointerValue<'ctx>>,
+    /// Its values or gradients that never leave a repetition ([`crate::plan::local`]).
+    scratch: local::Scratch<'ctx>,
     pass: Pass<'ctx>,
 }
 
@@ -509,7 +509,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         let frame = Frame {
             vals,
             grads: second,
-            scratch: None,
+            scratch: self.value_scratch(k)?,
             pass,
         };
         self.forward_body(frame, out, items)?;
@@ -588,7 +588,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         let frame = Frame {
             vals,
             grads,
-            scratch: None,
+            scratch: local::Scratch::None,
             pass: Pass::Backward { function, lr },
         };
         self.backward_body(frame, &self.plan.functions[function])?;
@@ -600,7 +600,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
     /// needs them stored; a nest's repetition keeps its own in the function's scratch.
     fn backward_body(&self, frame: Frame<'ctx>, items: &[Item]) -> Emit<()> {
         let frame = Frame {
-            scratch: self.local_scratch(frame.function())?,
+            scratch: self.grad_scratch(frame.function())?,
             ..frame
         };
         let mut chunk = straight::BackwardChunk::default();

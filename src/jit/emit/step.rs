@@ -80,7 +80,7 @@ impl<'ctx> Emitter<'ctx, '_> {
             let frame = Frame {
                 vals,
                 grads,
-                scratch: None,
+                scratch: super::local::Scratch::None,
                 pass: Pass::TrainBackward {
                     plain_updates: false,
                     lr: param(2).into_float_value(),
@@ -359,7 +359,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         let frame = Frame {
             vals,
             grads,
-            scratch: None,
+            scratch: super::local::Scratch::None,
             pass: Pass::Accumulate {
                 guard: f.get_nth_param(2).unwrap().into_pointer_value(),
             },
@@ -479,7 +479,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         let frame = Frame {
             vals,
             grads,
-            scratch: None,
+            scratch: super::local::Scratch::None,
             pass: Pass::Other,
         };
         for d in plan.iter().flat_map(|p| &p.deferred) {

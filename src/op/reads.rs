@@ -1,0 +1,102 @@
+//! What an op's derivative reads: found by running [`Op::local_grads`] itself over values
+//! that only record which inputs they depend on, so the answer cannot drift from the
+//! formula.
+
+use super::{Arith, MathFn, Op};
+
+/// Which of `local_grads`' inputs a value depends on: bit `i` operand `i` (the last bit
+/// standing for every operand from it on), [`OUT`] the op's value.
+#[derive(Clone, Copy)]
+struct Reads(u64);
+
+const OUT: u64 = 1 << 63;
+const LAST_OPERAND: usize = 61;
+
+fn operand_bit(i: usize) -> u64 {
+    1 << i.min(LAST_OPERAND)
+}
+
+/// The [`Arith`] whose values are [`Reads`]: every operation depends on its operands.
+struct Tracer;
+
+impl Arith for Tracer {
+    type V = Reads;
+    fn constant(&mut self, _: f64) -> Reads {
+        Reads(0)
+    }
+    fn add(&mut self, a: Reads, b: Reads) -> Reads {
+        Reads(a.0 | b.0)
+    }
+    fn sub(&mut self, a: Reads, b: Reads) -> Reads {
+        Reads(a.0 | b.0)
+    }
+    fn mul(&mut self, a: Reads, b: Reads) -> Reads {
+        Reads(a.0 | b.0)
+    }
+    fn div(&mut self, a: Reads, b: Reads) -> Reads {
+        Reads(a.0 | b.0)
+    }
+    fn neg(&mut self, a: Reads) -> Reads {
+        a
+    }
+    fn call(&mut self, _: MathFn, args: &[Reads]) -> Reads {
+        Reads(args.iter().fold(0, |m, a| m | a.0))
+    }
+    fn select_gt(&mut self, a: Reads, b: Reads, then: Reads, otherwise: Reads) -> Reads {
+        Reads(a.0 | b.0 | then.0 | otherwise.0)
+    }
+    fn mul_add(&mut self, a: Reads, b: Reads, c: Reads) -> Reads {
+        Reads(a.0 | b.0 | c.0)
+    }
+    fn pow2(&mut self, k: Reads) -> Reads {
+        k
+    }
+}
+
+/// What [`Op::local_grads`] of an op with `arity` operands reads besides the gradient.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackwardReads {
+    /// Per operand: whether its value is read.
+    pub operands: Vec<bool>,
+    /// Whether the op's own value is read.
+    pub out: bool,
+}
+
+impl Op {
+    /// Which values this op's derivative reads, for `arity` operands: a value no derivative
+    /// reads need not survive forward (`crate::plan::local`).
+    pub fn backward_reads(self, arity: usize) -> BackwardReads {
+        let x: Vec<Reads> = (0..arity).map(|i| Reads(operand_bit(i))).collect();
+        let mut local = Vec::new();
+        self.local_grads(&mut Tracer, &x, Reads(OUT), Reads(0), &mut local);
+        let read = local.iter().fold(0, |m, r| m | r.0);
+        BackwardReads {
+            operands: (0..arity).map(|i| read & operand_bit(i) != 0).collect(),
+            out: read & OUT != 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reads(op: Op, arity: usize) -> (Vec<bool>, bool) {
+        let r = op.backward_reads(arity);
+        (r.operands, r.out)
+    }
+
+    #[test]
+    fn derivatives_read_what_their_formulas_say() {
+        assert_eq!(reads(Op::Add, 2), (vec![false, false], false));
+        assert_eq!(reads(Op::Sub, 2), (vec![false, false], false));
+        assert_eq!(reads(Op::Mul, 2), (vec![true, true], false));
+        assert_eq!(reads(Op::Div, 2), (vec![false, true], true));
+        assert_eq!(reads(Op::Powf(0.5), 1), (vec![false], true));
+        assert_eq!(reads(Op::Powf(2.0), 1), (vec![true], false));
+        assert_eq!(reads(Op::Tanh, 1), (vec![false], true));
+        assert_eq!(reads(Op::Log, 1), (vec![true], false));
+        assert_eq!(reads(Op::Sum, 3), (vec![false; 3], false));
+        assert_eq!(reads(Op::Max, 2), (vec![true, true], false));
+    }
+}
