@@ -64,7 +64,8 @@ struct Contribution {
     step: u64,
     arg: u64,
     /// For a map's (or a dot's products') additions: the [`VERTICAL_BLOCK`] of steps, from
-    /// the last, that the vertical order takes together.
+    /// the last, that the vertical order takes together ([`vertical_block`]; `None`: lane by
+    /// lane).
     block: Option<u64>,
 }
 
@@ -83,7 +84,7 @@ fn contributions(item: &Item) -> Vec<Contribution> {
         for (k, t) in (0..m.len).rev().enumerate() {
             for (i, &a) in m.args.iter().enumerate().filter(|&(i, _)| m.grad_args[i]) {
                 out.push(Contribution {
-                    block: Some(k as u64 / VERTICAL_BLOCK as u64),
+                    block: vertical_block(t, m.len),
                     ..at(a, t, first_step + k as u64, i)
                 });
             }
@@ -140,14 +141,23 @@ impl Ranks {
 /// order: a vector of doubles, one per step.
 pub const VERTICAL_BLOCK: u32 = 8;
 
+/// The vertical order's block of step `t` of a map of `len` steps, counted from the last
+/// block: whole blocks from step 0; `None` for the steps after the last whole one, which
+/// backward runs first, lane by lane (a layer of 50 inputs: 6 blocks, then steps 48-49).
+pub fn vertical_block(t: u32, len: u32) -> Option<u64> {
+    let whole = len - len % VERTICAL_BLOCK;
+    (t < whole).then(|| ((whole - 1 - t) / VERTICAL_BLOCK) as u64)
+}
+
 /// The operand of a map `m` (a dot's products, say) that every lane (repetitions of the
 /// nest at `level`) shares while it moves with the step, if there is exactly one such
-/// operand taking a gradient, the others each lane's own, and the steps come in whole
-/// blocks of [`VERTICAL_BLOCK`]: a layer's inputs, which every neuron reads. Lane by lane,
+/// operand taking a gradient, the others each lane's own, and the steps make at least one
+/// block of [`VERTICAL_BLOCK`]: a layer's inputs, which every neuron reads. Lane by lane,
 /// each step adds every lane into it one after another (a chain of dependent additions per
-/// step); in the vertical order the block's steps take them side by side.
+/// step); in the vertical order the blocks' steps take them side by side (the steps after
+/// the last whole block, counted from the first, still lane by lane: [`vertical_block`]).
 pub fn vertical_arg(m: &MapLoop, level: usize) -> Option<usize> {
-    if m.len < VERTICAL_BLOCK || m.len % VERTICAL_BLOCK != 0 {
+    if m.len < VERTICAL_BLOCK {
         return None;
     }
     let taking = || (0..m.args.len()).filter(|&i| m.grad_args[i]);

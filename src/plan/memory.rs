@@ -10,7 +10,7 @@
 
 use std::collections::HashSet;
 
-use crate::passes::lanes::vertical_map;
+use crate::passes::lanes::{vertical_map, VERTICAL_BLOCK};
 use crate::passes::loops::{
     every_rep, every_repetition, Access, AccessKind, Affine, Item, Lanes, MapLoop, SumLoop,
 };
@@ -240,7 +240,8 @@ impl Additions<'_> {
 
 /// Marks in `whole` the slots of `item` (inside nests of `counts` repetitions) that
 /// [`Whole::Summed`] describes: each vertical map's shared operand (a dot's products' or a
-/// map's, [`vertical_map`]) in a nest whose repetitions all run in one group, when every
+/// map's, [`vertical_map`], of whole blocks of steps) in a nest whose repetitions all run in
+/// one group, when every
 /// slot's additions are that many (so all of them come from that map: it adds once per lane
 /// into each slot, distinct across steps and the nests around).
 fn mark_summed_whole(item: &Item, counts: &[u32], additions: &Additions, whole: &mut [Whole]) {
@@ -260,7 +261,10 @@ fn mark_summed_whole(item: &Item, counts: &[u32], additions: &Additions, whole: 
         return;
     }
     for b in &nest.body {
-        let Some((map, k)) = vertical_map(b, counts.len()) else {
+        // (Steps after the last whole block add lane by lane, into zeroed memory.)
+        let Some((map, k)) =
+            vertical_map(b, counts.len()).filter(|(map, _)| map.len % VERTICAL_BLOCK == 0)
+        else {
             continue;
         };
         let access = Access {

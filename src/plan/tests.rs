@@ -267,6 +267,39 @@ fn copies_of_a_layer_read_by_every_neuron_take_the_vertical_order() {
     );
 }
 
+/// A readout over 13 or 50 hidden units (not whole blocks of 8 steps) takes the vertical
+/// order all the same: the steps after the last whole block add lane by lane
+/// (`passes::lanes::vertical_block`), so nothing sums its gradients from 0 in a block.
+#[test]
+fn a_readout_of_steps_not_in_whole_blocks_takes_the_vertical_order() {
+    use crate::passes::lanes::vertical_block;
+    use crate::passes::loops::Lanes;
+    assert_eq!(
+        (0..13).map(|t| vertical_block(t, 13)).collect::<Vec<_>>(),
+        [vec![Some(0); 8], vec![None; 5]].concat()
+    );
+    assert_eq!(vertical_block(49, 50), None);
+    assert_eq!(vertical_block(47, 50), Some(0));
+    assert_eq!(vertical_block(0, 50), Some(5));
+    for hidden in [13, 50] {
+        let g = Graph::new();
+        let mut rng = StdRng::seed_from_u64(3);
+        Classifier::new(&g, 20, &[hidden], 10, &mut rng).unwrap();
+        let (tape, plan) = planned(&g);
+        let mut lanes = Vec::new();
+        for item in plan.functions.iter().flatten() {
+            collect_lanes(item, &mut lanes);
+        }
+        let vertical = Lanes::Both {
+            group: 10,
+            vertical: true,
+        };
+        assert!(lanes.contains(&vertical), "{hidden} hidden: {lanes:?}");
+        let summed = (0..tape.len()).filter(|&s| plan.grads.sums_whole(s as i64));
+        assert_eq!(summed.count(), 0, "{hidden} hidden");
+    }
+}
+
 /// An Elman cell over 3 inputs (without gradient) and `hidden` state values, run for 6
 /// steps from an initial state that takes a gradient; the loss squares the last state and,
 /// with `readout`, a neuron's reading of every state. A neuron's sum adds its input terms

@@ -22,6 +22,8 @@ const STEPS: Vector = Vector {
 impl<'ctx> Emitter<'ctx, '_> {
     /// A map's backward in lanes (`locals` gives its local gradients at a step, per vector),
     /// in the vertical order the plan checked ([`crate::passes::loops::Lanes`]): the steps
+    /// after the last whole block lane by lane, from the last (as
+    /// [`crate::passes::lanes::vertical_block`] says), then the steps
     /// in blocks of [`VERTICAL_BLOCK`] from the last, each block's steps from the last adding
     /// into every operand but `shared` as usual, then `shared`'s gradients of the whole
     /// block, one vector over the block's steps added per lane, lanes from the last (each
@@ -40,6 +42,13 @@ impl<'ctx> Emitter<'ctx, '_> {
         locals: impl Fn(&Self, IntValue<'ctx>) -> Emit<Vec<Vec<VectorValue<'ctx>>>>,
     ) -> Emit<()> {
         let i64t = self.context.i64_type();
+        // The steps after the last whole block first, lane by lane (`vertical_block`).
+        let whole = map.len - map.len % VERTICAL_BLOCK;
+        for t in (whole..map.len).rev() {
+            let t = i64t.const_int(t as u64, false);
+            let locals = locals(self, t)?;
+            self.accumulate_args(frame, map, t, reps, &locals)?;
+        }
         let block = i64t.const_int(VERTICAL_BLOCK as u64, false);
         self.emit_loop::<FloatValue>(map.len / VERTICAL_BLOCK, true, &[], |this, b, _| {
             let first = this.builder.build_int_mul(b, block, "block")?;
