@@ -7,8 +7,8 @@ use common::interpreter_and_every_jit_level;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tapejit::minibatch::CHUNK;
-use tapejit::nn::Classifier;
-use tapejit::{Error, Graph, Interpreter, Program};
+use tapejit::nn::{Activation, Classifier, Layer};
+use tapejit::{Error, Graph, Interpreter, Jit, OptLevel, Program, Value, ZeroSkipping};
 
 const NIN: usize = 12;
 const CLASSES: usize = 3;
@@ -42,7 +42,18 @@ fn samples(n: usize, seed: u64) -> Vec<f64> {
 /// the chunks added in order, then `p -= (lr / m) * g`. Returns the losses and the last
 /// minibatch's mean gradient.
 fn by_hand(p: &mut dyn Program, inputs: &[f64], batch: usize, lr: f64) -> (Vec<f64>, Vec<f64>) {
-    let samples: Vec<&[f64]> = inputs.chunks(WIDTH).collect();
+    by_hand_of_width(p, inputs, WIDTH, batch, lr)
+}
+
+/// [`by_hand`] for samples of `width` inputs.
+fn by_hand_of_width(
+    p: &mut dyn Program,
+    inputs: &[f64],
+    width: usize,
+    batch: usize,
+    lr: f64,
+) -> (Vec<f64>, Vec<f64>) {
+    let samples: Vec<&[f64]> = inputs.chunks(width).collect();
     let mut losses = Vec::new();
     let mut mean = Vec::new();
     for minibatch in samples.chunks(batch) {
@@ -120,6 +131,85 @@ fn every_backend_and_thread_count_follows_the_documented_order() {
                         "{at}: value {s}"
                     );
                 }
+            }
+        }
+    }
+}
+
+/// A rollout of 30 steps over 6 states, `x' = x + ((x - left) * k - x * x * c)`: a nest of
+/// steps run one after the other, whose intermediate values and gradients live in registers
+/// (`plan::local`), in `accumulate`'s forward and backward too. Every backend and thread
+/// count follows the documented order.
+#[test]
+fn a_rollout_trains_in_minibatches_as_documented() {
+    let g = Graph::new();
+    let (k, c) = (g.param(-0.2), g.param(0.01));
+    let mut x: Vec<Value> = g.inputs(6);
+    for _ in 0..30 {
+        x = (0..x.len())
+            .map(|i| x[i] + ((x[i] - x[i.saturating_sub(1)]) * k - x[i] * x[i] * c))
+            .collect();
+    }
+    g.set_loss(g.sum(x.iter().map(|&v| v * v))).unwrap();
+    let stats = Jit::compile(&g).unwrap().stats().clone();
+    assert!(stats.local_values > 0 && stats.local_grads > 0, "{stats:?}");
+    let mut rng = StdRng::seed_from_u64(23);
+    let inputs: Vec<f64> = (0..40 * 6).map(|_| rng.gen_range(-0.5..0.5)).collect();
+    for batch in [1, CHUNK, 40] {
+        let mut reference = Interpreter::new(&g).unwrap();
+        let (want_losses, want_mean) = by_hand_of_width(&mut reference, &inputs, 6, batch, 0.001);
+        for threads in [1, 2] {
+            for mut b in interpreter_and_every_jit_level(&g) {
+                let at = format!("{}, batch {batch}, {threads} threads", b.name);
+                let p = b.program.as_mut();
+                let losses = p.train_minibatches(&inputs, batch, 0.001, threads).unwrap();
+                assert_eq!(bits(&losses), bits(&want_losses), "{at}: losses");
+                assert_eq!(bits(&p.params()), bits(&reference.params()), "{at}: params");
+                let grads = bits(&p.param_grads());
+                assert_eq!(grads, bits(&want_mean), "{at}: mean gradient");
+            }
+        }
+    }
+}
+
+/// A layer over inputs without gradient (whose zero inputs `accumulate` skips, in its own
+/// forward and backward function 0) followed by a rollout over the layer's outputs, whose
+/// intermediate values and gradients live in registers. Every level and thread count
+/// follows the documented order.
+#[test]
+fn a_skipping_layer_then_a_rollout_trains_as_documented() {
+    let g = Graph::new();
+    let layer = Layer::new(&g, NIN, 9, Activation::Tanh, &mut StdRng::seed_from_u64(4));
+    let (k, c) = (g.param(-0.2), g.param(0.01));
+    let mut x = layer.call(&g.inputs_without_grad(NIN)).unwrap();
+    for _ in 0..4 {
+        x = (0..x.len())
+            .map(|i| x[i] + ((x[i] - x[i.saturating_sub(1)]) * k - x[i] * x[i] * c))
+            .collect();
+    }
+    g.set_loss(g.sum(x.iter().map(|&v| v * v))).unwrap();
+    let jit = Jit::builder().zero_skipping(ZeroSkipping::Always);
+    let stats = jit.compile(&g).unwrap().stats().clone();
+    assert!(stats.local_values > 0, "{stats:?}");
+    let mut rng = StdRng::seed_from_u64(24);
+    let inputs: Vec<f64> = (0..40 * NIN)
+        .map(|_| match rng.gen_bool(0.5) {
+            true => 0.0,
+            false => rng.gen_range(-1.0..1.0),
+        })
+        .collect();
+    for batch in [1, CHUNK, 40] {
+        let mut reference = Interpreter::new(&g).unwrap();
+        let (want_losses, want_mean) = by_hand_of_width(&mut reference, &inputs, NIN, batch, 0.01);
+        for threads in [1, 2] {
+            for level in OptLevel::ALL {
+                let mut p = jit.clone().opt_level(level).compile(&g).unwrap();
+                let at = format!("{level:?}, batch {batch}, {threads} threads");
+                let losses = p.train_minibatches(&inputs, batch, 0.01, threads).unwrap();
+                assert_eq!(bits(&losses), bits(&want_losses), "{at}: losses");
+                assert_eq!(bits(&p.params()), bits(&reference.params()), "{at}: params");
+                let grads = bits(&p.param_grads());
+                assert_eq!(grads, bits(&want_mean), "{at}: mean gradient");
             }
         }
     }

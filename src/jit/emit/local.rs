@@ -10,33 +10,30 @@ use super::{Emit, Emitter, Frame};
 use crate::passes::loops::{Affine, Item};
 use crate::plan::local::Locals;
 
-/// What a function's scratch holds.
+/// A function's scratch, and which pass it belongs to.
 #[derive(Clone, Copy)]
 pub(super) enum Scratch<'ctx> {
-    /// No locals.
-    None,
-    /// A forward function's local values.
-    Values(PointerValue<'ctx>),
-    /// A backward function's local gradients.
-    Grads(PointerValue<'ctx>),
+    /// A forward function's local values, if it has any.
+    Forward(Option<PointerValue<'ctx>>),
+    /// A backward function's local gradients, if it has any (its derivatives read no
+    /// local value).
+    Backward(Option<PointerValue<'ctx>>),
 }
 
 impl<'ctx, 't> Emitter<'ctx, 't> {
     /// Forward function `function`'s scratch, emitted where the builder is: the function's
     /// entry block (where SROA finds an `alloca`).
     pub(super) fn value_scratch(&self, function: usize) -> Emit<Scratch<'ctx>> {
-        Ok(match self.scratch(&self.plan.local_values, function)? {
-            Some(p) => Scratch::Values(p),
-            None => Scratch::None,
-        })
+        Ok(Scratch::Forward(
+            self.scratch(&self.plan.local_values, function)?,
+        ))
     }
 
     /// Backward function `function`'s scratch, as [`Emitter::value_scratch`].
     pub(super) fn grad_scratch(&self, function: usize) -> Emit<Scratch<'ctx>> {
-        Ok(match self.scratch(&self.plan.grads.local, function)? {
-            Some(p) => Scratch::Grads(p),
-            None => Scratch::None,
-        })
+        Ok(Scratch::Backward(
+            self.scratch(&self.plan.grads.local, function)?,
+        ))
     }
 
     fn scratch(&self, locals: &Locals, function: usize) -> Emit<Option<PointerValue<'ctx>>> {
@@ -57,21 +54,24 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         let Some(element) = self.plan.grads.local.place(a) else {
             return Ok(None);
         };
-        let Scratch::Grads(scratch) = frame.scratch else {
+        let Scratch::Backward(Some(scratch)) = frame.scratch else {
             unreachable!("backward_body gives every function with local gradients its scratch")
         };
         self.element(scratch, element).map(Some)
     }
 
     /// Where the value of `a` lives in forward if it is local: its element of the scratch.
-    /// In backward, which reads no local value, none.
+    /// `None` in backward, which reads no local value.
     fn local_value_ptr(&self, frame: Frame<'ctx>, a: Affine) -> Emit<Option<PointerValue<'ctx>>> {
         let Some(element) = self.plan.local_values.place(a) else {
             return Ok(None);
         };
         match frame.scratch {
-            Scratch::Values(scratch) => self.element(scratch, element).map(Some),
-            _ => Ok(None),
+            Scratch::Forward(Some(scratch)) => self.element(scratch, element).map(Some),
+            Scratch::Forward(None) => {
+                unreachable!("every forward function with local values gets its scratch")
+            }
+            Scratch::Backward(_) => Ok(None),
         }
     }
 
@@ -114,6 +114,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         v: V,
     ) -> Emit<bool> {
         let Some(ptr) = self.local_value_ptr(frame, a)? else {
+            // (Backward stores no value.)
             return Ok(false);
         };
         let Some(v) = V::scalar(v) else {

@@ -588,7 +588,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         let frame = Frame {
             vals,
             grads,
-            scratch: local::Scratch::None,
+            scratch: local::Scratch::Backward(None),
             pass: Pass::Backward { function, lr },
         };
         self.backward_body(frame, &self.plan.functions[function])?;

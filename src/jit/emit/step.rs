@@ -80,7 +80,7 @@ impl<'ctx> Emitter<'ctx, '_> {
             let frame = Frame {
                 vals,
                 grads,
-                scratch: super::local::Scratch::None,
+                scratch: super::local::Scratch::Backward(None),
                 pass: Pass::TrainBackward {
                     plain_updates: false,
                     lr: param(2).into_float_value(),
@@ -356,10 +356,15 @@ impl<'ctx> Emitter<'ctx, '_> {
         let ptr = self.context.ptr_type(Default::default());
         let f = self.begin_function(name, &[ptr.into()], false);
         let (vals, grads) = self.buffers(f);
+        // (`backward_body` makes a backward function's scratch.)
+        let scratch = match backward {
+            true => super::local::Scratch::Backward(None),
+            false => self.value_scratch(0)?,
+        };
         let frame = Frame {
             vals,
             grads,
-            scratch: super::local::Scratch::None,
+            scratch,
             pass: Pass::Accumulate {
                 guard: f.get_nth_param(2).unwrap().into_pointer_value(),
             },
@@ -479,7 +484,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         let frame = Frame {
             vals,
             grads,
-            scratch: super::local::Scratch::None,
+            scratch: super::local::Scratch::Backward(None),
             pass: Pass::Other,
         };
         for d in plan.iter().flat_map(|p| &p.deferred) {
