@@ -437,13 +437,21 @@ impl JitBuilder {
         stats.compile_threads = self.threads().min(plan.modules.len());
         let native = Native::compile(&tape, &plan, self, stats.compile_threads, &mut stats)?;
         stats.compile_secs = start.elapsed().as_secs_f64();
-        let local_values = &plan.local_values;
-        Ok(Jit {
-            kept: tape
-                .slots()
-                .map(|s| plan.kept[s.index()] && !local_values.is_local(s))
+        // (Per slot only where there are locals: a batch of copies has millions of slots.)
+        let (values, grads) = (&plan.local_values, &plan.grads.local);
+        let kept = match values.count() {
+            0 => plan.kept.clone(),
+            _ => (tape.slots())
+                .map(|s| plan.kept[s.index()] && !values.is_local(s))
                 .collect(),
-            local_grads: tape.slots().map(|s| plan.grads.local.is_local(s)).collect(),
+        };
+        let local_grads = match grads.count() {
+            0 => Vec::new(),
+            _ => tape.slots().map(|s| grads.is_local(s)).collect(),
+        };
+        Ok(Jit {
+            kept,
+            local_grads,
             unlinked: tape.loss().map(|_| Box::new((plan, self.clone()))),
             tape,
             native,
@@ -492,7 +500,8 @@ pub struct Jit {
     tape: Tape,
     /// Per slot: whether the buffers hold its value ([`Plan::kept`], but local values).
     kept: Vec<bool>,
-    /// Per slot: whether its gradient lives in registers ([`crate::plan::local`]).
+    /// Per slot: whether its gradient lives in registers ([`crate::plan::local`]); empty
+    /// where none does.
     local_grads: Vec<bool>,
     native: Native,
     stats: JitStats,

@@ -35,6 +35,8 @@ pub struct Locals {
     scratch: Vec<u32>,
     /// Per slot: whether it is local.
     slots: Vec<bool>,
+    /// How many slots are local.
+    count: usize,
 }
 
 impl Locals {
@@ -43,6 +45,7 @@ impl Locals {
             place: HashMap::new(),
             scratch: vec![0; functions],
             slots: vec![false; tape.len()],
+            count: 0,
         }
     }
 
@@ -64,7 +67,7 @@ impl Locals {
 
     /// How many slots are local.
     pub fn count(&self) -> usize {
-        self.slots.iter().filter(|&&l| l).count()
+        self.count
     }
 
     fn insert(&mut self, out: Affine, counts: &[u32], function: usize) {
@@ -75,6 +78,7 @@ impl Locals {
         self.scratch[function] += 1;
         every_repetition(counts, |js| {
             self.slots[out.at_levels(0, js).index()] = true;
+            self.count += 1;
             true
         });
     }
