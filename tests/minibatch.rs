@@ -136,20 +136,41 @@ fn every_backend_and_thread_count_follows_the_documented_order() {
     }
 }
 
-/// A rollout of 30 steps over 6 states, `x' = x + ((x - left) * k - x * x * c)`: a nest of
-/// steps run one after the other, whose intermediate values and gradients live in registers
-/// (`plan::local`), in `accumulate`'s forward and backward too. Every backend and thread
-/// count follows the documented order.
-#[test]
-fn a_rollout_trains_in_minibatches_as_documented() {
-    let g = Graph::new();
-    let (k, c) = (g.param(-0.2), g.param(0.01));
-    let mut x: Vec<Value> = g.inputs(6);
-    for _ in 0..30 {
+/// `steps` steps of `x' = x + ((x - left) * k - x * x * c)` from `x`: a nest of steps run one
+/// after the other, whose intermediate values and gradients live in registers
+/// (`plan::local`), in `accumulate`'s forward and backward too.
+fn roll<'g>(mut x: Vec<Value<'g>>, (k, c): (Value<'g>, Value<'g>), steps: usize) -> Vec<Value<'g>> {
+    for _ in 0..steps {
         x = (0..x.len())
             .map(|i| x[i] + ((x[i] - x[i.saturating_sub(1)]) * k - x[i] * x[i] * c))
             .collect();
     }
+    x
+}
+
+/// Minibatch SGD on `p` gives the losses, params and mean gradient of [`by_hand_of_width`]
+/// (`want`, and `reference`'s params after it).
+fn assert_documented(
+    at: &str,
+    p: &mut dyn Program,
+    inputs: &[f64],
+    (batch, lr, threads): (usize, f64, usize),
+    want: &(Vec<f64>, Vec<f64>),
+    reference: &Interpreter,
+) {
+    let losses = p.train_minibatches(inputs, batch, lr, threads).unwrap();
+    assert_eq!(bits(&losses), bits(&want.0), "{at}: losses");
+    assert_eq!(bits(&p.params()), bits(&reference.params()), "{at}: params");
+    assert_eq!(bits(&p.param_grads()), bits(&want.1), "{at}: mean gradient");
+}
+
+/// A rollout of 30 steps over 6 states ([`roll`]): every backend and thread count follows
+/// the documented order.
+#[test]
+fn a_rollout_trains_in_minibatches_as_documented() {
+    let g = Graph::new();
+    let params = (g.param(-0.2), g.param(0.01));
+    let x = roll(g.inputs(6), params, 30);
     g.set_loss(g.sum(x.iter().map(|&v| v * v))).unwrap();
     let stats = Jit::compile(&g).unwrap().stats().clone();
     assert!(stats.local_values > 0 && stats.local_grads > 0, "{stats:?}");
@@ -157,36 +178,26 @@ fn a_rollout_trains_in_minibatches_as_documented() {
     let inputs: Vec<f64> = (0..40 * 6).map(|_| rng.gen_range(-0.5..0.5)).collect();
     for batch in [1, CHUNK, 40] {
         let mut reference = Interpreter::new(&g).unwrap();
-        let (want_losses, want_mean) = by_hand_of_width(&mut reference, &inputs, 6, batch, 0.001);
+        let want = by_hand_of_width(&mut reference, &inputs, 6, batch, 0.001);
         for threads in [1, 2] {
             for mut b in interpreter_and_every_jit_level(&g) {
                 let at = format!("{}, batch {batch}, {threads} threads", b.name);
-                let p = b.program.as_mut();
-                let losses = p.train_minibatches(&inputs, batch, 0.001, threads).unwrap();
-                assert_eq!(bits(&losses), bits(&want_losses), "{at}: losses");
-                assert_eq!(bits(&p.params()), bits(&reference.params()), "{at}: params");
-                let grads = bits(&p.param_grads());
-                assert_eq!(grads, bits(&want_mean), "{at}: mean gradient");
+                let run = (batch, 0.001, threads);
+                assert_documented(&at, b.program.as_mut(), &inputs, run, &want, &reference);
             }
         }
     }
 }
 
 /// A layer over inputs without gradient (whose zero inputs `accumulate` skips, in its own
-/// forward and backward function 0) followed by a rollout over the layer's outputs, whose
-/// intermediate values and gradients live in registers. Every level and thread count
-/// follows the documented order.
+/// forward and backward function 0) followed by a rollout over the layer's outputs: every
+/// level and thread count follows the documented order.
 #[test]
 fn a_skipping_layer_then_a_rollout_trains_as_documented() {
     let g = Graph::new();
     let layer = Layer::new(&g, NIN, 9, Activation::Tanh, &mut StdRng::seed_from_u64(4));
-    let (k, c) = (g.param(-0.2), g.param(0.01));
-    let mut x = layer.call(&g.inputs_without_grad(NIN)).unwrap();
-    for _ in 0..4 {
-        x = (0..x.len())
-            .map(|i| x[i] + ((x[i] - x[i.saturating_sub(1)]) * k - x[i] * x[i] * c))
-            .collect();
-    }
+    let params = (g.param(-0.2), g.param(0.01));
+    let x = roll(layer.call(&g.inputs_without_grad(NIN)).unwrap(), params, 4);
     g.set_loss(g.sum(x.iter().map(|&v| v * v))).unwrap();
     let jit = Jit::builder().zero_skipping(ZeroSkipping::Always);
     let stats = jit.compile(&g).unwrap().stats().clone();
@@ -200,16 +211,13 @@ fn a_skipping_layer_then_a_rollout_trains_as_documented() {
         .collect();
     for batch in [1, CHUNK, 40] {
         let mut reference = Interpreter::new(&g).unwrap();
-        let (want_losses, want_mean) = by_hand_of_width(&mut reference, &inputs, NIN, batch, 0.01);
+        let want = by_hand_of_width(&mut reference, &inputs, NIN, batch, 0.01);
         for threads in [1, 2] {
             for level in OptLevel::ALL {
                 let mut p = jit.clone().opt_level(level).compile(&g).unwrap();
                 let at = format!("{level:?}, batch {batch}, {threads} threads");
-                let losses = p.train_minibatches(&inputs, batch, 0.01, threads).unwrap();
-                assert_eq!(bits(&losses), bits(&want_losses), "{at}: losses");
-                assert_eq!(bits(&p.params()), bits(&reference.params()), "{at}: params");
-                let grads = bits(&p.param_grads());
-                assert_eq!(grads, bits(&want_mean), "{at}: mean gradient");
+                let run = (batch, 0.01, threads);
+                assert_documented(&at, &mut p, &inputs, run, &want, &reference);
             }
         }
     }
