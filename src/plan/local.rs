@@ -22,6 +22,7 @@
 
 use std::collections::HashMap;
 
+use crate::op::BackwardReads;
 use crate::passes::loops::{every_repetition, Affine, Item, MapLoop};
 use crate::tape::{Slot, Tape};
 
@@ -70,10 +71,9 @@ impl Locals {
         self.count
     }
 
+    /// Makes `out` (a map of one's output, in nests of `counts` repetitions) local to
+    /// `function`. (Each body item is visited once: no slot is inserted twice.)
     fn insert(&mut self, out: Affine, counts: &[u32], function: usize) {
-        if self.place.contains_key(&key(out)) {
-            return;
-        }
         self.place.insert(key(out), self.scratch[function]);
         self.scratch[function] += 1;
         every_repetition(counts, |js| {
@@ -106,6 +106,15 @@ pub fn find(tape: &Tape, functions: &[Vec<Item>]) -> (Locals, Locals) {
 /// A map of one's slot in every repetition: its stride says nothing.
 fn key(a: Affine) -> Affine {
     Affine { stride: 0, ..a }
+}
+
+/// A slot sequence's readers among a body's maps of one (the same slots in the same
+/// repetition): operand positions, gradient additions, and whether a derivative reads it.
+#[derive(Clone, Copy, Default)]
+struct Readers {
+    uses: u32,
+    additions: u32,
+    read_back: bool,
 }
 
 struct Found {
@@ -153,28 +162,30 @@ impl Finder<'_> {
         found: &mut Found,
         values: bool,
     ) {
-        let maps: Vec<&MapLoop> = body
+        // The maps of one, each with what its derivative reads (if backward runs it).
+        let maps: Vec<(&MapLoop, BackwardReads)> = body
             .iter()
             .filter_map(|b| match b {
-                Item::Map(m) if m.len == 1 => Some(m),
+                Item::Map(m) if m.len == 1 => Some((m, m.op.backward_reads(m.args.len()))),
                 _ => None,
             })
             .collect();
-        // Per slot sequence: the body's readers, gradient additions, and whether a
-        // derivative reads its value.
-        let mut reads: HashMap<Affine, (u32, u32, bool)> = HashMap::new();
-        for m in &maps {
-            let backward = m.op.backward_reads(m.args.len());
+        let mut readers: HashMap<Affine, Readers> = HashMap::new();
+        for (m, backward) in &maps {
             for (i, &a) in m.args.iter().enumerate() {
-                let entry = reads.entry(key(a)).or_default();
-                entry.0 += 1;
-                entry.1 += (m.needs_grad && m.grad_args[i]) as u32;
-                entry.2 |= m.needs_grad && backward.operands[i];
+                let r = readers.entry(key(a)).or_default();
+                r.uses += 1;
+                r.additions += (m.needs_grad && m.grad_args[i]) as u32;
+                r.read_back |= m.needs_grad && backward.operands[i];
             }
         }
         let consumers = self.tape.consumers();
-        for m in maps {
-            let (uses, additions, read_back) = reads.get(&key(m.out)).copied().unwrap_or_default();
+        for (m, backward) in maps {
+            let Readers {
+                uses,
+                additions,
+                read_back,
+            } = readers.get(&key(m.out)).copied().unwrap_or_default();
             // (`Consumers` stops counting at 255.)
             let all = |counted: &[u8], n: u32| {
                 n < u8::MAX as u32
@@ -186,7 +197,7 @@ impl Finder<'_> {
             if m.needs_grad && all(&consumers.grad_additions, additions) {
                 found.grads.insert(m.out, counts, function);
             }
-            let own_read_back = m.needs_grad && m.op.backward_reads(m.args.len()).out;
+            let own_read_back = m.needs_grad && backward.out;
             if values && !read_back && !own_read_back && all(&consumers.uses, uses) {
                 found.values.insert(m.out, counts, function);
             }

@@ -20,6 +20,16 @@ pub(super) enum Scratch<'ctx> {
     Backward(Option<PointerValue<'ctx>>),
 }
 
+/// Where a value lives ([`Emitter::local_value_place`]).
+enum ValuePlace<'ctx> {
+    /// Not local: in the buffers.
+    Buffers,
+    /// A local value in forward: its element of the scratch.
+    Scratch(PointerValue<'ctx>),
+    /// A local value in backward, which reads none.
+    Unread,
+}
+
 impl<'ctx, 't> Emitter<'ctx, 't> {
     /// Forward function `function`'s scratch, emitted where the builder is: the function's
     /// entry block (where SROA finds an `alloca`).
@@ -60,18 +70,20 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         self.element(scratch, element).map(Some)
     }
 
-    /// Where the value of `a` lives in forward if it is local: its element of the scratch.
-    /// `None` in backward, which reads no local value.
-    fn local_value_ptr(&self, frame: Frame<'ctx>, a: Affine) -> Emit<Option<PointerValue<'ctx>>> {
+    /// Where the value of `a` lives: not local (the buffers), its element of the scratch in
+    /// forward, or nowhere in backward, which reads no local value.
+    fn local_value_place(&self, frame: Frame<'ctx>, a: Affine) -> Emit<ValuePlace<'ctx>> {
         let Some(element) = self.plan.local_values.place(a) else {
-            return Ok(None);
+            return Ok(ValuePlace::Buffers);
         };
         match frame.scratch {
-            Scratch::Forward(Some(scratch)) => self.element(scratch, element).map(Some),
+            Scratch::Forward(Some(scratch)) => {
+                Ok(ValuePlace::Scratch(self.element(scratch, element)?))
+            }
             Scratch::Forward(None) => {
                 unreachable!("every forward function with local values gets its scratch")
             }
-            Scratch::Backward(_) => Ok(None),
+            Scratch::Backward(_) => Ok(ValuePlace::Unread),
         }
     }
 
@@ -93,28 +105,26 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         a: Affine,
         lanes: Vector,
     ) -> Emit<Option<V>> {
-        if self.plan.local_values.place(a).is_none() {
-            return Ok(None);
-        }
-        let x = match self.local_value_ptr(frame, a)? {
-            Some(ptr) => {
+        let x = match self.local_value_place(frame, a)? {
+            ValuePlace::Buffers => return Ok(None),
+            ValuePlace::Scratch(ptr) => {
                 let x = self.builder.build_load(self.f64_type, ptr, "")?;
                 x.into_float_value()
             }
-            None => self.f64_type.const_float(f64::NAN),
+            ValuePlace::Unread => self.f64_type.const_float(f64::NAN),
         };
         V::shared(self, x, lanes).map(Some)
     }
 
-    /// Stores `v`, the value of `a` for one repetition, in the scratch if it is local.
+    /// Stores `v`, the value of `a` for one repetition, in the scratch if it is local
+    /// (forward, which alone stores values): whether it did.
     pub(super) fn store_local_value<V: LaneIo<'ctx>>(
         &self,
         frame: Frame<'ctx>,
         a: Affine,
         v: V,
     ) -> Emit<bool> {
-        let Some(ptr) = self.local_value_ptr(frame, a)? else {
-            // (Backward stores no value.)
+        let ValuePlace::Scratch(ptr) = self.local_value_place(frame, a)? else {
             return Ok(false);
         };
         let Some(v) = V::scalar(v) else {
