@@ -351,6 +351,16 @@ impl MathFn {
         }
     }
 
+    /// The LLVM intrinsic the JIT emits for it, if it is an instruction (the square root,
+    /// the one `f64::sqrt` compiles to): LLVM inlines it and has a vector form, where a call
+    /// costs a few nanoseconds and lanes would call it one by one.
+    pub fn intrinsic(self) -> Option<&'static str> {
+        match self {
+            MathFn::Sqrt => Some("llvm.sqrt"),
+            MathFn::Exp | MathFn::Log | MathFn::Tanh | MathFn::Pow => None,
+        }
+    }
+
     /// How many `f64` arguments it takes.
     pub fn arity(self) -> usize {
         match self {

@@ -254,12 +254,14 @@ impl Code {
     }
 
     /// Binds each [`MathFn::symbol`] to its [`MathFn::address`] in the main library, so the
-    /// code calls the very functions the interpreter calls.
+    /// code calls the very functions the interpreter calls (all but the intrinsics, which
+    /// are instructions).
     fn define_math_symbols(&self) -> Result<()> {
         let jit = self.jit.as_ptr();
         let exported_callable = LLVMJITSymbolGenericFlags::LLVMJITSymbolGenericFlagsExported as u8
             | LLVMJITSymbolGenericFlags::LLVMJITSymbolGenericFlagsCallable as u8;
         let mut pairs: Vec<LLVMOrcCSymbolMapPair> = MathFn::iter()
+            .filter(|f| f.intrinsic().is_none())
             .map(|f| {
                 let name = CString::new(f.symbol()).expect("symbol names have no NUL");
                 LLVMOrcCSymbolMapPair {

@@ -297,7 +297,26 @@ impl<'ctx, V: Lanes<'ctx>> Arith for IrArith<'_, 'ctx, V> {
                 return v;
             }
         }
-        // The emitter declares every `MathFn` before emitting any code.
+        if let Some(name) = f.intrinsic() {
+            // One instruction on every lane at once.
+            let ty = args[0].as_basic_value_enum().get_type();
+            let r = self
+                .intrinsic(name, ty)
+                .and_then(|declared| {
+                    let args: Vec<_> = args
+                        .iter()
+                        .map(|v| v.as_basic_value_enum().into())
+                        .collect();
+                    self.builder.build_call(declared, &args, "")
+                })
+                .map(|call| {
+                    call.try_as_basic_value()
+                        .basic()
+                        .map_or_else(|| V::undef(self.ty), V::from_basic)
+                });
+            return self.emit(r);
+        }
+        // The emitter declares every other `MathFn` before emitting any code.
         let r = match self.math.get(&f) {
             Some(&declared) => V::call(self.builder, self.ty, declared, args),
             None => Err(BuilderError::UnsetPosition),

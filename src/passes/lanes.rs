@@ -82,7 +82,7 @@ fn contributions(item: &Item) -> Vec<Contribution> {
     // A map's operands, `t` from the last, operand by operand; steps from `first_step`.
     let map = |m: &MapLoop, first_step: u64, out: &mut Vec<Contribution>| {
         for (k, t) in (0..m.len).rev().enumerate() {
-            for (i, &a) in m.args.iter().enumerate().filter(|&(i, _)| m.grad_args[i]) {
+            for (i, a) in backward_operands(m) {
                 out.push(Contribution {
                     block: vertical_block(t, m.len),
                     ..at(a, t, first_step + k as u64, i)
@@ -119,6 +119,18 @@ fn contributions(item: &Item) -> Vec<Contribution> {
         | Item::SumPart { .. } => {}
     }
     out
+}
+
+/// A map's operands that take gradients, with their indices, in the order its backward adds
+/// into them: the operands' order, or from the last ([`MapLoop::operands_from_last`]).
+pub fn backward_operands(m: &MapLoop) -> Vec<(usize, Affine)> {
+    let mut operands: Vec<(usize, Affine)> = (m.args.iter().copied().enumerate())
+        .filter(|&(i, _)| m.grad_args[i])
+        .collect();
+    if m.operands_from_last {
+        operands.reverse();
+    }
+    operands
 }
 
 /// Per slot of a span, a number that starts at 0.
@@ -189,15 +201,19 @@ pub fn vertical_map(item: &Item, level: usize) -> Option<(&MapLoop, usize)> {
 /// in order). Walks the lane order, checking that each slot's contributions come in
 /// increasing interpreter rank: linear in the additions.
 pub fn backward_lanes_keep_order(body: &[Item], count: u32, size: u32, vertical: bool) -> bool {
+    first_out_of_order(body, count, size, vertical).is_none()
+}
+
+/// The body item whose addition the walk of [`backward_lanes_keep_order`] first finds out of
+/// the interpreter's order, if any.
+pub fn first_out_of_order(body: &[Item], count: u32, size: u32, vertical: bool) -> Option<usize> {
     let per_item: Vec<Vec<Contribution>> = body.iter().map(contributions).collect();
-    let Some(span) = per_item
+    // (No additions: none out of order.)
+    let span = per_item
         .iter()
         .flatten()
         .map(|c| c.slot.span(c.t + 1, count))
-        .reduce(|a, b| a.start.min(b.start)..a.end.max(b.end))
-    else {
-        return true;
-    };
+        .reduce(|a, b| a.start.min(b.start)..a.end.max(b.end))?;
     let items = body.len() as u64;
     let steps = 2 + per_item.iter().flatten().map(|c| c.step).max().unwrap_or(0);
     // The interpreter's order: repetition from the last, item from the last, step, operand.
@@ -225,13 +241,13 @@ pub fn backward_lanes_keep_order(body: &[Item], count: u32, size: u32, vertical:
                 let r = rank(j, k, c) + 1;
                 let last = last.at(slot);
                 if *last >= r {
-                    return false;
+                    return Some(k);
                 }
                 *last = r;
             }
         }
     }
-    true
+    None
 }
 
 /// The order in which the lanes `lanes` make an item's contributions `cs`: step by step,
@@ -278,4 +294,50 @@ fn lane_order(
         }
     }
     order
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::op::Op;
+    use crate::passes::loops::MAX_NEST_DEPTH;
+
+    /// A link of a chain in a nest of `count`: repetition `j` writes `100 + j` from
+    /// `x[j + 1] - x[j]` (slots `j + 1` and `j`), as a spring reads its mass and the one
+    /// before.
+    fn link(count: u32, operands_from_last: bool) -> (Vec<Item>, u32) {
+        let at = |base, across| Affine {
+            base,
+            stride: 0,
+            outer: {
+                let mut outer = [0; MAX_NEST_DEPTH];
+                outer[0] = across;
+                outer
+            },
+        };
+        let map = MapLoop {
+            op: Op::Sub,
+            out: at(100, 1),
+            args: vec![at(1, 1), at(0, 1)],
+            len: 1,
+            needs_grad: true,
+            grad_args: vec![true, true],
+            operands_from_last,
+        };
+        (vec![Item::Map(map)], count)
+    }
+
+    /// Slot `j` takes `-g` from repetition `j + 1` first (the interpreter runs repetitions
+    /// from the last), then `g` from repetition `j`: lanes adding operand by operand reach it
+    /// from `j` first; from the last operand, in the interpreter's order.
+    #[test]
+    fn a_chains_link_keeps_the_order_in_lanes_adding_from_the_last_operand() {
+        for group in [1, 4, 8] {
+            let (body, count) = link(8, false);
+            let plain = first_out_of_order(&body, count, group, false);
+            assert_eq!(plain, (group > 1).then_some(0), "group {group}");
+            let (body, count) = link(8, true);
+            assert_eq!(first_out_of_order(&body, count, group, false), None);
+        }
+    }
 }

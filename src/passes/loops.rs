@@ -149,6 +149,12 @@ pub struct MapLoop {
     pub needs_grad: bool,
     /// Per operand: whether it takes a gradient (an input may not).
     pub grad_args: Vec<bool>,
+    /// Whether backward in lanes adds into the operands from the last one: a chain's link
+    /// that reads its own element as one operand and its neighbour's as a later one (a
+    /// spring `x[s] - x[s - 1]`) reaches each element first from the neighbour's side, the
+    /// repetition the interpreter runs before. Set by the plan where that keeps every
+    /// gradient's order ([`crate::plan`]); loop recovery leaves it off.
+    pub operands_from_last: bool,
 }
 
 /// The `sum` at `slot`: `first + tail.at(0) + ... + tail.at(tail_len - 1)`, left to right.
@@ -655,6 +661,7 @@ impl Item {
             len: m.len,
             needs_grad: m.needs_grad,
             grad_args: m.grad_args.clone(),
+            operands_from_last: m.operands_from_last,
         };
         let sum = |s: &SumLoop, f: &mut dyn FnMut(Affine, u32) -> Affine| SumLoop {
             slot: f(s.slot, 1),
@@ -733,6 +740,7 @@ fn map_run_at(tape: &Tape, s: Slot) -> Option<MapLoop> {
         len,
         needs_grad: tape.needs_grad(s),
         grad_args,
+        operands_from_last: false,
     })
 }
 

@@ -254,6 +254,7 @@ fn single(tape: &Tape, s: Slot) -> Item {
         len: 1,
         needs_grad: tape.needs_grad(s),
         grad_args: tape.args(s).iter().map(|&a| tape.needs_grad(a)).collect(),
+        operands_from_last: false,
     })
 }
 

@@ -22,14 +22,20 @@
 //! the repetitions would gather and scatter each item's values, and a readout over a layer's
 //! activations would read them a neuron apart. The buffers put each item's value in every
 //! repetition side by side instead (within the addresses the nest's values had), so lanes
-//! load and store one vector, and loops over a nest's outputs read adjacent numbers. Only
-//! addresses move: slots, the order of operations and so every result stay as they are.
+//! load and store one vector, and loops over a nest's outputs read adjacent numbers. A
+//! chain's end elements (a spring tied to a wall, the last mass), which differ from the
+//! inner ones the nest holds, join its run as one more repetition where their slots continue
+//! it: the next step reads the whole chain as one vector. Only addresses move: slots, the
+//! order of operations and so every result stay as they are.
 //!
 //! Loops address memory by affine sequences of slots; the emitter maps each to addresses
 //! ([`Buffers::affine`]) and asks the addresses, not the slots, whether lanes are adjacent.
 //! That is exact only where the sequence stays affine once mapped (as it does wherever a
-//! loop's repetitions are alike: each holds as many kept slots); where one does not, the
-//! kept slots stay in slot order, or failing that every slot keeps its own address.
+//! loop's repetitions are alike: each holds as many kept slots); a run whose layout breaks
+//! one falls back (its end elements to where they were, then the run itself), and where
+//! even slot order breaks one, every slot keeps its own address.
+
+use std::ops::Range;
 
 use super::lanes::may_run_in_lanes;
 use crate::aligned::AlignedBuf;
@@ -67,27 +73,57 @@ impl Buffers {
             held: kept.to_vec(),
             len: n,
         };
-        let leaves_in_place =
-            (0..tape.num_params() + tape.num_inputs()).all(|s| compact.address[s] as usize == s);
+        let leaves = tape.num_params() + tape.num_inputs();
+        let leaves_in_place = (0..leaves).all(|s| compact.address[s] as usize == s);
         if !leaves_in_place {
             return Buffers::slot_by_slot(tape.len());
         }
         compact
             .with_lined_rows(tape, items)
-            .and_then(|lined| lined.laid_out(kept, items))
-            .or_else(|| compact.laid_out(kept, items))
+            .and_then(|lined| lined.laid_out(kept, items, leaves))
+            .or_else(|| compact.laid_out(kept, items, leaves))
             .unwrap_or_else(|| Buffers::slot_by_slot(tape.len()))
     }
 
-    /// These buffers, or these with each nest's values item by item, whichever first keeps
-    /// every loop affine.
-    fn laid_out(&self, kept: &[bool], items: &[Item]) -> Option<Buffers> {
-        if let Some(by_item) = self.item_by_item(items) {
-            if by_item.keeps_loops_affine(kept, items) {
-                return Some(by_item);
+    /// These buffers with each nest's values item by item, each with its boundary elements
+    /// where it has them, as far as that keeps every loop affine: a run whose layout breaks
+    /// a loop falls back (its boundary elements stay where they were, then so does the run),
+    /// until none does. `None` if not even slot order keeps every loop affine.
+    fn laid_out(&self, kept: &[bool], items: &[Item], leaves: usize) -> Option<Buffers> {
+        let runs = NestRun::all(items);
+        let mut layouts = vec![RunLayout::WithBoundaries; runs.len()];
+        // Slots whose addresses the last fallback changed: only loops reaching them can
+        // have changed (all, the first time).
+        let mut changed = 0..self.address.len();
+        loop {
+            let (buffers, mover) = self.item_by_item(&runs, &layouts, leaves);
+            let broken = buffers.unaffine_accesses(kept, items, changed);
+            if broken.is_empty() {
+                return Some(buffers);
             }
+            let mut movers = Vec::new();
+            for slots in broken {
+                let before = movers.len();
+                movers.extend(
+                    (slots.into_iter())
+                        .filter_map(|s| mover.get(s).copied())
+                        .filter(|&r| r != NOT_MOVED),
+                );
+                if movers.len() == before {
+                    // No run moved the slots of this loop: slot order breaks it too.
+                    return None;
+                }
+            }
+            movers.sort_unstable();
+            movers.dedup();
+            for &r in &movers {
+                layouts[r as usize] = layouts[r as usize].fallback();
+            }
+            let moved_by = |s: &usize| movers.binary_search(&mover[*s]).is_ok();
+            let first = (0..mover.len()).find(moved_by).unwrap_or(0);
+            let last = (0..mover.len()).rev().find(moved_by).unwrap_or(0);
+            changed = first..last + 1;
         }
-        self.keeps_loops_affine(kept, items).then(|| self.clone())
     }
 
     /// Where params end: they (and the gaps [`Buffers::with_lined_rows`] leaves among them)
@@ -162,53 +198,100 @@ impl Buffers {
         }
     }
 
-    /// These buffers with each nest's values laid out item by item where its repetitions
-    /// may run in lanes: a nest's repetitions tile a run of slots, one repetition every
-    /// `stride` slots (its values, and any leaf the graph made among them, such as a
-    /// constant written inline); the run's kept slots take the run's addresses transposed,
-    /// each offset's slot in every repetition side by side, then the next offset's. So what
-    /// lanes read and write across repetitions is one vector, and a loop over a nest's
-    /// outputs (a readout over a layer's activations, a sum over a batch's losses) reads
-    /// adjacent numbers, where one repetition after the other puts them `stride` apart.
-    /// `None` if no address changes.
-    fn item_by_item(&self, items: &[Item]) -> Option<Buffers> {
-        let mut address = self.address.clone();
-        let mut moved = false;
-        for item in items {
-            for_each_flat_nest(item, &[], &mut |nest, outer| {
-                // A nest whose repetitions depend on each other (a rollout's steps) runs
-                // one after the other: its values stay together.
-                let Some(run) =
-                    Run::of(nest, outer.len()).filter(|_| may_run_in_lanes(nest, outer))
-                else {
-                    return;
-                };
-                every_repetition(outer, |js| {
-                    let Some(first) = run.first(js) else {
-                        return true;
-                    };
-                    let slots: Vec<usize> = (0..run.stride)
-                        .flat_map(|offset| {
-                            (0..nest.count as usize).map(move |r| first + r * run.stride + offset)
-                        })
-                        .filter(|&s| self.held.get(s) == Some(&true))
-                        .collect();
-                    let mut addresses: Vec<u32> = slots.iter().map(|&s| self.address[s]).collect();
-                    addresses.sort_unstable();
-                    for (&s, a) in slots.iter().zip(addresses) {
-                        moved |= address[s] != a;
-                        address[s] = a;
-                    }
-                    true
-                });
+    /// These buffers with each nest's values laid out item by item as `layouts` says (a
+    /// nest's repetitions tile a run of slots, one repetition every `stride` slots: its
+    /// values, and any leaf the graph made among them, such as a constant written inline;
+    /// the run's kept slots take the run's addresses transposed, each offset's slot in
+    /// every repetition side by side, then the next offset's), and per slot the run that
+    /// moved it. So what lanes read and write across repetitions is one vector, and a loop
+    /// over a nest's outputs (a readout over a layer's activations, a sum over a batch's
+    /// losses) reads adjacent numbers, where one repetition after the other puts them
+    /// `stride` apart.
+    ///
+    /// A chain's elements at its ends differ from the inner ones (a spring anchored to a
+    /// wall, a last mass with one neighbour), so the nest holds the inner ones only, and
+    /// the next step's nest reads the whole chain. Where the slots just before or after the
+    /// run are such an element (a repetition's worth that no other run holds, kept where a
+    /// repetition's are, no leaf of the tape's), `RunLayout::WithBoundaries` lays it out
+    /// as one more repetition, so those reads stay one vector too.
+    fn item_by_item(
+        &self,
+        runs: &[NestRun],
+        layouts: &[RunLayout],
+        leaves: usize,
+    ) -> (Buffers, Vec<u32>) {
+        let slots = self.address.len();
+        let mut in_runs = vec![false; slots];
+        for NestRun { run, count, outer } in runs {
+            every_repetition(outer, |js| {
+                if let Some(first) = run.first(js) {
+                    let end = (first + *count as usize * run.stride).min(slots);
+                    in_runs[first..end].fill(true);
+                }
+                true
             });
         }
-        moved.then(|| Buffers {
+        let mut address = self.address.clone();
+        let mut mover = vec![NOT_MOVED; slots];
+        for (r, NestRun { run, count, outer }) in runs.iter().enumerate() {
+            if layouts[r] == RunLayout::InPlace {
+                continue;
+            }
+            let (stride, count) = (run.stride as i64, *count as i64);
+            let joins = |rep: i64| {
+                layouts[r] == RunLayout::WithBoundaries
+                    && every_repetition(outer, |js| {
+                        let Some(first) = run.first(js) else {
+                            return false;
+                        };
+                        let start = first as i64 + rep * stride;
+                        start >= leaves as i64
+                            && start + stride <= slots as i64
+                            && (0..stride as usize).all(|o| {
+                                let s = start as usize + o;
+                                !in_runs[s]
+                                    && mover[s] == NOT_MOVED
+                                    && self.held[s] == self.held[first + o]
+                            })
+                    })
+            };
+            let reps = -(joins(-1) as i64)..count + joins(count) as i64;
+            every_repetition(outer, |js| {
+                let Some(first) = run.first(js) else {
+                    return true;
+                };
+                let moved: Vec<usize> = (0..stride)
+                    .flat_map(|offset| {
+                        reps.clone()
+                            .map(move |rep| (first as i64 + rep * stride + offset) as usize)
+                    })
+                    .filter(|&s| self.held.get(s) == Some(&true))
+                    .collect();
+                // The run's addresses, in order: in slot order they are already (the held
+                // slots after the params take increasing addresses).
+                let lo = (first as i64 + reps.start * stride) as usize;
+                let hi = (first as i64 + reps.end * stride) as usize;
+                let mut addresses: Vec<u32> = (lo..hi.min(slots))
+                    .filter(|&s| self.held[s])
+                    .map(|s| self.address[s])
+                    .collect();
+                if addresses.windows(2).any(|w| w[0] > w[1]) {
+                    addresses.sort_unstable();
+                }
+                for (&s, a) in moved.iter().zip(addresses) {
+                    address[s] = a;
+                    mover[s] = r as u32;
+                }
+                true
+            });
+        }
+        let buffers = Buffers {
+            in_place: self.in_place && address == self.address,
             address,
             held: self.held.clone(),
             len: self.len,
-            in_place: false,
-        })
+        };
+        (buffers, mover)
     }
 
     /// The buffers' length: how many slots they hold.
@@ -316,24 +399,46 @@ impl Buffers {
         out
     }
 
-    /// Whether every sequence of kept slots a loop reads or writes is affine in addresses.
-    fn keeps_loops_affine(&self, kept: &[bool], items: &[Item]) -> bool {
-        items.iter().all(|item| {
-            item.nested_accesses().iter().all(|(access, counts)| {
+    /// Per sequence of kept slots a loop reads or writes that is not affine in addresses,
+    /// its slots (in the first repetition where it is not, with those its strides are
+    /// measured from); empty if every one is. Only sequences with a slot within `changed`.
+    fn unaffine_accesses(
+        &self,
+        kept: &[bool],
+        items: &[Item],
+        changed: Range<usize>,
+    ) -> Vec<Vec<usize>> {
+        let mut found = Vec::new();
+        for item in items {
+            for (access, counts) in item.nested_accesses() {
+                let (lo, hi) = access.at.bounds(access.len, &counts);
+                if hi < changed.start as i64 || lo >= changed.end as i64 {
+                    continue;
+                }
                 let (a, mapped) = (access.at, self.affine(access.at));
                 // Slots and addresses computed per repetition, then moved by their strides.
-                every_repetition(counts, |js| {
+                every_repetition(&counts, |js| {
                     let (s0, m0) = (
                         a.at_levels(0, js).0 as i64,
                         mapped.at_levels(0, js).0 as i64,
                     );
-                    (0..access.len as i64).all(|t| {
+                    let affine = (0..access.len as i64).all(|t| {
                         let s = (s0 + a.stride * t) as usize;
                         kept[s] && self.address[s] as i64 == m0 + mapped.stride * t
-                    })
-                })
-            })
-        })
+                    });
+                    if affine {
+                        return true;
+                    }
+                    let slots = (0..access.len as i64).map(|t| (s0 + a.stride * t) as usize);
+                    let measured = [a.base, a.base + a.stride]
+                        .into_iter()
+                        .chain(a.outer.iter().map(|o| a.base + o));
+                    found.push(slots.chain(measured.map(|s| s as usize)).collect());
+                    false
+                });
+            }
+        }
+        found
     }
 }
 
@@ -355,10 +460,68 @@ fn for_each_flat_nest(
     }
 }
 
+/// A flat nest's run, with its repetition count and the repetition counts of the nests
+/// around it (outermost first).
+struct NestRun {
+    run: Run,
+    count: u32,
+    outer: Vec<u32>,
+}
+
+impl NestRun {
+    /// The runs of the flat nests of `items` whose repetitions may run in lanes. A nest whose
+    /// repetitions depend on each other (a rollout's steps) runs one after the other: its
+    /// values stay together.
+    fn all(items: &[Item]) -> Vec<NestRun> {
+        let mut runs = Vec::new();
+        for item in items {
+            for_each_flat_nest(item, &[], &mut |nest, outer| {
+                if let Some(run) =
+                    Run::of(nest, outer.len()).filter(|_| may_run_in_lanes(nest, outer))
+                {
+                    runs.push(NestRun {
+                        run,
+                        count: nest.count,
+                        outer: outer.to_vec(),
+                    });
+                }
+            });
+        }
+        runs
+    }
+}
+
+/// In [`Buffers::item_by_item`]'s record of which run moved each slot: none did.
+const NOT_MOVED: u32 = u32::MAX;
+
+/// How [`Buffers::item_by_item`] lays out a run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum RunLayout {
+    /// Item by item, with the boundary elements next to it.
+    WithBoundaries,
+    /// Item by item.
+    Alone,
+    /// Where it was.
+    InPlace,
+}
+
+impl RunLayout {
+    /// The layout to try where this one breaks a loop.
+    fn fallback(self) -> RunLayout {
+        match self {
+            RunLayout::WithBoundaries => RunLayout::Alone,
+            _ => RunLayout::InPlace,
+        }
+    }
+}
+
 /// The run of slots a flat nest's repetitions tile: what it writes, each repetition
-/// `stride` slots after the one before.
+/// `stride` slots after the one before, and any leaf the graph made among them (a constant
+/// created inline, read by its own repetition, can come before that repetition's values).
 struct Run {
     writes: Vec<crate::passes::loops::Access>,
+    /// Reads that move with the repetitions, as the run's own leaves do.
+    moving_reads: Vec<crate::passes::loops::Access>,
     level: usize,
     stride: usize,
 }
@@ -367,34 +530,49 @@ impl Run {
     /// The run of `nest`, whose repetitions are at `level`; `None` if its values do not all
     /// move by one stride per repetition.
     fn of(nest: &crate::passes::loops::Nest, level: usize) -> Option<Run> {
-        let writes: Vec<_> = nest
+        let (writes, reads): (Vec<_>, Vec<_>) = nest
             .body
             .iter()
             .flat_map(Item::accesses)
-            .filter(|a| matches!(a.kind, AccessKind::Writes { .. }))
-            .collect();
+            .partition(|a| matches!(a.kind, AccessKind::Writes { .. }));
         let stride = writes.first()?.at.outer[level];
         let alike = writes.iter().all(|a| a.at.outer[level] == stride);
+        let moving_reads = reads
+            .into_iter()
+            .filter(|a| a.at.outer[level] == stride)
+            .collect();
         (alike && stride > 0 && nest.count > 1).then_some(Run {
             writes,
+            moving_reads,
             level,
             stride: stride as usize,
         })
     }
 
     /// The first slot of the run in repetition `outer` of the nests around, if the first
-    /// repetition's values lie within `stride` slots of it.
+    /// repetition's values lie within `stride` slots of it: the first value's, or that of
+    /// a slot the repetition reads before it, if that slot lies within `stride` of the last
+    /// value (a leaf of the repetition's own).
     fn first(&self, outer: &[u32]) -> Option<usize> {
         let mut js = outer.to_vec();
         js.resize(self.level + 1, 0);
-        let slots = || {
-            self.writes
-                .iter()
-                .flat_map(|a| (0..a.len).map(|t| a.at.at_levels(t, &js).index()))
-        };
-        let (lo, hi) = (slots().min()?, slots().max()?);
-        (hi < lo + self.stride).then_some(lo)
+        let lo = slots_at(&self.writes, &js).min()?;
+        let hi = slots_at(&self.writes, &js).max()?;
+        let leaf = slots_at(&self.moving_reads, &js)
+            .filter(|&s| s < lo && s + self.stride > hi)
+            .min();
+        (hi < lo + self.stride).then_some(leaf.unwrap_or(lo))
     }
+}
+
+/// The slots of `accesses` in repetition `js`.
+fn slots_at<'a>(
+    accesses: &'a [crate::passes::loops::Access],
+    js: &'a [u32],
+) -> impl Iterator<Item = usize> + 'a {
+    accesses
+        .iter()
+        .flat_map(move |a| (0..a.len).map(move |t| a.at.at_levels(t, js).index()))
 }
 
 /// Numbers per cache line.

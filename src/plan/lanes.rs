@@ -8,8 +8,10 @@
 //! where the analyses hold in every repetition of the nests around.
 
 use super::Buffers;
-use crate::passes::lanes::{backward_lanes_keep_order, repetitions_independent, vertical_map};
-use crate::passes::loops::{iteration, Item, Lanes, Nest, MAX_NEST_DEPTH};
+use crate::passes::lanes::{
+    backward_lanes_keep_order, first_out_of_order, repetitions_independent, vertical_map,
+};
+use crate::passes::loops::{iteration, Item, Lanes, MapLoop, Nest, MAX_NEST_DEPTH};
 
 /// At most this many repetitions run together in lanes (eight vectors of eight).
 pub const MAX_LANE_GROUP: u32 = 64;
@@ -90,25 +92,28 @@ fn decide_within(item: &Item, outer: &[u32], buffers: &Buffers, check_each: bool
     let instances = every_instance(nest, outer, check_each);
     let group = lane_group(nest.count);
     // The vertical order where some map has a shared operand (it is faster), if it keeps
-    // every gradient's order; else the plain lane order.
-    let keeps_order = |vertical| {
+    // every gradient's order; else the plain lane order, with some maps' operands from the
+    // last if that keeps it.
+    let vertical_keeps_order = || {
         instances
             .iter()
-            .all(|body| backward_lanes_keep_order(body, nest.count, group, vertical))
+            .all(|body| backward_lanes_keep_order(body, nest.count, group, true))
     };
     let has_vertical = nest.body.iter().any(|b| vertical_map(b, 0).is_some());
+    let mut body = nest.body.clone();
     let lanes = if mostly_strided(&nest.body, outer.len(), buffers)
         || !instances
             .iter()
             .all(|body| repetitions_independent(body, nest.count))
     {
         Lanes::None
-    } else if has_vertical && keeps_order(true) {
+    } else if has_vertical && vertical_keeps_order() {
         Lanes::Both {
             group,
             vertical: true,
         }
-    } else if keeps_order(false) {
+    } else if let Some(from_last) = operands_from_last(&instances, nest.count, group) {
+        body = with_operands_from_last(&body, &from_last);
         Lanes::Both {
             group,
             vertical: false,
@@ -118,8 +123,53 @@ fn decide_within(item: &Item, outer: &[u32], buffers: &Buffers, check_each: bool
     };
     Item::Nest(Nest {
         lanes,
+        body,
         ..nest.clone()
     })
+}
+
+/// Which maps of a flat nest's body (in every one of its `instances`) add into their
+/// operands from the last in backward, so that lanes in groups of `group` keep every
+/// gradient's order in the plain lane order ([`MapLoop::operands_from_last`]); `None` if no
+/// choice does. Greedy: each item the walk finds out of order turns, once, to the other
+/// operand order (a spring chain: the link reading `x[s] - x[s - 1]`); at most one walk per
+/// item.
+fn operands_from_last(instances: &[Vec<Item>], count: u32, group: u32) -> Option<Vec<bool>> {
+    let len = instances.first().map_or(0, Vec::len);
+    let mut from_last = vec![false; len];
+    loop {
+        let first_wrong = instances.iter().find_map(|body| {
+            first_out_of_order(
+                &with_operands_from_last(body, &from_last),
+                count,
+                group,
+                false,
+            )
+        });
+        let Some(k) = first_wrong else {
+            return Some(from_last);
+        };
+        let turnable = matches!(&instances[0][k],
+            Item::Map(m) if m.grad_args.iter().filter(|&&g| g).count() > 1);
+        if from_last[k] || !turnable {
+            return None;
+        }
+        from_last[k] = true;
+    }
+}
+
+/// `body` with the maps at `from_last` adding into their operands from the last.
+fn with_operands_from_last(body: &[Item], from_last: &[bool]) -> Vec<Item> {
+    body.iter()
+        .zip(from_last)
+        .map(|(item, &turn)| match item {
+            Item::Map(m) => Item::Map(MapLoop {
+                operands_from_last: turn,
+                ..m.clone()
+            }),
+            other => other.clone(),
+        })
+        .collect()
 }
 
 /// A flat `nest`'s body as it stands in every repetition of the nests around (of `outer`
@@ -188,7 +238,7 @@ fn alike_in_every_repetition(body: &[Item], outer: &[u32], count: u32) -> bool {
 mod tests {
     use super::*;
     use crate::op::Op;
-    use crate::passes::loops::{Affine, MapLoop};
+    use crate::passes::loops::Affine;
 
     /// A map of 5 iterations in a nest of 4 repetitions inside one of 3: it writes a block
     /// per repetition (moving by 20 per outer one) and reads `read`.
@@ -205,6 +255,7 @@ mod tests {
             len: 5,
             needs_grad: true,
             grad_args: vec![true],
+            operands_from_last: false,
         })]
     }
 

@@ -542,6 +542,7 @@ fn buffers_hold_kept_slots_side_by_side_where_loops_stay_affine() {
         len: 3,
         needs_grad: false,
         grad_args: vec![false],
+        operands_from_last: false,
     })];
     let kept = |unkept: &[usize]| -> Vec<bool> { (0..14).map(|s| !unkept.contains(&s)).collect() };
     // One slot not kept after each read: the reads stay affine, 2 addresses apart.
@@ -783,4 +784,99 @@ fn a_rollouts_chain_keeps_what_it_reads_before_it() {
     assert_eq!(reordered.len(), 1, "{orders:?}");
     // The step's `h * 2` (only the loss reads it) after `h * 3`, `+ 0.5` and `tanh`.
     assert_eq!(reordered[0].2, [1, 2, 3, 0], "{orders:?}");
+}
+
+/// A chain of `n` masses on springs in one dimension over `steps` steps, written as the
+/// springs family is: spring 0 ties mass 0 to a wall (a constant), spring `s` masses `s - 1`
+/// and `s`; mass `i` feels springs `i` and `i + 1`, the last one spring `i` only. So both
+/// ends of the chain differ from its inside.
+fn chain(g: &Graph, n: usize, steps: usize) {
+    let k: Vec<Value> = (0..n).map(|i| g.param(1.0 + 0.1 * i as f64)).collect();
+    let mut x = g.inputs_without_grad(n);
+    let mut v = g.inputs_without_grad(n);
+    let wall = g.constant(0.0);
+    for _ in 0..steps {
+        let tension: Vec<Value> = (0..n)
+            .map(|s| {
+                let left = if s == 0 { wall } else { x[s - 1] };
+                let stretch = x[s] - left;
+                k[s] * (stretch - 1.0)
+            })
+            .collect();
+        let (mut x2, mut v2) = (Vec::new(), Vec::new());
+        for i in 0..n {
+            let force = match i + 1 < n {
+                true => tension[i + 1] - tension[i],
+                false => -tension[i],
+            };
+            x2.push(x[i] + v[i] * 0.1);
+            v2.push(v[i] + force * 0.1);
+        }
+        (x, v) = (x2, v2);
+    }
+    g.set_loss(g.sum(x.iter().map(|&p| p * p))).unwrap();
+}
+
+/// The flat nests of `items` at any depth, with the level of their repetitions.
+fn flat_nests(items: &[Item]) -> Vec<(&crate::passes::loops::Nest, usize)> {
+    fn visit<'a>(
+        item: &'a Item,
+        level: usize,
+        out: &mut Vec<(&'a crate::passes::loops::Nest, usize)>,
+    ) {
+        let Item::Nest(nest) = item else { return };
+        if nest.body.iter().any(|b| matches!(b, Item::Nest(_))) {
+            nest.body.iter().for_each(|b| visit(b, level + 1, out));
+        } else {
+            out.push((nest, level));
+        }
+    }
+    let mut out = Vec::new();
+    items.iter().for_each(|i| visit(i, 0, &mut out));
+    out
+}
+
+/// A chain's springs and masses run in lanes, backward too: the spring at the wall and the
+/// last mass lie in the buffers as one more repetition of the nest beside them, so every
+/// slot the nests read or write lies side by side across the lanes (or is one for all of
+/// them), and the spring `x[s] - x[s - 1]` adds into its operands from the last, which
+/// reaches each mass from the spring after it first, as the interpreter does.
+#[test]
+fn a_chains_ends_join_its_nests_in_the_buffers_and_its_links_add_from_the_last_operand() {
+    let g = Graph::new();
+    chain(&g, 12, 20);
+    let (_, plan) = planned(&g);
+    let items: Vec<Item> = plan.functions.iter().flatten().cloned().collect();
+    let nests = flat_nests(&items);
+    let inner: Vec<_> = nests.iter().filter(|(_, level)| *level == 1).collect();
+    // In each step: the 11 springs between masses, the 11 masses with a spring after them.
+    assert_eq!(inner.len(), 2, "{nests:?}");
+    for (nest, level) in &inner {
+        assert_eq!(nest.count, 11);
+        assert!(nest.lanes.backward().is_some(), "{:?}", nest.lanes);
+        for access in nest.body.iter().flat_map(Item::accesses) {
+            let across = plan.buffers.affine(access.at).outer[*level];
+            assert!(matches!(across, 0 | 1), "{access:?}: {across} apart");
+        }
+    }
+    let from_last: Vec<Vec<bool>> = inner
+        .iter()
+        .map(|(nest, _)| {
+            let maps = nest.body.iter().filter_map(|item| match item {
+                Item::Map(m) => Some(m.operands_from_last),
+                _ => None,
+            });
+            maps.collect()
+        })
+        .collect();
+    // Each nest's first map, the spring's stretch and the mass's force (`tension[i + 1] -
+    // tension[i]`), whose later operand the repetition before also reads; no other.
+    assert_eq!(
+        from_last,
+        [
+            vec![true, false, false],
+            vec![true, false, false, false, false]
+        ],
+        "{inner:?}"
+    );
 }

@@ -13,7 +13,7 @@ use super::IrArith;
 use super::{Emit, Emitter, Frame, Pass};
 use crate::op::Arith;
 
-use crate::passes::lanes::vertical_arg;
+use crate::passes::lanes::{backward_operands, vertical_arg};
 use crate::passes::loops::{Affine, DotLoop, Item, Lanes, MapLoop, Nest, SharedGrad, SumLoop};
 use crate::plan::memory::Addition;
 use crate::plan::shared::SHARED_CHUNK;
@@ -340,7 +340,8 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
     }
 
     /// For `t` from `len - 1` down to 0, each operand's gradient `+=` its local gradient, in
-    /// operand order. Nothing if the map needs no gradient.
+    /// operand order (from the last where the plan says, `backward_operands`). Nothing if the
+    /// map needs no gradient.
     fn map_backward<V: LaneIo<'ctx>>(
         &self,
         frame: Frame<'ctx>,
@@ -581,8 +582,9 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         Ok(local)
     }
 
-    /// Adds each operand's local gradients (`locals[vector][operand]`), operand by operand,
-    /// vectors from the last: the order the plan checked lanes for.
+    /// Adds each operand's local gradients (`locals[vector][operand]`), operand by operand
+    /// (in `backward_operands`' order), vectors from the last: the order the plan checked
+    /// lanes for.
     pub(super) fn accumulate_args<V: LaneIo<'ctx>>(
         &self,
         frame: Frame<'ctx>,
@@ -604,8 +606,8 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         locals: &[Vec<V>],
         except: Option<usize>,
     ) -> Emit<()> {
-        for (i, &takes) in map.grad_args.iter().enumerate() {
-            if !takes || except == Some(i) {
+        for (i, _) in backward_operands(map) {
+            if except == Some(i) {
                 continue;
             }
             let additions = Addition::map_arg(map, i);

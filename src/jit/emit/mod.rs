@@ -344,15 +344,10 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         let module = context.create_module(&name);
         let f64_type = context.f64_type();
         let math = MathFn::iter()
+            .filter(|m| m.intrinsic().is_none())
             .map(|m| {
                 let params = vec![f64_type.into(); m.arity()];
-                // The square root is an instruction (the one `f64::sqrt` compiles to): LLVM
-                // inlines and vectorizes the intrinsic, where a call costs a few nanoseconds.
-                let name = match m {
-                    MathFn::Sqrt => "llvm.sqrt.f64",
-                    _ => m.symbol(),
-                };
-                let f = module.add_function(name, f64_type.fn_type(&params, false), None);
+                let f = module.add_function(m.symbol(), f64_type.fn_type(&params, false), None);
                 // memory(none): pure, so LLVM may CSE, hoist or drop calls, never reorder
                 // results.
                 for (attr, val) in [("memory", 0), ("nounwind", 0), ("willreturn", 0)] {
