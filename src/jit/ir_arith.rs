@@ -18,7 +18,7 @@ use crate::op::{Arith, MathFn, ROUNDER};
 /// lane, so a lane computes exactly what the scalar code would.
 pub(super) trait Lanes<'ctx>: FloatMathValue<'ctx> + Copy {
     /// The IR type of a value.
-    type Ty: Copy;
+    type Ty: Copy + inkwell::types::BasicType<'ctx>;
     /// An `i64` per lane, for building numbers from bits.
     type Int: IntMathValue<'ctx> + BasicValue<'ctx>;
     /// Whether [`MathFn::formula`]s are emitted inline (on vectors: one formula computes

@@ -1,20 +1,23 @@
 //! Values and gradients that never leave a repetition: a rollout step's intermediate results.
 //!
-//! Where a nest's repetitions run one at a time, its body's nodes (maps of one) read
-//! values, and take gradients, from the nodes of the same repetition: `dx` of a spring
-//! feeds `dx * dx` and `f * dx` of the same spring. Two kinds of them need no memory; the
-//! emitter keeps them in their function's scratch (an `alloca` that LLVM turns into
-//! registers), and the buffers do not keep them:
+//! A nest's body's nodes (maps of one) read values, and take gradients, from the nodes of
+//! the same repetition: `dx` of a spring feeds `dx * dx` and `f * dx` of the same spring.
+//! Two kinds of them need no memory; the emitter keeps them in their function's scratch (an
+//! `alloca` that LLVM turns into registers: a scalar per local where the nest runs one
+//! repetition at a time, a vector per local and vector of a lane group where it runs in
+//! lanes, each lane its own repetition's), and the buffers do not keep them:
 //!
-//! - **Local gradients**, in a nest whose backward runs one repetition at a time: a node
-//!   whose every gradient addition comes from its own repetition's body. Its gradient is
-//!   complete when backward (the body from its last item) reaches the node, and nothing
-//!   else reads it. It starts from 0 as each repetition's backward starts and is added into
-//!   as memory would be, so every bit is the same; nothing zeroes it in memory.
-//! - **Local values**, in a nest whose forward runs one repetition at a time too: a node
-//!   whose every reader is in its own repetition's body and whose value no derivative reads
-//!   ([`crate::op::Op::backward_reads`]: not its own, not its readers'), such as `dx * dx`,
-//!   read only by a sum. Backward never loads it.
+//! - **Local gradients**: a node whose every gradient addition comes from its own
+//!   repetition's body. Its gradient is complete when backward (the body from its last item)
+//!   reaches the node, and nothing else reads it. It starts from 0 as each repetition's (or
+//!   lane group's) backward starts and is added into as memory would be, so every bit is the
+//!   same; nothing zeroes it in memory.
+//! - **Local values**: a node whose every reader is in its own repetition's body and whose
+//!   value no derivative reads ([`crate::op::Op::backward_reads`]: not its own, not its
+//!   readers'), such as `dx * dx`, read only by a sum. Backward never loads it.
+//!
+//! Not in a nest whose backward adds shared gradients after its repetitions
+//! ([`crate::passes::loops::SharedGrad`]).
 //!
 //! [`crate::Program::value`] and `grad` call what the buffers do not keep not kept;
 //! [`crate::Program::every_value_and_grad`] recomputes it. Outputs and the loss are never
@@ -51,7 +54,7 @@ impl Locals {
     }
 
     /// The scratch element of `a` (a map of one's output or operand in a nest's body), if
-    /// it is local.
+    /// it is local: its first lane's (the lanes of a group follow it).
     pub fn place(&self, a: Affine) -> Option<u32> {
         self.place.get(&key(a)).copied()
     }
@@ -71,11 +74,12 @@ impl Locals {
         self.count
     }
 
-    /// Makes `out` (a map of one's output, in nests of `counts` repetitions) local to
-    /// `function`. (Each body item is visited once: no slot is inserted twice.)
-    fn insert(&mut self, out: Affine, counts: &[u32], function: usize) {
+    /// Makes `out` (a map of one's output, in nests of `counts` repetitions, `lanes` of them
+    /// at a time) local to `function`: `lanes` elements of its scratch, one per lane. (Each
+    /// body item is visited once: no slot is inserted twice.)
+    fn insert(&mut self, out: Affine, counts: &[u32], function: usize, lanes: u32) {
         self.place.insert(key(out), self.scratch[function]);
-        self.scratch[function] += 1;
+        self.scratch[function] += lanes;
         every_repetition(counts, |js| {
             self.slots[out.at_levels(0, js).index()] = true;
             self.count += 1;
@@ -122,6 +126,13 @@ struct Found {
     values: Locals,
 }
 
+/// How many repetitions a nest's forward and backward run at a time.
+#[derive(Clone, Copy)]
+struct Lanes {
+    forward: u32,
+    backward: u32,
+}
+
 struct Finder<'t> {
     tape: &'t Tape,
     /// Per slot: an output or the loss (read from outside).
@@ -133,17 +144,15 @@ impl Finder<'_> {
     /// one repetition at a time.
     fn visit(&self, item: &Item, counts: &mut Vec<u32>, function: usize, found: &mut Found) {
         let Item::Nest(nest) = item else { return };
-        if nest.lanes.backward().is_some() || !nest.shared_grads.is_empty() {
+        if !nest.shared_grads.is_empty() {
             return;
         }
         counts.push(nest.count);
-        self.body(
-            &nest.body,
-            counts,
-            function,
-            found,
-            nest.lanes.forward().is_none(),
-        );
+        let lanes = Lanes {
+            forward: nest.lanes.forward().unwrap_or(1),
+            backward: nest.lanes.backward().unwrap_or(1),
+        };
+        self.body(&nest.body, counts, function, found, lanes);
         for b in &nest.body {
             self.visit(b, counts, function, found);
         }
@@ -151,16 +160,16 @@ impl Finder<'_> {
     }
 
     /// The locals among the maps of one of a body, checked in every repetition: gradients
-    /// whose additions all come from maps of one of the same body and repetition, and (if
-    /// `values`: forward runs one repetition at a time) values that only such maps read and
-    /// that no derivative reads.
+    /// whose additions all come from maps of one of the same body and repetition, and
+    /// values that only such maps read and that no derivative reads. In lanes, each lane's
+    /// repetition keeps them in its own element.
     fn body(
         &self,
         body: &[Item],
         counts: &[u32],
         function: usize,
         found: &mut Found,
-        values: bool,
+        lanes: Lanes,
     ) {
         // The maps of one, each with what its derivative reads (if backward runs it).
         let maps: Vec<(&MapLoop, BackwardReads)> = body
@@ -195,11 +204,11 @@ impl Finder<'_> {
                     })
             };
             if m.needs_grad && all(&consumers.grad_additions, additions) {
-                found.grads.insert(m.out, counts, function);
+                found.grads.insert(m.out, counts, function, lanes.backward);
             }
             let own_read_back = m.needs_grad && backward.out;
-            if values && !read_back && !own_read_back && all(&consumers.uses, uses) {
-                found.values.insert(m.out, counts, function);
+            if !read_back && !own_read_back && all(&consumers.uses, uses) {
+                found.values.insert(m.out, counts, function, lanes.forward);
             }
         }
     }

@@ -879,4 +879,16 @@ fn a_chains_ends_join_its_nests_in_the_buffers_and_its_links_add_from_the_last_o
         ],
         "{inner:?}"
     );
+    // Within a step, a spring's stretch and its force's factor, and a mass's force and its
+    // velocity's increment, are read and take gradients from its own repetition only: in
+    // lanes too they stay in the scratch, a vector per lane group.
+    for (nest, _) in &inner {
+        let locals = |locals: &super::local::Locals| {
+            (nest.body.iter())
+                .filter(|item| matches!(item, Item::Map(m) if locals.place(m.out).is_some()))
+                .count()
+        };
+        assert!(locals(&plan.grads.local) >= 2, "{nest:?}");
+        assert!(locals(&plan.local_values) >= 1, "{nest:?}");
+    }
 }

@@ -67,6 +67,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
                     vertical,
                     ..reps.clone()
                 };
+                this.zero_local_grads::<VectorValue>(frame, &nest.body, reps)?;
                 nest.body
                     .iter()
                     .rev()
@@ -76,7 +77,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         let body = nest.repetition_body();
         self.emit_repetitions(nest.count, true, |this, j| {
             let reps = outer.scalar_in(j, nest.count);
-            this.zero_local_grads(frame, &body)?;
+            this.zero_local_grads::<FloatValue>(frame, &body, &reps)?;
             body.iter()
                 .rev()
                 .try_for_each(|item| this.body_backward::<FloatValue>(frame, item, &reps))
@@ -274,7 +275,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
                 let mut ar = this.arith::<V>(lanes);
                 let y = map.op.forward(&mut ar, &x);
                 ar.finish()?;
-                if !this.store_local_value(frame, map.out, y)? {
+                if !this.store_local_value(frame, map.out, lanes, y)? {
                     V::store(this, frame.vals, map.out, t, reps, lanes, y)?;
                 }
             }
@@ -374,11 +375,8 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
     ) -> Emit<Vec<Vec<V>>> {
         let mut locals = Vec::with_capacity(reps.vectors.len());
         for &lanes in &reps.vectors {
-            let g = match self.local_grad_ptr(frame, map.out)? {
-                Some(ptr) => {
-                    let g = self.builder.build_load(self.f64_type, ptr, "")?;
-                    V::shared(self, g.into_float_value(), lanes)?
-                }
+            let g = match self.local_grad(frame, map.out, lanes)? {
+                Some(g) => g,
                 None => V::load(self, frame.grads, map.out, t, reps, lanes)?,
             };
             let out = match self.local_value(frame, map.out, lanes)? {

@@ -104,9 +104,6 @@ pub(super) trait LaneIo<'ctx>: super::Lanes<'ctx> {
     /// `x` in every lane.
     fn shared(e: &Emitter<'ctx, '_>, x: FloatValue<'ctx>, lanes: Vector) -> Emit<Self>;
 
-    /// One repetition's value, if this is one.
-    fn scalar(v: Self) -> Option<FloatValue<'ctx>>;
-
     /// `buf[a(t, j)] = v[lane]` for the vector's repetitions `j`.
     fn store(
         e: &Emitter<'ctx, '_>,
@@ -154,10 +151,6 @@ impl<'ctx> LaneIo<'ctx> for FloatValue<'ctx> {
         Ok(x)
     }
 
-    fn scalar(v: Self) -> Option<FloatValue<'ctx>> {
-        Some(v)
-    }
-
     fn store(
         e: &Emitter<'ctx, '_>,
         buf: PointerValue<'ctx>,
@@ -183,12 +176,7 @@ impl<'ctx> LaneIo<'ctx> for FloatValue<'ctx> {
         d: Self,
     ) -> Emit<()> {
         let a = additions.operand();
-        if let Some(ptr) = e.local_grad_ptr(frame, a)? {
-            let before = e.builder.build_load(e.f64_type, ptr, "")?;
-            let after = e
-                .builder
-                .build_float_add(before.into_float_value(), d, "")?;
-            e.builder.build_store(ptr, after)?;
+        if e.add_local_grad(frame, a, lanes, d)? {
             return Ok(());
         }
         e.wrote(Place::new(frame.grads, a, t, reps, lanes));
@@ -226,10 +214,6 @@ impl<'ctx> LaneIo<'ctx> for VectorValue<'ctx> {
 
     fn shared(e: &Emitter<'ctx, '_>, x: FloatValue<'ctx>, lanes: Vector) -> Emit<Self> {
         e.splat(x, lanes.width)
-    }
-
-    fn scalar(_: Self) -> Option<FloatValue<'ctx>> {
-        None
     }
 
     /// One vector load when the repetitions are adjacent, a broadcast when they share the
@@ -297,6 +281,9 @@ impl<'ctx> LaneIo<'ctx> for VectorValue<'ctx> {
         d: Self,
     ) -> Emit<()> {
         let a = additions.operand();
+        if e.add_local_grad(frame, a, lanes, d)? {
+            return Ok(());
+        }
         let across = e.across(a, reps);
         if across == 1 && e.fuses_update(frame, a) {
             return e.fused_update(frame, a, t, (reps, lanes), d);

@@ -1,11 +1,12 @@
 //! A function's scratch: the values and gradients that never leave a nest's repetition
 //! ([`crate::plan::local`]), in an `alloca` of the function's entry block, which the
-//! pipeline's SROA turns into registers. Only scalar code (a repetition at a time) reaches
-//! them.
+//! pipeline's SROA turns into registers: per local a double, or where its nest runs in
+//! lanes a double per lane of the group, which each vector of the group loads and stores
+//! as one.
 
-use inkwell::values::PointerValue;
+use inkwell::values::{BasicValue, PointerValue};
 
-use super::lanes::{LaneIo, Vector};
+use super::lanes::{LaneIo, Reps, Vector};
 use super::{Emit, Emitter, Frame};
 use crate::passes::loops::{Affine, Item};
 use crate::plan::local::Locals;
@@ -55,11 +56,13 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         Ok(Some(self.builder.build_alloca(ty, "scratch")?))
     }
 
-    /// Where the gradient of `a` lives if it is local: its element of the scratch.
-    pub(super) fn local_grad_ptr(
+    /// Where the gradient of `a` for `lanes` lives if it is local: its elements of the
+    /// scratch.
+    fn local_grad_ptr(
         &self,
         frame: Frame<'ctx>,
         a: Affine,
+        lanes: Vector,
     ) -> Emit<Option<PointerValue<'ctx>>> {
         let Some(element) = self.plan.grads.local.place(a) else {
             return Ok(None);
@@ -67,19 +70,55 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         let Scratch::Backward(Some(scratch)) = frame.scratch else {
             unreachable!("backward_body gives every function with local gradients its scratch")
         };
-        self.element(scratch, element).map(Some)
+        self.element(scratch, element + lanes.offset).map(Some)
     }
 
-    /// Where the value of `a` lives: not local (the buffers), its element of the scratch in
-    /// forward, or nowhere in backward, which reads no local value.
-    fn local_value_place(&self, frame: Frame<'ctx>, a: Affine) -> Emit<ValuePlace<'ctx>> {
+    /// The gradient of `a` for `lanes`, if it is local.
+    pub(super) fn local_grad<V: LaneIo<'ctx>>(
+        &self,
+        frame: Frame<'ctx>,
+        a: Affine,
+        lanes: Vector,
+    ) -> Emit<Option<V>> {
+        match self.local_grad_ptr(frame, a, lanes)? {
+            Some(ptr) => self.load_scratch(ptr, lanes).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Adds `d` into the gradient of `a` for `lanes` if it is local, as into memory:
+    /// whether it did.
+    pub(super) fn add_local_grad<V: LaneIo<'ctx>>(
+        &self,
+        frame: Frame<'ctx>,
+        a: Affine,
+        lanes: Vector,
+        d: V,
+    ) -> Emit<bool> {
+        let Some(ptr) = self.local_grad_ptr(frame, a, lanes)? else {
+            return Ok(false);
+        };
+        let before: V = self.load_scratch(ptr, lanes)?;
+        let after = self.builder.build_float_add(before, d, "")?;
+        self.store_scratch(ptr, after)?;
+        Ok(true)
+    }
+
+    /// Where the value of `a` for `lanes` lives: not local (the buffers), its elements of
+    /// the scratch in forward, or nowhere in backward, which reads no local value.
+    fn local_value_place(
+        &self,
+        frame: Frame<'ctx>,
+        a: Affine,
+        lanes: Vector,
+    ) -> Emit<ValuePlace<'ctx>> {
         let Some(element) = self.plan.local_values.place(a) else {
             return Ok(ValuePlace::Buffers);
         };
         match frame.scratch {
-            Scratch::Forward(Some(scratch)) => {
-                Ok(ValuePlace::Scratch(self.element(scratch, element)?))
-            }
+            Scratch::Forward(Some(scratch)) => Ok(ValuePlace::Scratch(
+                self.element(scratch, element + lanes.offset)?,
+            )),
             Scratch::Forward(None) => {
                 unreachable!("every forward function with local values gets its scratch")
             }
@@ -90,14 +129,30 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
     fn element(&self, scratch: PointerValue<'ctx>, element: u32) -> Emit<PointerValue<'ctx>> {
         let index = self.context.i64_type().const_int(element as u64, false);
         // SAFETY: (of the GEP, not of Rust code) `element` is below the scratch's length,
-        // the number of locals of its kind in this function.
+        // the number of elements of its function's locals (a local's lanes after its first).
         Ok(unsafe {
             self.builder
                 .build_in_bounds_gep(self.f64_type, scratch, &[index], "local")?
         })
     }
 
-    /// The value of `a` for one repetition, if it is local: from the scratch in forward; in
+    /// The value of `lanes` at `ptr` in the scratch.
+    fn load_scratch<V: LaneIo<'ctx>>(&self, ptr: PointerValue<'ctx>, lanes: Vector) -> Emit<V> {
+        let v = self.builder.build_load(V::ty(self, lanes), ptr, "")?;
+        if let Some(inst) = v.as_instruction_value() {
+            // Loads always take an alignment: the scratch's doubles'.
+            let _ = inst.set_alignment(8);
+        }
+        Ok(V::from_basic(v))
+    }
+
+    /// Stores `v` at `ptr` in the scratch.
+    fn store_scratch<V: LaneIo<'ctx>>(&self, ptr: PointerValue<'ctx>, v: V) -> Emit<()> {
+        let _ = self.builder.build_store(ptr, v)?.set_alignment(8);
+        Ok(())
+    }
+
+    /// The value of `a` for `lanes`, if it is local: from the scratch in forward; in
     /// backward, whose derivatives never read it, NaN (which would poison any that did).
     pub(super) fn local_value<V: LaneIo<'ctx>>(
         &self,
@@ -105,42 +160,46 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         a: Affine,
         lanes: Vector,
     ) -> Emit<Option<V>> {
-        let x = match self.local_value_place(frame, a)? {
-            ValuePlace::Buffers => return Ok(None),
-            ValuePlace::Scratch(ptr) => {
-                let x = self.builder.build_load(self.f64_type, ptr, "")?;
-                x.into_float_value()
+        match self.local_value_place(frame, a, lanes)? {
+            ValuePlace::Buffers => Ok(None),
+            ValuePlace::Scratch(ptr) => self.load_scratch(ptr, lanes).map(Some),
+            ValuePlace::Unread => {
+                V::shared(self, self.f64_type.const_float(f64::NAN), lanes).map(Some)
             }
-            ValuePlace::Unread => self.f64_type.const_float(f64::NAN),
-        };
-        V::shared(self, x, lanes).map(Some)
+        }
     }
 
-    /// Stores `v`, the value of `a` for one repetition, in the scratch if it is local
-    /// (forward, which alone stores values): whether it did.
+    /// Stores `v`, the value of `a` for `lanes`, in the scratch if it is local (forward,
+    /// which alone stores values): whether it did.
     pub(super) fn store_local_value<V: LaneIo<'ctx>>(
         &self,
         frame: Frame<'ctx>,
         a: Affine,
+        lanes: Vector,
         v: V,
     ) -> Emit<bool> {
-        let ValuePlace::Scratch(ptr) = self.local_value_place(frame, a)? else {
+        let ValuePlace::Scratch(ptr) = self.local_value_place(frame, a, lanes)? else {
             return Ok(false);
         };
-        let Some(v) = V::scalar(v) else {
-            unreachable!("only a repetition at a time has local values")
-        };
-        self.builder.build_store(ptr, v)?;
+        self.store_scratch(ptr, v)?;
         Ok(true)
     }
 
-    /// Starts the local gradients of a repetition's `body` from 0, as the zeroed buffer
-    /// would.
-    pub(super) fn zero_local_grads(&self, frame: Frame<'ctx>, body: &[Item]) -> Emit<()> {
+    /// Starts the local gradients of `body` for `reps` (a repetition or a lane group) from
+    /// 0, as the zeroed buffer would.
+    pub(super) fn zero_local_grads<V: LaneIo<'ctx>>(
+        &self,
+        frame: Frame<'ctx>,
+        body: &[Item],
+        reps: &Reps<'ctx>,
+    ) -> Emit<()> {
         for item in body {
             let Item::Map(map) = item else { continue };
-            if let Some(ptr) = self.local_grad_ptr(frame, map.out)? {
-                self.builder.build_store(ptr, self.f64_type.const_zero())?;
+            for &lanes in &reps.vectors {
+                if let Some(ptr) = self.local_grad_ptr(frame, map.out, lanes)? {
+                    let zero = V::shared(self, self.f64_type.const_zero(), lanes)?;
+                    self.store_scratch(ptr, zero)?;
+                }
             }
         }
         Ok(())
