@@ -41,6 +41,12 @@ fn tiny() -> Vec<Family> {
             masses: 4,
             ..Springs::new(5)
         }),
+        // Nests of 11 springs and masses: lane groups of two vectors (8 and 3 lanes), whose
+        // links add into neighbouring windows across the vectors.
+        Family::Springs(Springs {
+            masses: 12,
+            ..Springs::new(6)
+        }),
         Family::Dag(Dag::new(300)),
     ]
 }

@@ -415,8 +415,13 @@ fn rnn_is_a_nest_over_its_steps() {
 
 /// The mass-spring family at a tiny size: 4 masses, `steps` steps.
 fn springs(g: &Graph, steps: usize) {
+    springs_of(g, 4, steps);
+}
+
+/// The mass-spring family with `masses` masses, `steps` steps.
+fn springs_of(g: &Graph, masses: usize, steps: usize) {
     Springs {
-        masses: 4,
+        masses,
         ..Springs::new(steps)
     }
     .build(g);
@@ -450,6 +455,18 @@ fn springs_is_a_nest_over_its_steps() {
     // its neighbour) lies side by side across the lanes. The steps, one after the other.
     assert_eq!(outline(&steps_nest.inner), "3x33~ 3x45~");
     assert!(!steps_nest.lanes, "{}", outline(&stats.nests));
+}
+
+/// Twelve masses: nests of 11 springs and 11 masses, lane groups of two vectors (8 and 3
+/// lanes), across which a spring's `x[s] - x[s - 1]` and a mass's force add into
+/// neighbouring windows of one gradient array (in registers, each slot's additions in the
+/// interpreter's order).
+#[test]
+fn springs_of_twelve_masses_run_in_lanes_of_two_vectors() {
+    let g = Graph::new();
+    springs_of(&g, 12, 8);
+    let stats = check("springs 12 masses, T = 8", &g);
+    assert_eq!(outline(&largest(&stats).inner), "11x121~ 11x165~");
 }
 
 #[test]

@@ -591,6 +591,9 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         reps: &Reps<'ctx>,
         locals: &[Vec<V>],
     ) -> Emit<()> {
+        if V::accumulate_neighbours(self, frame, map, t, reps, locals)? {
+            return Ok(());
+        }
         self.accumulate_args_but(frame, map, t, reps, locals, None)
     }
 

@@ -16,7 +16,7 @@ use inkwell::values::{
 
 use super::known::Place;
 use super::{Emit, Emitter, Frame};
-use crate::passes::loops::Affine;
+use crate::passes::loops::{Affine, MapLoop};
 use crate::plan::lanes::VECTOR_WIDTH;
 use crate::plan::memory::Addition;
 
@@ -115,6 +115,18 @@ pub(super) trait LaneIo<'ctx>: super::Lanes<'ctx> {
         v: Self,
     ) -> Emit<()>;
 
+    /// Adds `map`'s local gradients (`locals[vector][operand]`) into its two operands in
+    /// registers where they are neighbours one lane apart
+    /// ([`Emitter::accumulate_neighbours`]); whether it did (never one repetition alone).
+    fn accumulate_neighbours(
+        e: &Emitter<'ctx, '_>,
+        frame: Frame<'ctx>,
+        map: &MapLoop,
+        t: IntValue<'ctx>,
+        reps: &Reps<'ctx>,
+        locals: &[Vec<Self>],
+    ) -> Emit<bool>;
+
     /// `grads[a(t, j)] += d[lane]` for the vector's repetitions `j`, `a` the operand that
     /// `additions` add into (stored, `0 + d`, where the plan says they are its slots' first);
     /// in `step`, a fused param's gradient stored and applied instead.
@@ -131,6 +143,17 @@ pub(super) trait LaneIo<'ctx>: super::Lanes<'ctx> {
 
 impl<'ctx> LaneIo<'ctx> for FloatValue<'ctx> {
     const IS_VECTOR: bool = false;
+
+    fn accumulate_neighbours(
+        _: &Emitter<'ctx, '_>,
+        _: Frame<'ctx>,
+        _: &MapLoop,
+        _: IntValue<'ctx>,
+        _: &Reps<'ctx>,
+        _: &[Vec<Self>],
+    ) -> Emit<bool> {
+        Ok(false)
+    }
 
     fn ty(e: &Emitter<'ctx, '_>, _: Vector) -> FloatType<'ctx> {
         e.f64_type
@@ -207,6 +230,17 @@ struct LanesAt<'ctx> {
 
 impl<'ctx> LaneIo<'ctx> for VectorValue<'ctx> {
     const IS_VECTOR: bool = true;
+
+    fn accumulate_neighbours(
+        e: &Emitter<'ctx, '_>,
+        frame: Frame<'ctx>,
+        map: &MapLoop,
+        t: IntValue<'ctx>,
+        reps: &Reps<'ctx>,
+        locals: &[Vec<Self>],
+    ) -> Emit<bool> {
+        e.accumulate_neighbours(frame, map, t, reps, locals)
+    }
 
     fn ty(e: &Emitter<'ctx, '_>, lanes: Vector) -> VectorType<'ctx> {
         e.f64_type.vec_type(lanes.width)

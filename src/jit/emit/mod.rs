@@ -35,6 +35,7 @@ mod known;
 mod lanes;
 mod local;
 mod merged;
+mod neighbours;
 mod sparse;
 mod step;
 mod straight;
