@@ -649,7 +649,8 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         Ok(())
     }
 
-    /// The operands of iteration `t` of a map (local values from the scratch).
+    /// The operands of iteration `t` of a map (local values from the scratch; two one lane
+    /// apart, the lower from the upper, `Emitter::load_neighbours`).
     fn load_args<V: LaneIo<'ctx>>(
         &self,
         frame: Frame<'ctx>,
@@ -658,6 +659,9 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         reps: &Reps<'ctx>,
         lanes: Vector,
     ) -> Emit<Vec<V>> {
+        if let Some(args) = V::load_neighbours(self, frame, map, t, reps, lanes)? {
+            return Ok(args);
+        }
         map.args
             .iter()
             .map(|&a| match self.local_value(frame, a, lanes)? {

@@ -127,6 +127,17 @@ pub(super) trait LaneIo<'ctx>: super::Lanes<'ctx> {
         locals: &[Vec<Self>],
     ) -> Emit<bool>;
 
+    /// `map`'s two operands for `lanes`, where they lie one lane apart
+    /// ([`Emitter::load_neighbours`]; never one repetition alone).
+    fn load_neighbours(
+        e: &Emitter<'ctx, '_>,
+        frame: Frame<'ctx>,
+        map: &MapLoop,
+        t: IntValue<'ctx>,
+        reps: &Reps<'ctx>,
+        lanes: Vector,
+    ) -> Emit<Option<Vec<Self>>>;
+
     /// `grads[a(t, j)] += d[lane]` for the vector's repetitions `j`, `a` the operand that
     /// `additions` add into (stored, `0 + d`, where the plan says they are its slots' first);
     /// in `step`, a fused param's gradient stored and applied instead.
@@ -153,6 +164,17 @@ impl<'ctx> LaneIo<'ctx> for FloatValue<'ctx> {
         _: &[Vec<Self>],
     ) -> Emit<bool> {
         Ok(false)
+    }
+
+    fn load_neighbours(
+        _: &Emitter<'ctx, '_>,
+        _: Frame<'ctx>,
+        _: &MapLoop,
+        _: IntValue<'ctx>,
+        _: &Reps<'ctx>,
+        _: Vector,
+    ) -> Emit<Option<Vec<Self>>> {
+        Ok(None)
     }
 
     fn ty(e: &Emitter<'ctx, '_>, _: Vector) -> FloatType<'ctx> {
@@ -240,6 +262,17 @@ impl<'ctx> LaneIo<'ctx> for VectorValue<'ctx> {
         locals: &[Vec<Self>],
     ) -> Emit<bool> {
         e.accumulate_neighbours(frame, map, t, reps, locals)
+    }
+
+    fn load_neighbours(
+        e: &Emitter<'ctx, '_>,
+        frame: Frame<'ctx>,
+        map: &MapLoop,
+        t: IntValue<'ctx>,
+        reps: &Reps<'ctx>,
+        lanes: Vector,
+    ) -> Emit<Option<Vec<Self>>> {
+        e.load_neighbours(frame, map, t, reps, lanes)
     }
 
     fn ty(e: &Emitter<'ctx, '_>, lanes: Vector) -> VectorType<'ctx> {

@@ -1,9 +1,12 @@
-//! A chain's link in lanes: `x[s] - x[s - 1]` adds into two windows of one gradient array,
-//! one lane apart (operand by operand, the later operand first: `MapLoop::operands_from_last`).
-//! Each window is a load, an add and a store per vector; the second window's loads then
-//! straddle the first's stores, which a core cannot forward, and wait for them to reach the
-//! cache (a third of the spring chain's backward). Both windows' additions are made in
-//! registers instead: each slot receives exactly the additions it did, in the same order.
+//! A chain's link in lanes: `x[s] - x[s - 1]` reads, and adds into, two windows of one
+//! array one lane apart. Backward adds operand by operand (the later operand first:
+//! `MapLoop::operands_from_last`), each window a load, an add and a store per vector; the
+//! second window's loads then straddle the first's stores, which a core cannot forward, and
+//! wait for them to reach the cache (a third of the spring chain's backward). Forward reads
+//! a window right after the nest before stored the other (a mass's `t[i + 1] - t[i]` of
+//! its springs' tensions), with the same wait. So both windows' additions are made in
+//! registers, each slot receiving exactly the additions it did, in the same order; and the
+//! lower window is read as the upper one shifted by a lane, plus the one number before it.
 
 use inkwell::values::{IntValue, VectorValue};
 
@@ -16,13 +19,15 @@ use crate::plan::memory::Addition;
 impl<'ctx> Emitter<'ctx, '_> {
     /// Adds `map`'s local gradients `locals[vector][operand]` into its two operands if they
     /// are neighbours: the operand added into second lies one lane after the first, both in
-    /// the buffers as vectors (no local, no first addition stored whole, no fused update).
-    /// Whether it did.
+    /// the buffers as vectors (no local, no fused update; the second's additions not the
+    /// first into their slots, as the first operand's come before them). Whether it did.
     ///
     /// Slot `A + k` (`A` the first operand's first lane, `k < n` for `n` lanes) holds
     /// `(g + d1[k]) + d2[k - 1]` afterwards, `A + n` holds `g + d2[n - 1]`, `A` holds `g +
-    /// d1[0]`: the first window loaded and added into, the second's terms shifted by one
-    /// lane and added (but into lane 0), stored; the one slot past the window alone.
+    /// d1[0]`: the first window loaded and added into (or `0 + d1` where the plan says the
+    /// first operand's additions are its slots' first, [`crate::plan::GradMemory`]), the
+    /// second's terms shifted by one lane and added (but into lane 0), stored; the one slot
+    /// past the window alone.
     pub(super) fn accumulate_neighbours(
         &self,
         frame: Frame<'ctx>,
@@ -37,10 +42,10 @@ impl<'ctx> Emitter<'ctx, '_> {
         let in_buffers = |k: usize| {
             let a = map.args[k];
             self.plan.grads.local.place(a).is_none()
-                && !self.plan.grads.stores_whole(Addition::map_arg(map, k))
                 && !self.fuses_update(frame, a)
                 && self.across(a, reps) == 1
         };
+        let whole = |k: usize| self.plan.grads.stores_whole(Addition::map_arg(map, k));
         let (from, to) = (
             self.plan.buffers.affine(first),
             self.plan.buffers.affine(second),
@@ -50,7 +55,7 @@ impl<'ctx> Emitter<'ctx, '_> {
                 base: from.base + 1,
                 ..from
             };
-        if !neighbours || !in_buffers(i) || !in_buffers(j) {
+        if !neighbours || !in_buffers(i) || !in_buffers(j) || whole(j) {
             return Ok(false);
         }
         let i32t = self.context.i32_type();
@@ -58,8 +63,14 @@ impl<'ctx> Emitter<'ctx, '_> {
         let mut carried = None;
         for (&lanes, local) in reps.vectors.iter().zip(locals) {
             let (d1, d2) = (local[i], local[j]);
-            let g = VectorValue::load(self, frame.grads, first, t, reps, lanes)?;
-            let once = self.builder.build_float_add(g, d1, "")?;
+            let once = match whole(i) {
+                // Each lane's first addition: what the zeroed buffer would hold after it.
+                true => self.fresh(&[d1])?[0],
+                false => {
+                    let g = VectorValue::load(self, frame.grads, first, t, reps, lanes)?;
+                    self.builder.build_float_add(g, d1, "")?
+                }
+            };
             // d2 one lane on: lane 0 from the vector before (none before the first).
             let mask: Vec<_> = (0..lanes.width)
                 .map(|k| match k {
@@ -116,5 +127,80 @@ impl<'ctx> Emitter<'ctx, '_> {
         let sum = self.builder.build_float_add(g, d, "")?;
         VectorValue::store(self, frame.grads, second, t, reps, after, sum)?;
         Ok(true)
+    }
+
+    /// The two operands of `map` for `lanes`, if they lie one lane apart in the buffers (no
+    /// local value): the upper window loaded, the lower one that shifted by one lane, its
+    /// first lane the upper's lane before (in the group's vector before; before the group,
+    /// loaded alone).
+    pub(super) fn load_neighbours(
+        &self,
+        frame: Frame<'ctx>,
+        map: &MapLoop,
+        t: IntValue<'ctx>,
+        reps: &Reps<'ctx>,
+        lanes: Vector,
+    ) -> Emit<Option<Vec<VectorValue<'ctx>>>> {
+        let &[a, b] = &map.args[..] else {
+            return Ok(None);
+        };
+        let in_buffers = |x| self.plan.local_values.place(x).is_none() && self.across(x, reps) == 1;
+        if !in_buffers(a) || !in_buffers(b) {
+            return Ok(None);
+        }
+        let one_on = |lower: crate::passes::loops::Affine, upper| {
+            let lower = self.plan.buffers.affine(lower);
+            self.plan.buffers.affine(upper)
+                == crate::passes::loops::Affine {
+                    base: lower.base + 1,
+                    ..lower
+                }
+        };
+        let (lower, upper, upper_first) = match (one_on(a, b), one_on(b, a)) {
+            (true, _) => (a, b, false),
+            (_, true) => (b, a, true),
+            _ => return Ok(None),
+        };
+        let i32t = self.context.i32_type();
+        let lane = |k: u32| i32t.const_int(k as u64, false);
+        let high = VectorValue::load(self, frame.vals, upper, t, reps, lanes)?;
+        let before = reps
+            .vectors
+            .iter()
+            .find(|v| v.offset + v.width == lanes.offset);
+        let first = match before {
+            Some(&v) => {
+                let previous = VectorValue::load(self, frame.vals, upper, t, reps, v)?;
+                self.builder
+                    .build_extract_element(previous, lane(v.width - 1), "")?
+            }
+            None => {
+                let alone = Vector {
+                    offset: lanes.offset,
+                    width: 1,
+                };
+                let x = VectorValue::load(self, frame.vals, lower, t, reps, alone)?;
+                self.builder.build_extract_element(x, lane(0), "")?
+            }
+        };
+        let mask: Vec<_> = (0..lanes.width)
+            .map(|k| match k {
+                0 => i32t.get_undef(),
+                k => lane(k - 1),
+            })
+            .collect();
+        let shifted = self.builder.build_shuffle_vector(
+            high,
+            high.get_type().get_undef(),
+            inkwell::types::VectorType::const_vector(&mask),
+            "",
+        )?;
+        let low = self
+            .builder
+            .build_insert_element(shifted, first, lane(0), "")?;
+        Ok(Some(match upper_first {
+            true => vec![high, low],
+            false => vec![low, high],
+        }))
     }
 }
