@@ -119,24 +119,28 @@ pub(super) trait LaneIo<'ctx>: super::Lanes<'ctx> {
     /// registers where they are neighbours one lane apart
     /// ([`Emitter::accumulate_neighbours`]); whether it did (never one repetition alone).
     fn accumulate_neighbours(
-        e: &Emitter<'ctx, '_>,
-        frame: Frame<'ctx>,
-        map: &MapLoop,
-        t: IntValue<'ctx>,
-        reps: &Reps<'ctx>,
-        locals: &[Vec<Self>],
-    ) -> Emit<bool>;
+        _: &Emitter<'ctx, '_>,
+        _: Frame<'ctx>,
+        _: &MapLoop,
+        _: IntValue<'ctx>,
+        _: &Reps<'ctx>,
+        _: &[Vec<Self>],
+    ) -> Emit<bool> {
+        Ok(false)
+    }
 
     /// `map`'s two operands for `lanes`, where they lie one lane apart
     /// ([`Emitter::load_neighbours`]; never one repetition alone).
     fn load_neighbours(
-        e: &Emitter<'ctx, '_>,
-        frame: Frame<'ctx>,
-        map: &MapLoop,
-        t: IntValue<'ctx>,
-        reps: &Reps<'ctx>,
-        lanes: Vector,
-    ) -> Emit<Option<Vec<Self>>>;
+        _: &Emitter<'ctx, '_>,
+        _: Frame<'ctx>,
+        _: &MapLoop,
+        _: IntValue<'ctx>,
+        _: &Reps<'ctx>,
+        _: Vector,
+    ) -> Emit<Option<Vec<Self>>> {
+        Ok(None)
+    }
 
     /// `grads[a(t, j)] += d[lane]` for the vector's repetitions `j`, `a` the operand that
     /// `additions` add into (stored, `0 + d`, where the plan says they are its slots' first);
@@ -154,28 +158,6 @@ pub(super) trait LaneIo<'ctx>: super::Lanes<'ctx> {
 
 impl<'ctx> LaneIo<'ctx> for FloatValue<'ctx> {
     const IS_VECTOR: bool = false;
-
-    fn accumulate_neighbours(
-        _: &Emitter<'ctx, '_>,
-        _: Frame<'ctx>,
-        _: &MapLoop,
-        _: IntValue<'ctx>,
-        _: &Reps<'ctx>,
-        _: &[Vec<Self>],
-    ) -> Emit<bool> {
-        Ok(false)
-    }
-
-    fn load_neighbours(
-        _: &Emitter<'ctx, '_>,
-        _: Frame<'ctx>,
-        _: &MapLoop,
-        _: IntValue<'ctx>,
-        _: &Reps<'ctx>,
-        _: Vector,
-    ) -> Emit<Option<Vec<Self>>> {
-        Ok(None)
-    }
 
     fn ty(e: &Emitter<'ctx, '_>, _: Vector) -> FloatType<'ctx> {
         e.f64_type

@@ -8,12 +8,13 @@
 //! registers, each slot receiving exactly the additions it did, in the same order; and the
 //! lower window is read as the upper one shifted by a lane, plus the one number before it.
 
-use inkwell::values::{IntValue, VectorValue};
+use inkwell::types::VectorType;
+use inkwell::values::{FloatValue, IntValue, VectorValue};
 
 use super::lanes::{LaneIo, Reps, Vector};
 use super::{Emit, Emitter, Frame};
 use crate::passes::lanes::backward_operands;
-use crate::passes::loops::MapLoop;
+use crate::passes::loops::{Affine, MapLoop};
 use crate::plan::memory::Addition;
 
 impl<'ctx> Emitter<'ctx, '_> {
@@ -46,16 +47,7 @@ impl<'ctx> Emitter<'ctx, '_> {
                 && self.across(a, reps) == 1
         };
         let whole = |k: usize| self.plan.grads.stores_whole(Addition::map_arg(map, k));
-        let (from, to) = (
-            self.plan.buffers.affine(first),
-            self.plan.buffers.affine(second),
-        );
-        let neighbours = to
-            == crate::passes::loops::Affine {
-                base: from.base + 1,
-                ..from
-            };
-        if !neighbours || !in_buffers(i) || !in_buffers(j) || whole(j) {
+        if !self.one_lane_on(first, second) || !in_buffers(i) || !in_buffers(j) || whole(j) {
             return Ok(false);
         }
         let i32t = self.context.i32_type();
@@ -72,36 +64,19 @@ impl<'ctx> Emitter<'ctx, '_> {
                 }
             };
             // d2 one lane on: lane 0 from the vector before (none before the first).
-            let mask: Vec<_> = (0..lanes.width)
-                .map(|k| match k {
-                    0 => i32t.get_undef(),
-                    k => lane(k - 1),
-                })
-                .collect();
-            let undef = d2.get_type().get_undef();
-            let shifted = self.builder.build_shuffle_vector(
-                d2,
-                undef,
-                inkwell::types::VectorType::const_vector(&mask),
-                "",
-            )?;
+            let shifted = self.shifted_up(d2, carried)?;
+            let all = self.builder.build_float_add(once, shifted, "")?;
             let twice = match carried {
-                Some(before) => {
-                    let shifted =
-                        self.builder
-                            .build_insert_element(shifted, before, lane(0), "")?;
-                    self.builder.build_float_add(once, shifted, "")?
-                }
+                Some(_) => all,
                 None => {
                     // Lane 0 (slot A) takes no second addition.
-                    let all = self.builder.build_float_add(once, shifted, "")?;
                     let keep: Vec<_> = (0..lanes.width)
                         .map(|k| lane(if k == 0 { 0 } else { lanes.width + k }))
                         .collect();
                     self.builder.build_shuffle_vector(
                         once,
                         all,
-                        inkwell::types::VectorType::const_vector(&keep),
+                        VectorType::const_vector(&keep),
                         "",
                     )?
                 }
@@ -109,7 +84,8 @@ impl<'ctx> Emitter<'ctx, '_> {
             VectorValue::store(self, frame.grads, first, t, reps, lanes, twice)?;
             carried = Some(
                 self.builder
-                    .build_extract_element(d2, lane(lanes.width - 1), "")?,
+                    .build_extract_element(d2, lane(lanes.width - 1), "")?
+                    .into_float_value(),
             );
         }
         // The slot after the window: the second operand's last lane.
@@ -148,15 +124,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         if !in_buffers(a) || !in_buffers(b) {
             return Ok(None);
         }
-        let one_on = |lower: crate::passes::loops::Affine, upper| {
-            let lower = self.plan.buffers.affine(lower);
-            self.plan.buffers.affine(upper)
-                == crate::passes::loops::Affine {
-                    base: lower.base + 1,
-                    ..lower
-                }
-        };
-        let (lower, upper, upper_first) = match (one_on(a, b), one_on(b, a)) {
+        let (lower, upper, upper_first) = match (self.one_lane_on(a, b), self.one_lane_on(b, a)) {
             (true, _) => (a, b, false),
             (_, true) => (b, a, true),
             _ => return Ok(None),
@@ -183,24 +151,46 @@ impl<'ctx> Emitter<'ctx, '_> {
                 self.builder.build_extract_element(x, lane(0), "")?
             }
         };
-        let mask: Vec<_> = (0..lanes.width)
-            .map(|k| match k {
-                0 => i32t.get_undef(),
-                k => lane(k - 1),
-            })
-            .collect();
-        let shifted = self.builder.build_shuffle_vector(
-            high,
-            high.get_type().get_undef(),
-            inkwell::types::VectorType::const_vector(&mask),
-            "",
-        )?;
-        let low = self
-            .builder
-            .build_insert_element(shifted, first, lane(0), "")?;
+        let low = self.shifted_up(high, Some(first.into_float_value()))?;
         Ok(Some(match upper_first {
             true => vec![high, low],
             false => vec![low, high],
         }))
+    }
+
+    /// Whether `upper`'s addresses are `lower`'s one lane on.
+    fn one_lane_on(&self, lower: Affine, upper: Affine) -> bool {
+        let lower = self.plan.buffers.affine(lower);
+        self.plan.buffers.affine(upper)
+            == Affine {
+                base: lower.base + 1,
+                ..lower
+            }
+    }
+
+    /// `v`'s lanes one lane up (its last one dropped), `first` (if any; else undefined) in
+    /// lane 0.
+    fn shifted_up(
+        &self,
+        v: VectorValue<'ctx>,
+        first: Option<FloatValue<'ctx>>,
+    ) -> Emit<VectorValue<'ctx>> {
+        let i32t = self.context.i32_type();
+        let mask: Vec<_> = (0..v.get_type().get_size())
+            .map(|k| match k {
+                0 => i32t.get_undef(),
+                k => i32t.const_int(k as u64 - 1, false),
+            })
+            .collect();
+        let undef = v.get_type().get_undef();
+        let shifted =
+            self.builder
+                .build_shuffle_vector(v, undef, VectorType::const_vector(&mask), "")?;
+        match first {
+            Some(x) => self
+                .builder
+                .build_insert_element(shifted, x, i32t.const_zero(), ""),
+            None => Ok(shifted),
+        }
     }
 }
