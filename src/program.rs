@@ -295,9 +295,10 @@ pub trait Program: backend::Sealed {
 
     /// Whether this program stores `slot`'s value and gradient in its buffers. The
     /// interpreter keeps every slot; the JIT all but the products it fuses into sums, and
-    /// a rollout step's intermediate results whose every gradient addition comes from the
-    /// same step: their gradients live in registers, and their values too where only the
-    /// same step reads them and no derivative does.
+    /// the intermediate results of a nest's repetition (a rollout step's, a batch copy's
+    /// loss terms) whose every gradient addition comes from the same repetition: their
+    /// gradients live in registers, and their values too where only the same repetition
+    /// reads them and no derivative does.
     fn is_kept(&self, slot: Slot) -> bool;
 
     /// Every slot's value and gradient as of the last `forward` and `backward`, those this

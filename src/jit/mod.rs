@@ -173,8 +173,9 @@ pub struct JitStats {
     /// layer's rows of weights on cache lines.
     pub buffered_slots: usize,
     /// Slots whose gradient never leaves a nest's repetition, kept in registers rather than
-    /// memory: a rollout step's intermediate results, whose every gradient addition comes
-    /// from the same step (`Program::grad` of one is [`crate::Error::NotKept`]).
+    /// memory: a rollout step's (or a batch copy's) intermediate results, whose every
+    /// gradient addition comes from the same step (`Program::grad` of one is
+    /// [`crate::Error::NotKept`]).
     pub local_grads: usize,
     /// Slots whose value never leaves a nest's repetition and no derivative reads, kept in
     /// registers and never stored (`Program::value` of one is [`crate::Error::NotKept`]).
