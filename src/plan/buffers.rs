@@ -91,12 +91,13 @@ impl Buffers {
     /// until none does. `None` if not even slot order keeps every loop affine.
     fn laid_out(&self, kept: &[bool], items: &[Item], leaves: usize) -> Option<Buffers> {
         let runs = NestRun::all(items);
+        let in_runs = self.in_runs(&runs);
         let mut layouts = vec![RunLayout::WithBoundaries; runs.len()];
         // Slots whose addresses the last fallback changed: only loops reaching them can
         // have changed (all, the first time).
         let mut changed = 0..self.address.len();
         loop {
-            let (buffers, mover) = self.item_by_item(&runs, &layouts, leaves);
+            let (buffers, mover) = self.item_by_item(&runs, &in_runs, &layouts, leaves);
             let broken = buffers.unaffine_accesses(kept, items, changed);
             if broken.is_empty() {
                 return Some(buffers);
@@ -217,20 +218,11 @@ impl Buffers {
     fn item_by_item(
         &self,
         runs: &[NestRun],
+        in_runs: &[bool],
         layouts: &[RunLayout],
         leaves: usize,
     ) -> (Buffers, Vec<u32>) {
         let slots = self.address.len();
-        let mut in_runs = vec![false; slots];
-        for NestRun { run, count, outer } in runs {
-            every_repetition(outer, |js| {
-                if let Some(first) = run.first(js) {
-                    let end = (first + *count as usize * run.stride).min(slots);
-                    in_runs[first..end].fill(true);
-                }
-                true
-            });
-        }
         let mut address = self.address.clone();
         let mut mover = vec![NOT_MOVED; slots];
         for (r, NestRun { run, count, outer }) in runs.iter().enumerate() {
@@ -397,6 +389,22 @@ impl Buffers {
             }
         }
         out
+    }
+
+    /// Per slot, whether one of `runs` holds it (`in_runs` of [`Buffers::item_by_item`]).
+    fn in_runs(&self, runs: &[NestRun]) -> Vec<bool> {
+        let slots = self.address.len();
+        let mut in_runs = vec![false; slots];
+        for NestRun { run, count, outer } in runs {
+            every_repetition(outer, |js| {
+                if let Some(first) = run.first(js) {
+                    let end = (first + *count as usize * run.stride).min(slots);
+                    in_runs[first..end].fill(true);
+                }
+                true
+            });
+        }
+        in_runs
     }
 
     /// Per sequence of kept slots a loop reads or writes that is not affine in addresses,

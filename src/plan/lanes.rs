@@ -138,13 +138,14 @@ fn operands_from_last(instances: &[Vec<Item>], count: u32, group: u32) -> Option
     let len = instances.first().map_or(0, Vec::len);
     let mut from_last = vec![false; len];
     loop {
+        // (A body is copied only once some map turns.)
+        let turned = from_last.contains(&true);
         let first_wrong = instances.iter().find_map(|body| {
-            first_out_of_order(
-                &with_operands_from_last(body, &from_last),
-                count,
-                group,
-                false,
-            )
+            let body = match turned {
+                true => std::borrow::Cow::Owned(with_operands_from_last(body, &from_last)),
+                false => std::borrow::Cow::Borrowed(&body[..]),
+            };
+            first_out_of_order(&body, count, group, false)
         });
         let Some(k) = first_wrong else {
             return Some(from_last);
