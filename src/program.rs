@@ -697,17 +697,23 @@ fn scan<const NEGATIVE_ZEROS: bool>(xs: &[f64]) -> (bool, bool) {
     (finite, none)
 }
 
-/// Fresh value and gradient buffers for a tape: params at their initial values, constants in
-/// place, everything else 0.
-pub(crate) fn initial_buffers(tape: &Tape) -> (Vec<f64>, Vec<f64>) {
-    let mut values = vec![0.0; tape.len()];
-    for (s, &p) in tape.param_slots().iter().zip(tape.param_init()) {
-        values[s.index()] = p;
+/// The values a fresh program starts from, other than 0: each param's initial value and each
+/// constant, with its slot.
+pub(crate) fn for_each_initial_value(tape: &Tape, mut f: impl FnMut(Slot, f64)) {
+    for (&s, &p) in tape.param_slots().iter().zip(tape.param_init()) {
+        f(s, p);
     }
     for s in tape.slots() {
         if let crate::op::Op::Const(c) = tape.op(s) {
-            values[s.index()] = c;
+            f(s, c);
         }
     }
+}
+
+/// Fresh value and gradient buffers for a tape, in slot order: [`for_each_initial_value`],
+/// everything else 0.
+pub(crate) fn initial_buffers(tape: &Tape) -> (Vec<f64>, Vec<f64>) {
+    let mut values = vec![0.0; tape.len()];
+    for_each_initial_value(tape, |s, x| values[s.index()] = x);
     (values, vec![0.0; tape.len()])
 }

@@ -39,7 +39,7 @@ use crate::aligned::AlignedBuf;
 use crate::error::Result;
 use crate::op::MathFn;
 use crate::plan::{Buffers, Plan, GUARD_FINITE, GUARD_NO_NEGATIVE_ZERO};
-use crate::program::{finite_without_negative_zero, initial_buffers};
+use crate::program::finite_without_negative_zero;
 use crate::tape::{Slot, Tape};
 use strum::IntoEnumIterator;
 
@@ -408,11 +408,10 @@ impl Native {
                 accumulate: None,
             }
         };
-        let (vals, grads) = initial_buffers(tape);
         let layout = plan.buffers.clone();
         Ok(Native {
-            vals: layout.lay_out(&vals),
-            grads: UnsafeCell::new(layout.lay_out(&grads)),
+            vals: layout.initial_values(tape),
+            grads: UnsafeCell::new(AlignedBuf::zeros(layout.buffer_len())),
             pending: Cell::new(false),
             layout,
             in_slot_order: UnsafeCell::new((Vec::new(), Vec::new())),

@@ -394,7 +394,14 @@ impl JitBuilder {
     /// cannot be changed afterwards, so it is not checked again here.)
     pub fn compile_tape(&self, tape: Tape) -> Result<Jit> {
         let start = Instant::now();
-        let schedule = recovery::schedule(&tape, self.loop_recovery);
+        let schedule = std::thread::scope(|scope| {
+            // The planning passes ask who reads each slot; a second core counts it while
+            // recovery scans (a batch of copies has millions of slots).
+            if self.threads() > 1 && self.loop_recovery {
+                scope.spawn(|| tape.consumers());
+            }
+            recovery::schedule(&tape, self.loop_recovery)
+        });
         let (tape, schedule) = layout::apply(tape, schedule)?;
         self.compile_schedule(tape, schedule, start)
     }

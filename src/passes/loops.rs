@@ -704,17 +704,16 @@ fn next_node(tape: &Tape, s: Slot) -> Option<Slot> {
 fn map_run_at(tape: &Tape, s: Slot) -> Option<MapLoop> {
     let op = tape.op(s);
     op.arity()?;
-    let grad_args: Vec<bool> = tape.args(s).iter().map(|&a| tape.needs_grad(a)).collect();
+    // (Compared with `s` itself, so that the nodes that start no run, most of a
+    // straight-line tape, allocate nothing.)
     let same_kind = |n: Slot| {
         tape.op(n) == op
             && tape.needs_grad(n) == tape.needs_grad(s)
-            && tape
-                .args(n)
-                .iter()
-                .zip(&grad_args)
-                .all(|(&a, &g)| tape.needs_grad(a) == g)
+            && (tape.args(n).iter().zip(tape.args(s)))
+                .all(|(&a, &b)| tape.needs_grad(a) == tape.needs_grad(b))
     };
     let second = next_node(tape, s).filter(|&n| same_kind(n))?;
+    let grad_args: Vec<bool> = tape.args(s).iter().map(|&a| tape.needs_grad(a)).collect();
     let out = Affine::through(s, second);
     let args: Vec<Affine> = tape
         .args(s)

@@ -301,14 +301,16 @@ impl Buffers {
         self.in_place
     }
 
-    /// A buffer in slot order (one number per slot), laid out.
-    pub fn lay_out(&self, in_slot_order: &[f64]) -> AlignedBuf {
+    /// Fresh laid-out values ([`crate::program::for_each_initial_value`], 0 elsewhere), with
+    /// only those numbers written: a batch of copies has millions of slots, and a page the
+    /// compile does not touch costs nothing until the program runs.
+    pub fn initial_values(&self, tape: &Tape) -> AlignedBuf {
         let mut out = AlignedBuf::zeros(self.buffer_len());
-        for (s, &x) in in_slot_order.iter().enumerate() {
-            if self.holds(s) {
-                out[self.address[s] as usize] = x;
+        crate::program::for_each_initial_value(tape, |s, x| {
+            if self.holds(s.index()) {
+                out[self.address[s.index()] as usize] = x;
             }
-        }
+        });
         out
     }
 
