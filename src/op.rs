@@ -11,7 +11,6 @@ mod reads;
 
 pub(crate) use formulas::ROUNDER;
 pub use reads::BackwardReads;
-use strum::IntoEnumIterator;
 
 /// The scalar operations a backend must provide to evaluate ops.
 ///
@@ -77,8 +76,7 @@ pub trait Arith {
 /// An operation of the graph. Leaves (`Input`, `Param`, `Const`) have no operands; `Sum` has
 /// one or more; the others have the arity [`Op::arity`] gives. `Op::iter()` lists every
 /// variant once (fields 0), so tests and tables derived from it cover a new op unedited.
-#[derive(Clone, Copy, Debug, PartialEq, strum::EnumIter, strum::EnumDiscriminants)]
-#[strum_discriminants(name(OpCode))]
+#[derive(Clone, Copy, Debug, PartialEq, strum::EnumIter)]
 pub enum Op {
     /// The `n`-th input, set before each run.
     Input(u32),
@@ -108,30 +106,6 @@ pub enum Op {
 }
 
 impl Op {
-    /// The op in 9 bytes: its variant's position in `Op::iter()` and its field's bits (a
-    /// leaf's index, a constant or an exponent; 0 for the others). How the tape stores it.
-    pub(crate) fn pack(self) -> (u8, u64) {
-        let field = match self {
-            Op::Input(k) | Op::Param(k) => k as u64,
-            Op::Const(c) | Op::Powf(c) => c.to_bits(),
-            _ => 0,
-        };
-        (OpCode::from(self) as u8, field)
-    }
-
-    /// The op [`Op::pack`] packed as `(code, field)`.
-    #[inline]
-    pub(crate) fn unpack(code: u8, field: u64) -> Op {
-        match Op::iter().nth(code as usize) {
-            Some(Op::Input(_)) => Op::Input(field as u32),
-            Some(Op::Param(_)) => Op::Param(field as u32),
-            Some(Op::Const(_)) => Op::Const(f64::from_bits(field)),
-            Some(Op::Powf(_)) => Op::Powf(f64::from_bits(field)),
-            Some(op) => op,
-            None => unreachable!("op code {code} was not packed by Op::pack"),
-        }
-    }
-
     /// The number of operands, or `None` for `Sum` (any number, at least one).
     pub fn arity(self) -> Option<usize> {
         match self {
@@ -539,37 +513,5 @@ impl Arith for F64 {
     }
     fn pow2(&mut self, k: f64) -> f64 {
         formulas::pow2(k)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_op_comes_back_from_its_packed_form_with_every_kind_of_field() {
-        let fields = [
-            0,
-            1,
-            u32::MAX as u64,
-            (-0.0f64).to_bits(),
-            f64::NAN.to_bits(),
-        ];
-        for op in Op::iter() {
-            for field in fields {
-                let (code, _) = op.pack();
-                let packed = Op::unpack(code, field).pack();
-                assert_eq!(Op::unpack(packed.0, packed.1).pack(), packed, "{op:?}");
-                assert_eq!(
-                    std::mem::discriminant(&Op::unpack(code, field)),
-                    std::mem::discriminant(&op)
-                );
-            }
-        }
-        assert_eq!(
-            Op::unpack(Op::Powf(0.5).pack().0, 2.5f64.to_bits()),
-            Op::Powf(2.5)
-        );
-        assert_eq!(Op::unpack(Op::Input(0).pack().0, 7), Op::Input(7));
     }
 }

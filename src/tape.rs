@@ -42,78 +42,36 @@ pub struct TapeNodeView<'t> {
     pub needs_grad: bool,
 }
 
-/// A node of the tape in 16 bytes (a compile streams millions of them). `head` holds the
-/// op's code ([`Op::pack`]), whether it needs a gradient, and where its operands are: up to
-/// [`TapeNode::INLINE`] of them in `words` itself (their count in `head`), or, for more,
-/// `words[0]` of them from `words[1]` on in [`Tape::args`]. An op's field ([`Op::pack`]: a
-/// leaf's index, a constant, an exponent) takes `words[1..3]`, after its one operand if it
-/// has one: so unary and binary nodes, nearly all of a tape, need no second array.
+/// A node of the tape in 24 bytes (a compile streams millions of them): its op, where its
+/// operands start in [`Tape::args`], and their count with, in the top bit, whether it needs
+/// a gradient (a node of 2^31 operands would take 8 GB of them).
 #[derive(Clone, Copy, Debug)]
 struct TapeNode {
-    head: u32,
-    words: [Slot; 3],
+    op: Op,
+    args_start: u32,
+    args_len_and_grad: u32,
 }
 
 const NEEDS_GRAD_BIT: u32 = 1 << 31;
-const SPILLED_BIT: u32 = 1 << 30;
-const INLINE_SHIFT: u32 = 8;
 
 impl TapeNode {
-    /// Operands that fit in `words` beside no field.
-    const INLINE: usize = 3;
-
-    /// `op` with `args` (pushed onto `spill` if they do not fit).
-    fn new(op: Op, args: &[Slot], needs_grad: bool, spill: &mut Vec<Slot>) -> TapeNode {
-        let (code, field) = op.pack();
-        let mut head = code as u32 | if needs_grad { NEEDS_GRAD_BIT } else { 0 };
-        let mut words = [Slot(0); 3];
-        if Self::has_field(op) {
-            debug_assert!(args.len() <= 1);
-            words[..args.len()].copy_from_slice(args);
-            words[1] = Slot(field as u32);
-            words[2] = Slot((field >> 32) as u32);
-            head |= (args.len() as u32) << INLINE_SHIFT;
-        } else if args.len() <= Self::INLINE {
-            words[..args.len()].copy_from_slice(args);
-            head |= (args.len() as u32) << INLINE_SHIFT;
-        } else {
-            words[0] = Slot(args.len() as u32);
-            words[1] = Slot(spill.len() as u32);
-            spill.extend_from_slice(args);
-            head |= SPILLED_BIT;
+    fn new(op: Op, args_start: u32, args_len: u32, needs_grad: bool) -> TapeNode {
+        debug_assert!(args_len < NEEDS_GRAD_BIT);
+        let grad = if needs_grad { NEEDS_GRAD_BIT } else { 0 };
+        TapeNode {
+            op,
+            args_start,
+            args_len_and_grad: args_len | grad,
         }
-        TapeNode { head, words }
     }
 
-    fn has_field(op: Op) -> bool {
-        matches!(op, Op::Input(_) | Op::Param(_) | Op::Const(_) | Op::Powf(_))
-    }
-
-    fn op(self) -> Op {
-        let field = self.words[1].0 as u64 | (self.words[2].0 as u64) << 32;
-        Op::unpack(self.head as u8, field)
+    fn args_len(self) -> u32 {
+        self.args_len_and_grad & !NEEDS_GRAD_BIT
     }
 
     fn needs_grad(self) -> bool {
-        self.head & NEEDS_GRAD_BIT != 0
+        self.args_len_and_grad & NEEDS_GRAD_BIT != 0
     }
-
-    /// Where the operands are: inline (their count) or spilled (count and start).
-    fn operands(&self) -> Operands {
-        if self.head & SPILLED_BIT != 0 {
-            Operands::Spilled {
-                len: self.words[0].0 as usize,
-                start: self.words[1].0 as usize,
-            }
-        } else {
-            Operands::Inline(((self.head >> INLINE_SHIFT) & 3) as usize)
-        }
-    }
-}
-
-enum Operands {
-    Inline(usize),
-    Spilled { len: usize, start: usize },
 }
 
 /// A linearized graph. Build it with [`Tape::from_graph`]; backends run it.
@@ -226,11 +184,10 @@ impl Tape {
         let num_params = g.param_init.len();
         let num_inputs = g.num_inputs as usize;
         let leaves = (num_params + num_inputs) as u32;
-        let mut args = Vec::new();
-        let leaf = |op: Op, needs_grad: bool| TapeNode::new(op, &[], needs_grad, &mut Vec::new());
+        let leaf = |op: Op, needs_grad: bool| TapeNode::new(op, 0, 0, needs_grad);
         let mut nodes = vec![leaf(Op::Const(0.0), false); leaves as usize];
         nodes.reserve(n - leaves as usize);
-        let mut operands = Vec::new();
+        let mut args = Vec::with_capacity(g.args.len());
         let mut slot_of = vec![DROPPED; n];
         let is_loss = |i: usize| g.loss.is_some_and(|l| l as usize == i);
         for (i, node) in g.nodes.iter().enumerate() {
@@ -249,9 +206,9 @@ impl Tape {
                 }
                 _ if flags[i] & LIVE == 0 => DROPPED,
                 op => {
-                    operands.clear();
-                    operands.extend(g.args_of(node).iter().map(|&a| Slot(slot_of[a as usize])));
-                    nodes.push(TapeNode::new(op, &operands, needs_grad, &mut args));
+                    let args_start = args.len() as u32;
+                    args.extend(g.args_of(node).iter().map(|&a| Slot(slot_of[a as usize])));
+                    nodes.push(TapeNode::new(op, args_start, node.args_len, needs_grad));
                     nodes.len() as u32 - 1
                 }
             };
@@ -301,23 +258,24 @@ impl Tape {
             ));
         }
         for (s, node) in self.nodes.iter().enumerate() {
-            let op = node.op();
-            match op {
+            match node.op {
                 Op::Param(k)
                     if s < p && self.param_slots.get(k as usize) == Some(&Slot(s as u32)) => {}
                 Op::Input(k) if (p..p + i).contains(&s) && k as usize == s - p => {}
-                Op::Param(_) | Op::Input(_) => return Err(bad(s, format!("{op:?} out of place"))),
+                Op::Param(_) | Op::Input(_) => {
+                    return Err(bad(s, format!("{:?} out of place", node.op)))
+                }
                 _ if s < p + i => {
                     return Err(bad(s, "a param or input slot holds another op".into()))
                 }
                 _ => {}
             }
             let args = self.args(Slot(s as u32));
-            match op.arity() {
+            match node.op.arity() {
                 Some(k) if k != args.len() => {
                     return Err(bad(
                         s,
-                        format!("{} takes {k} operands, has {}", op.name(), args.len()),
+                        format!("{} takes {k} operands, has {}", node.op.name(), args.len()),
                     ))
                 }
                 None if args.is_empty() => return Err(bad(s, "sum of no operands".into())),
@@ -331,7 +289,7 @@ impl Tape {
                     ));
                 }
                 let operand = self.nodes[a.index()];
-                let exempt = matches!(operand.op(), Op::Input(_));
+                let exempt = matches!(operand.op, Op::Input(_));
                 if node.needs_grad() && !operand.needs_grad() && !exempt {
                     return Err(bad(
                         s,
@@ -383,15 +341,12 @@ impl Tape {
     // The unchecked accessors the passes and backends use: every slot they hold comes from
     // this tape (`Tape::verify`, `Plan::verify`).
     pub(crate) fn op(&self, s: Slot) -> Op {
-        self.nodes[s.index()].op()
+        self.nodes[s.index()].op
     }
 
     pub(crate) fn args(&self, s: Slot) -> &[Slot] {
-        let node = &self.nodes[s.index()];
-        match node.operands() {
-            Operands::Inline(len) => &node.words[..len],
-            Operands::Spilled { len, start } => &self.args[start..start + len],
-        }
+        let n = self.nodes[s.index()];
+        &self.args[n.args_start as usize..(n.args_start + n.args_len()) as usize]
     }
 
     pub(crate) fn needs_grad(&self, s: Slot) -> bool {
@@ -464,15 +419,9 @@ impl Tape {
             }
         };
         move_params(&mut self.nodes, from);
-        let inline = self
-            .nodes
+        for a in self
+            .args
             .iter_mut()
-            .flat_map(|node| match node.operands() {
-                Operands::Inline(len) => &mut node.words[..len],
-                Operands::Spilled { .. } => &mut [],
-            });
-        for a in inline
-            .chain(&mut self.args)
             .chain(&mut self.param_slots)
             .chain(&mut self.outputs)
             .chain(&mut self.loss)
@@ -534,10 +483,9 @@ impl Tape {
 mod tests {
     use super::*;
 
-    /// Nodes keep their ops, constants and operands whether the operands fit in the node or
-    /// spill into `Tape::args`.
+    /// Nodes keep their ops, constants and operands, however many.
     #[test]
-    fn every_node_reads_back_its_op_and_operands_inline_or_spilled() {
+    fn every_node_reads_back_its_op_and_operands() {
         let g = Graph::new();
         let xs: Vec<_> = (0..7).map(|_| g.input()).collect();
         let w = g.param(-0.0);
