@@ -54,6 +54,9 @@ pub struct Buffers {
     /// Whether every slot is at its own address (known when laid out, asked on every
     /// `Program::values`).
     in_place: bool,
+    /// The addresses of a chain's end elements laid out as one more repetition of a run
+    /// (`RunLayout::WithBoundaries`), sorted: where a run's lanes do not start or end.
+    ends: Vec<u32>,
 }
 
 impl Buffers {
@@ -72,6 +75,7 @@ impl Buffers {
             address,
             held: kept.to_vec(),
             len: n,
+            ends: Vec::new(),
         };
         let leaves = tape.num_params() + tape.num_inputs();
         let leaves_in_place = (0..leaves).all(|s| compact.address[s] as usize == s);
@@ -186,6 +190,7 @@ impl Buffers {
             held: self.held.clone(),
             len: self.len + shift,
             in_place: false,
+            ends: Vec::new(),
         })
     }
 
@@ -196,6 +201,7 @@ impl Buffers {
             held: vec![true; slots],
             len: slots as u32,
             in_place: true,
+            ends: Vec::new(),
         }
     }
 
@@ -225,6 +231,7 @@ impl Buffers {
         let slots = self.address.len();
         let mut address = self.address.clone();
         let mut mover = vec![NOT_MOVED; slots];
+        let mut ends = Vec::new();
         for (r, NestRun { run, count, outer }) in runs.iter().enumerate() {
             if layouts[r] == RunLayout::InPlace {
                 continue;
@@ -274,14 +281,21 @@ impl Buffers {
                     address[s] = a;
                     mover[s] = r as u32;
                 }
+                for rep in [-1, count].into_iter().filter(|rep| reps.contains(rep)) {
+                    let start = (first as i64 + rep * stride) as usize;
+                    let held = (start..start + stride as usize).filter(|&s| self.held[s]);
+                    ends.extend(held.map(|s| address[s]));
+                }
                 true
             });
         }
+        ends.sort_unstable();
         let buffers = Buffers {
             in_place: self.in_place && address == self.address,
             address,
             held: self.held.clone(),
             len: self.len,
+            ends,
         };
         (buffers, mover)
     }
@@ -294,6 +308,12 @@ impl Buffers {
     /// The address of slot `s` (of a kept slot; an unkept one gets the next kept one's).
     pub fn address(&self, s: Slot) -> usize {
         self.address[s.index()] as usize
+    }
+
+    /// Whether `address` holds a chain's end element laid out beside a run's repetitions:
+    /// the run's vectors of lanes start after it, or end before it.
+    pub fn is_end(&self, address: i64) -> bool {
+        u32::try_from(address).is_ok_and(|a| self.ends.binary_search(&a).is_ok())
     }
 
     /// Whether every slot is at its own address.

@@ -891,4 +891,24 @@ fn a_chains_ends_join_its_nests_in_the_buffers_and_its_links_add_from_the_last_o
         assert!(locals(&plan.grads.local) >= 2, "{nest:?}");
         assert!(locals(&plan.local_values) >= 1, "{nest:?}");
     }
+    // The buffers know where the ends lie beside each nest's lanes (so that the links'
+    // vectors start where the nest's own do): never within the lanes, and beside some of
+    // them (the spring at the wall before the springs, the last mass after the masses).
+    for (nest, level) in &inner {
+        let count = nest.count as i64;
+        let lanes: Vec<i64> = (nest.body.iter())
+            .filter_map(|item| match item {
+                Item::Map(m) => Some(plan.buffers.affine(m.out)),
+                _ => None,
+            })
+            .filter(|out| out.outer[*level] == 1)
+            .map(|out| out.base)
+            .collect();
+        let is_end = |a: i64| plan.buffers.is_end(a);
+        assert!(lanes.iter().all(|&a| (a..a + count).all(|a| !is_end(a))));
+        assert!(
+            lanes.iter().any(|&a| is_end(a - 1) || is_end(a + count)),
+            "{nest:?}"
+        );
+    }
 }
