@@ -7,6 +7,9 @@
 //! its springs' tensions), with the same wait. So both windows' additions are made in
 //! registers, each slot receiving exactly the additions it did, in the same order; and the
 //! lower window is read as the upper one shifted by a lane, plus the one number before it.
+//! Which window is the one in memory (stored, or loaded) is the one that holds no chain end
+//! (`Buffers::is_end`): the nest that wrote those slots, or reads them next, has its vectors
+//! there, and a store forwards only to a load that lies within it.
 
 use inkwell::types::VectorType;
 use inkwell::values::{FloatValue, IntValue, VectorValue};
@@ -54,8 +57,6 @@ impl<'ctx> Emitter<'ctx, '_> {
             self.accumulate_into_upper(frame, (i, first), (j, second), whole(i), t, reps, locals)?;
             return Ok(true);
         }
-        let i32t = self.context.i32_type();
-        let lane = |k: u32| i32t.const_int(k as u64, false);
         let mut carried = None;
         for (&lanes, local) in reps.vectors.iter().zip(locals) {
             let (d1, d2) = (local[i], local[j]);
@@ -68,44 +69,21 @@ impl<'ctx> Emitter<'ctx, '_> {
                 }
             };
             // d2 one lane on: lane 0 from the vector before (none before the first).
-            let shifted = self.shifted_up(d2, carried)?;
+            let shifted = self.shifted(d2, carried, false)?;
             let all = self.builder.build_float_add(once, shifted, "")?;
             let twice = match carried {
                 Some(_) => all,
-                None => {
-                    // Lane 0 (slot A) takes no second addition.
-                    let keep: Vec<_> = (0..lanes.width)
-                        .map(|k| lane(if k == 0 { 0 } else { lanes.width + k }))
-                        .collect();
-                    self.builder.build_shuffle_vector(
-                        once,
-                        all,
-                        VectorType::const_vector(&keep),
-                        "",
-                    )?
-                }
+                // Lane 0 (slot A) takes no second addition.
+                None => self.with_lane_of(all, once, 0)?,
             };
             VectorValue::store(self, frame.grads, first, t, reps, lanes, twice)?;
-            carried = Some(
-                self.builder
-                    .build_extract_element(d2, lane(lanes.width - 1), "")?
-                    .into_float_value(),
-            );
+            carried = Some(self.lane_of(d2, lanes.width - 1)?);
         }
         // The slot after the window: the second operand's last lane.
-        let (Some(last), Some(d)) = (reps.vectors.last(), carried) else {
-            return Ok(true);
-        };
-        let after = Vector {
-            offset: last.offset + last.width - 1,
-            width: 1,
-        };
-        let g = VectorValue::load(self, frame.grads, second, t, reps, after)?;
-        let d = self
-            .builder
-            .build_insert_element(g.get_type().get_undef(), d, lane(0), "")?;
-        let sum = self.builder.build_float_add(g, d, "")?;
-        VectorValue::store(self, frame.grads, second, t, reps, after, sum)?;
+        if let (Some(last), Some(d)) = (reps.vectors.last(), carried) {
+            let after = last.offset + last.width - 1;
+            self.add_alone(frame, second, t, reps, after, d, false)?;
+        }
         Ok(true)
     }
 
@@ -138,21 +116,13 @@ impl<'ctx> Emitter<'ctx, '_> {
         reps: &Reps<'ctx>,
         locals: &[Vec<VectorValue<'ctx>>],
     ) -> Emit<()> {
-        let i32t = self.context.i32_type();
-        let lane = |k: u32| i32t.const_int(k as u64, false);
-        let lane_0 = |v: VectorValue<'ctx>| -> Emit<FloatValue<'ctx>> {
-            Ok(self
-                .builder
-                .build_extract_element(v, lane(0), "")?
-                .into_float_value())
-        };
         for (k, (&lanes, local)) in reps.vectors.iter().zip(locals).enumerate() {
             let next = match locals.get(k + 1) {
-                Some(next) => Some(lane_0(next[i])?),
+                Some(next) => Some(self.lane_of(next[i], 0)?),
                 None => None,
             };
             // d1 one lane down: the last lane from the next vector (none after the last).
-            let down = self.shifted_down(local[i], next)?;
+            let down = self.shifted(local[i], next, true)?;
             let g = VectorValue::load(self, frame.grads, second, t, reps, lanes)?;
             let once = match whole_first {
                 true => self.fresh(&[down])?[0],
@@ -160,44 +130,20 @@ impl<'ctx> Emitter<'ctx, '_> {
             };
             let once = match next {
                 Some(_) => once,
-                None => {
-                    // The last slot, past the first window, takes no first addition.
-                    let keep: Vec<_> = (0..lanes.width)
-                        .map(|k| {
-                            lane(if k + 1 == lanes.width {
-                                lanes.width + k
-                            } else {
-                                k
-                            })
-                        })
-                        .collect();
-                    let keep = VectorType::const_vector(&keep);
-                    self.builder.build_shuffle_vector(once, g, keep, "")?
-                }
+                // The last slot, past the first window, takes no first addition.
+                None => self.with_lane_of(once, g, lanes.width - 1)?,
             };
             let all = self.builder.build_float_add(once, local[j], "")?;
             VectorValue::store(self, frame.grads, second, t, reps, lanes, all)?;
         }
         // Slot A, the end element: the first operand's first lane.
-        let (Some(&head), Some(local)) = (reps.vectors.first(), locals.first()) else {
-            return Ok(());
-        };
-        let alone = Vector {
-            offset: head.offset,
-            width: 1,
-        };
-        let g = VectorValue::load(self, frame.grads, first, t, reps, alone)?;
-        let d = self.builder.build_insert_element(
-            g.get_type().get_undef(),
-            lane_0(local[i])?,
-            lane(0),
-            "",
-        )?;
-        let sum = match whole_first {
-            true => self.fresh(&[d])?[0],
-            false => self.builder.build_float_add(g, d, "")?,
-        };
-        VectorValue::store(self, frame.grads, first, t, reps, alone, sum)
+        match (reps.vectors.first(), locals.first()) {
+            (Some(head), Some(local)) => {
+                let d = self.lane_of(local[i], 0)?;
+                self.add_alone(frame, first, t, reps, head.offset, d, whole_first)
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The two operands of `map` for `lanes`, if they lie one lane apart in the buffers (no
@@ -224,55 +170,29 @@ impl<'ctx> Emitter<'ctx, '_> {
             (_, true) => (b, a, true),
             _ => return Ok(None),
         };
-        let i32t = self.context.i32_type();
-        let lane = |k: u32| i32t.const_int(k as u64, false);
-        if self.window_holds_end(upper, reps) && !self.window_holds_end(lower, reps) {
-            // The lower window loaded instead, the upper one that shifted down by a lane,
-            // its last lane the lower's lane after (in the group's vector after; after the
-            // group, loaded alone).
-            let low = VectorValue::load(self, frame.vals, lower, t, reps, lanes)?;
-            let end = lanes.offset + lanes.width;
-            let last = match reps.vectors.iter().find(|v| v.offset == end) {
-                Some(&v) => {
-                    let next = VectorValue::load(self, frame.vals, lower, t, reps, v)?;
-                    self.builder.build_extract_element(next, lane(0), "")?
-                }
-                None => {
-                    let alone = Vector {
-                        offset: end - 1,
-                        width: 1,
-                    };
-                    let x = VectorValue::load(self, frame.vals, upper, t, reps, alone)?;
-                    self.builder.build_extract_element(x, lane(0), "")?
-                }
-            };
-            let high = self.shifted_down(low, Some(last.into_float_value()))?;
-            return Ok(Some(match upper_first {
-                true => vec![high, low],
-                false => vec![low, high],
-            }));
-        }
-        let high = VectorValue::load(self, frame.vals, upper, t, reps, lanes)?;
-        let before = reps
-            .vectors
-            .iter()
-            .find(|v| v.offset + v.width == lanes.offset);
-        let first = match before {
-            Some(&v) => {
-                let previous = VectorValue::load(self, frame.vals, upper, t, reps, v)?;
-                self.builder
-                    .build_extract_element(previous, lane(v.width - 1), "")?
-            }
+        // The window loaded is the upper one, the lower that shifted up a lane; or, where
+        // the upper holds a chain's end and the lower does not, the other way round.
+        let down = self.window_holds_end(upper, reps) && !self.window_holds_end(lower, reps);
+        let (loaded, other) = if down { (lower, upper) } else { (upper, lower) };
+        let v = VectorValue::load(self, frame.vals, loaded, t, reps, lanes)?;
+        // The lane the shift brings in: the loaded window's lane beside these (in the
+        // group's vector before or after), or, past the group's end, the other's, alone.
+        let end = lanes.offset + lanes.width;
+        let beside = reps.vectors.iter().find(|w| match down {
+            true => w.offset == end,
+            false => w.offset + w.width == lanes.offset,
+        });
+        let (window, from, k) = match beside {
+            Some(&w) => (loaded, w, if down { 0 } else { w.width - 1 }),
             None => {
-                let alone = Vector {
-                    offset: lanes.offset,
-                    width: 1,
-                };
-                let x = VectorValue::load(self, frame.vals, lower, t, reps, alone)?;
-                self.builder.build_extract_element(x, lane(0), "")?
+                let offset = if down { end - 1 } else { lanes.offset };
+                (other, Vector { offset, width: 1 }, 0)
             }
         };
-        let low = self.shifted_up(high, Some(first.into_float_value()))?;
+        let x = VectorValue::load(self, frame.vals, window, t, reps, from)?;
+        let x = self.lane_of(x, k)?;
+        let shifted = self.shifted(v, Some(x), down)?;
+        let (low, high) = if down { (v, shifted) } else { (shifted, v) };
         Ok(Some(match upper_first {
             true => vec![high, low],
             false => vec![low, high],
@@ -289,59 +209,87 @@ impl<'ctx> Emitter<'ctx, '_> {
             }
     }
 
-    /// `v`'s lanes one lane down (its first one dropped), `last` (if any; else undefined)
-    /// in the last lane.
-    fn shifted_down(
+    /// `v`'s lanes moved one lane up (its last one dropped, `x` in lane 0), or down (its
+    /// first one dropped, `x` in the last lane); without `x`, that lane undefined.
+    fn shifted(
         &self,
         v: VectorValue<'ctx>,
-        last: Option<FloatValue<'ctx>>,
+        x: Option<FloatValue<'ctx>>,
+        down: bool,
     ) -> Emit<VectorValue<'ctx>> {
         let i32t = self.context.i32_type();
         let width = v.get_type().get_size();
+        let into = if down { width - 1 } else { 0 };
         let mask: Vec<_> = (0..width)
-            .map(|k| match k + 1 == width {
-                true => i32t.get_undef(),
-                false => i32t.const_int(k as u64 + 1, false),
+            .map(|k| match (k == into, down) {
+                (true, _) => i32t.get_undef(),
+                (false, true) => i32t.const_int(k as u64 + 1, false),
+                (false, false) => i32t.const_int(k as u64 - 1, false),
             })
             .collect();
         let undef = v.get_type().get_undef();
         let shifted =
             self.builder
                 .build_shuffle_vector(v, undef, VectorType::const_vector(&mask), "")?;
-        match last {
+        match x {
             Some(x) => self.builder.build_insert_element(
                 shifted,
                 x,
-                i32t.const_int(width as u64 - 1, false),
+                i32t.const_int(into as u64, false),
                 "",
             ),
             None => Ok(shifted),
         }
     }
 
-    /// `v`'s lanes one lane up (its last one dropped), `first` (if any; else undefined) in
-    /// lane 0.
-    fn shifted_up(
+    /// Lane `k` of `v`.
+    fn lane_of(&self, v: VectorValue<'ctx>, k: u32) -> Emit<FloatValue<'ctx>> {
+        let k = self.context.i32_type().const_int(k as u64, false);
+        Ok(self
+            .builder
+            .build_extract_element(v, k, "")?
+            .into_float_value())
+    }
+
+    /// `v` with lane `k` taken from `other`.
+    fn with_lane_of(
         &self,
         v: VectorValue<'ctx>,
-        first: Option<FloatValue<'ctx>>,
+        other: VectorValue<'ctx>,
+        k: u32,
     ) -> Emit<VectorValue<'ctx>> {
         let i32t = self.context.i32_type();
-        let mask: Vec<_> = (0..v.get_type().get_size())
-            .map(|k| match k {
-                0 => i32t.get_undef(),
-                k => i32t.const_int(k as u64 - 1, false),
-            })
+        let width = v.get_type().get_size();
+        let keep: Vec<_> = (0..width)
+            .map(|j| i32t.const_int(if j == k { width + j } else { j } as u64, false))
             .collect();
-        let undef = v.get_type().get_undef();
-        let shifted =
-            self.builder
-                .build_shuffle_vector(v, undef, VectorType::const_vector(&mask), "")?;
-        match first {
-            Some(x) => self
-                .builder
-                .build_insert_element(shifted, x, i32t.const_zero(), ""),
-            None => Ok(shifted),
-        }
+        self.builder
+            .build_shuffle_vector(v, other, VectorType::const_vector(&keep), "")
+    }
+
+    /// Adds `d` into the gradient of `a`'s lane `offset` of the group, alone (`fresh`: as its
+    /// first addition, `0 + d`).
+    #[allow(clippy::too_many_arguments)]
+    fn add_alone(
+        &self,
+        frame: Frame<'ctx>,
+        a: Affine,
+        t: IntValue<'ctx>,
+        reps: &Reps<'ctx>,
+        offset: u32,
+        d: FloatValue<'ctx>,
+        fresh: bool,
+    ) -> Emit<()> {
+        let alone = Vector { offset, width: 1 };
+        let g = VectorValue::load(self, frame.grads, a, t, reps, alone)?;
+        let zero = self.context.i32_type().const_zero();
+        let d = self
+            .builder
+            .build_insert_element(g.get_type().get_undef(), d, zero, "")?;
+        let sum = match fresh {
+            true => self.fresh(&[d])?[0],
+            false => self.builder.build_float_add(g, d, "")?,
+        };
+        VectorValue::store(self, frame.grads, a, t, reps, alone, sum)
     }
 }
