@@ -9,7 +9,7 @@
 //!
 //! Per row: the graph is built once; the JIT (O2) is compiled with loop recovery on, and off
 //! when the tape has at most `--straight-max` nodes (straight-line O2 compile costs ~200-500 us
-//! per node); a compile under a second is repeated 3 times and its median reported. Then
+//! per node); a compile under two seconds is repeated 3 times and its median reported. Then
 //! every contestant takes `AGREE_STEPS` steps from the initial params, and its params are
 //! compared with the interpreter's: the JIT's must be the same bit for bit (`ok`, else
 //! `MISMATCH`), the yardstick's are reported as `bit` or as their largest relative difference.
