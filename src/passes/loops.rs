@@ -501,8 +501,9 @@ impl Item {
         out
     }
 
-    /// Calls `f` on each item of [`Item::flattened`] in order, until it fails, as the body
-    /// item it repeats and its repetition `js` of every nest around it (outermost first:
+    /// Calls `f` on each item of the flat sequence the item stands for (a nest unrolled
+    /// into its repetitions, recursively) in order, until it fails, as the body item it
+    /// repeats and its repetition `js` of every nest around it (outermost first:
     /// its slots are `Affine::at_levels(t, js)`). Nothing is built: a rollout's nest stands
     /// for hundreds of thousands of items.
     pub fn try_for_each_flat<E>(
