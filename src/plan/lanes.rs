@@ -11,7 +11,7 @@ use super::Buffers;
 use crate::passes::lanes::{
     backward_lanes_keep_order, first_out_of_order, repetitions_independent, vertical_map,
 };
-use crate::passes::loops::{iteration, Item, Lanes, MapLoop, Nest, MAX_NEST_DEPTH};
+use crate::passes::loops::{iteration, Item, Lanes, Nest, MAX_NEST_DEPTH};
 
 /// At most this many repetitions run together in lanes (eight vectors of eight).
 pub const MAX_LANE_GROUP: u32 = 64;
@@ -100,8 +100,8 @@ fn decide_within(item: &Item, outer: &[u32], buffers: &Buffers, check_each: bool
             .all(|body| backward_lanes_keep_order(body, nest.count, group, true))
     };
     let has_vertical = nest.body.iter().any(|b| vertical_map(b, 0).is_some());
-    let mut body = nest.body.clone();
-    let lanes = if mostly_strided(&nest.body, outer.len(), buffers)
+    let mut out = nest.clone();
+    out.lanes = if mostly_strided(&nest.body, outer.len(), buffers)
         || !instances
             .iter()
             .all(|body| repetitions_independent(body, nest.count))
@@ -113,7 +113,7 @@ fn decide_within(item: &Item, outer: &[u32], buffers: &Buffers, check_each: bool
             vertical: true,
         }
     } else if let Some(from_last) = operands_from_last(&instances, nest.count, group) {
-        body = with_operands_from_last(&body, &from_last);
+        turn_operands(&mut out.body, &from_last);
         Lanes::Both {
             group,
             vertical: false,
@@ -121,11 +121,7 @@ fn decide_within(item: &Item, outer: &[u32], buffers: &Buffers, check_each: bool
     } else {
         Lanes::Forward { group }
     };
-    Item::Nest(Nest {
-        lanes,
-        body,
-        ..nest.clone()
-    })
+    Item::Nest(out)
 }
 
 /// Which maps of a flat nest's body (in every one of its `instances`) add into their
@@ -142,7 +138,11 @@ fn operands_from_last(instances: &[Vec<Item>], count: u32, group: u32) -> Option
         let turned = from_last.contains(&true);
         let first_wrong = instances.iter().find_map(|body| {
             let body = match turned {
-                true => std::borrow::Cow::Owned(with_operands_from_last(body, &from_last)),
+                true => {
+                    let mut turned = body.clone();
+                    turn_operands(&mut turned, &from_last);
+                    std::borrow::Cow::Owned(turned)
+                }
                 false => std::borrow::Cow::Borrowed(&body[..]),
             };
             first_out_of_order(&body, count, group, false)
@@ -159,18 +159,13 @@ fn operands_from_last(instances: &[Vec<Item>], count: u32, group: u32) -> Option
     }
 }
 
-/// `body` with the maps at `from_last` adding into their operands from the last.
-fn with_operands_from_last(body: &[Item], from_last: &[bool]) -> Vec<Item> {
-    body.iter()
-        .zip(from_last)
-        .map(|(item, &turn)| match item {
-            Item::Map(m) => Item::Map(MapLoop {
-                operands_from_last: turn,
-                ..m.clone()
-            }),
-            other => other.clone(),
-        })
-        .collect()
+/// Makes the maps of `body` at `from_last` add into their operands from the last.
+fn turn_operands(body: &mut [Item], from_last: &[bool]) {
+    for (item, &turn) in body.iter_mut().zip(from_last) {
+        if let Item::Map(m) = item {
+            m.operands_from_last = turn;
+        }
+    }
 }
 
 /// A flat `nest`'s body as it stands in every repetition of the nests around (of `outer`
@@ -239,7 +234,7 @@ fn alike_in_every_repetition(body: &[Item], outer: &[u32], count: u32) -> bool {
 mod tests {
     use super::*;
     use crate::op::Op;
-    use crate::passes::loops::Affine;
+    use crate::passes::loops::{Affine, MapLoop};
 
     /// A map of 5 iterations in a nest of 4 repetitions inside one of 3: it writes a block
     /// per repetition (moving by 20 per outer one) and reads `read`.

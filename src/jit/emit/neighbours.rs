@@ -26,12 +26,13 @@ impl<'ctx> Emitter<'ctx, '_> {
     /// the buffers as vectors (no local, no fused update; the second's additions not the
     /// first into their slots, as the first operand's come before them). Whether it did.
     ///
-    /// Slot `A + k` (`A` the first operand's first lane, `k < n` for `n` lanes) holds
-    /// `(g + d1[k]) + d2[k - 1]` afterwards, `A + n` holds `g + d2[n - 1]`, `A` holds `g +
-    /// d1[0]`: the first window loaded and added into (or `0 + d1` where the plan says the
-    /// first operand's additions are its slots' first, [`crate::plan::GradMemory`]), the
-    /// second's terms shifted by one lane and added (but into lane 0), stored; the one slot
-    /// past the window alone.
+    /// With `A` the first operand's first lane and `n` lanes, slot `A` gets `g + d1[0]`, slot
+    /// `A + k` (`0 < k < n`) `(g + d1[k]) + d2[k - 1]`, slot `A + n` `g + d2[n - 1]` (`0 + d1`
+    /// for `g + d1` where the plan says the first operand's additions are its slots' first,
+    /// [`crate::plan::GradMemory`]). The vectors go on the first window, the second's terms
+    /// shifted up a lane into them and slot `A + n` alone; or, where the first window holds a
+    /// chain's end and the second does not ([`Emitter::window_holds_end`]), on the second
+    /// window, the first's terms shifted down a lane into them and slot `A` alone.
     pub(super) fn accumulate_neighbours(
         &self,
         frame: Frame<'ctx>,
@@ -53,36 +54,65 @@ impl<'ctx> Emitter<'ctx, '_> {
         if !self.one_lane_on(first, second) || !in_buffers(i) || !in_buffers(j) || whole(j) {
             return Ok(false);
         }
-        if self.window_holds_end(first, reps) && !self.window_holds_end(second, reps) {
-            self.accumulate_into_upper(frame, (i, first), (j, second), whole(i), t, reps, locals)?;
-            return Ok(true);
-        }
+        let down = self.window_holds_end(first, reps) && !self.window_holds_end(second, reps);
+        let (stored, whole_first) = (if down { second } else { first }, whole(i));
+        // Up: the second's last lane of the vector before; down: the first's lane 0 of the
+        // vector after. None at the group's edge, whose lane takes no such term.
         let mut carried = None;
-        for (&lanes, local) in reps.vectors.iter().zip(locals) {
-            let (d1, d2) = (local[i], local[j]);
-            let once = match whole(i) {
+        for (k, (&lanes, local)) in reps.vectors.iter().zip(locals).enumerate() {
+            let (d1, d2, edge) = if down {
+                let next = match locals.get(k + 1) {
+                    Some(next) => Some(self.lane_of(next[i], 0)?),
+                    None => None,
+                };
+                (
+                    self.shifted(local[i], next, true)?,
+                    local[j],
+                    next.is_none(),
+                )
+            } else {
+                let before = carried.replace(self.lane_of(local[j], lanes.width - 1)?);
+                (
+                    local[i],
+                    self.shifted(local[j], before, false)?,
+                    before.is_none(),
+                )
+            };
+            let g = || VectorValue::load(self, frame.grads, stored, t, reps, lanes);
+            let once = match whole_first {
                 // Each lane's first addition: what the zeroed buffer would hold after it.
                 true => self.fresh(&[d1])?[0],
-                false => {
-                    let g = VectorValue::load(self, frame.grads, first, t, reps, lanes)?;
-                    self.builder.build_float_add(g, d1, "")?
-                }
+                false => self.builder.build_float_add(g()?, d1, "")?,
             };
-            // d2 one lane on: lane 0 from the vector before (none before the first).
-            let shifted = self.shifted(d2, carried, false)?;
-            let all = self.builder.build_float_add(once, shifted, "")?;
-            let twice = match carried {
-                Some(_) => all,
-                // Lane 0 (slot A) takes no second addition.
-                None => self.with_lane_of(all, once, 0)?,
+            // Down, the last slot (past the first window) takes no first addition.
+            let once = match down && edge {
+                true => self.with_lane_of(once, g()?, lanes.width - 1)?,
+                false => once,
             };
-            VectorValue::store(self, frame.grads, first, t, reps, lanes, twice)?;
-            carried = Some(self.lane_of(d2, lanes.width - 1)?);
+            let all = self.builder.build_float_add(once, d2, "")?;
+            // Up, slot A takes no second addition.
+            let all = match !down && edge {
+                true => self.with_lane_of(all, once, 0)?,
+                false => all,
+            };
+            VectorValue::store(self, frame.grads, stored, t, reps, lanes, all)?;
         }
-        // The slot after the window: the second operand's last lane.
-        if let (Some(last), Some(d)) = (reps.vectors.last(), carried) {
-            let after = last.offset + last.width - 1;
-            self.add_alone(frame, second, t, reps, after, d, false)?;
+        // The slot outside the vectors, alone: `A` down, `A + n` up.
+        let (Some(head), Some(last), Some(local)) =
+            (reps.vectors.first(), reps.vectors.last(), locals.first())
+        else {
+            return Ok(true);
+        };
+        match (down, carried) {
+            (true, _) => {
+                let d = self.lane_of(local[i], 0)?;
+                self.add_alone(frame, first, t, reps, head.offset, d, whole_first)?;
+            }
+            (false, Some(d)) => {
+                let after = last.offset + last.width - 1;
+                self.add_alone(frame, second, t, reps, after, d, false)?;
+            }
+            (false, None) => {}
         }
         Ok(true)
     }
@@ -100,56 +130,11 @@ impl<'ctx> Emitter<'ctx, '_> {
         lanes > 0 && (buffers.is_end(first) || buffers.is_end(first + lanes - 1))
     }
 
-    /// [`Emitter::accumulate_neighbours`] with its vectors on the second operand's lanes
-    /// (where the first's hold an end element, [`Emitter::window_holds_end`]): slot `A + 1 + k` holds `(g +
-    /// d1[k + 1]) + d2[k]` (no `d1` term in the last lane, past the first window), slot `A`
-    /// `g + d1[0]`, alone. The first operand's terms come first, as before; `whole_first`
-    /// starts them from 0 where the plan says they are their slots' first.
-    #[allow(clippy::too_many_arguments)]
-    fn accumulate_into_upper(
-        &self,
-        frame: Frame<'ctx>,
-        (i, first): (usize, Affine),
-        (j, second): (usize, Affine),
-        whole_first: bool,
-        t: IntValue<'ctx>,
-        reps: &Reps<'ctx>,
-        locals: &[Vec<VectorValue<'ctx>>],
-    ) -> Emit<()> {
-        for (k, (&lanes, local)) in reps.vectors.iter().zip(locals).enumerate() {
-            let next = match locals.get(k + 1) {
-                Some(next) => Some(self.lane_of(next[i], 0)?),
-                None => None,
-            };
-            // d1 one lane down: the last lane from the next vector (none after the last).
-            let down = self.shifted(local[i], next, true)?;
-            let g = VectorValue::load(self, frame.grads, second, t, reps, lanes)?;
-            let once = match whole_first {
-                true => self.fresh(&[down])?[0],
-                false => self.builder.build_float_add(g, down, "")?,
-            };
-            let once = match next {
-                Some(_) => once,
-                // The last slot, past the first window, takes no first addition.
-                None => self.with_lane_of(once, g, lanes.width - 1)?,
-            };
-            let all = self.builder.build_float_add(once, local[j], "")?;
-            VectorValue::store(self, frame.grads, second, t, reps, lanes, all)?;
-        }
-        // Slot A, the end element: the first operand's first lane.
-        match (reps.vectors.first(), locals.first()) {
-            (Some(head), Some(local)) => {
-                let d = self.lane_of(local[i], 0)?;
-                self.add_alone(frame, first, t, reps, head.offset, d, whole_first)
-            }
-            _ => Ok(()),
-        }
-    }
-
     /// The two operands of `map` for `lanes`, if they lie one lane apart in the buffers (no
-    /// local value): the upper window loaded, the lower one that shifted by one lane, its
-    /// first lane the upper's lane before (in the group's vector before; before the group,
-    /// loaded alone).
+    /// local value): the upper window loaded, the lower one that shifted up a lane, its first
+    /// lane the upper's lane before (in the group's vector before; before the group, loaded
+    /// alone); or, where the upper window holds a chain's end and the lower does not
+    /// ([`Emitter::window_holds_end`]), the lower loaded and the upper shifted down a lane.
     pub(super) fn load_neighbours(
         &self,
         frame: Frame<'ctx>,
