@@ -127,7 +127,8 @@ mod backend {
             true
         }
         /// Whether the gradients buffer holds `slot`'s gradient (the JIT's local gradients
-        /// live in registers, [`crate::plan::local`]).
+        /// live in registers, [`crate::plan::local`], and it adds into no constant's,
+        /// [`Tape::takes_grad`]).
         fn keeps_grad(&self, slot: Slot) -> bool {
             self.keeps(slot)
         }

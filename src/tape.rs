@@ -43,8 +43,9 @@ pub struct TapeNodeView<'t> {
 }
 
 /// A node of the tape in 24 bytes (a compile streams millions of them): its op, where its
-/// operands start in [`Tape::args`], and their count with, in the top bit, whether it needs
-/// a gradient (a node of 2^31 operands would take 8 GB of them).
+/// operands start in [`Tape::args`], and their count with, in the top two bits, whether it
+/// needs a gradient and whether compiled code adds into it ([`Tape::takes_grad`]; a node of
+/// 2^30 operands would take 4 GB of them).
 #[derive(Clone, Copy, Debug)]
 struct TapeNode {
     op: Op,
@@ -53,24 +54,51 @@ struct TapeNode {
 }
 
 const NEEDS_GRAD_BIT: u32 = 1 << 31;
+const TAKES_GRAD_BIT: u32 = 1 << 30;
+const GRAD_BITS: u32 = NEEDS_GRAD_BIT | TAKES_GRAD_BIT;
+
+/// Whether a node needs a gradient, and whether compiled code adds into it.
+#[derive(Clone, Copy)]
+struct Grad {
+    needs: bool,
+    takes: bool,
+}
+
+impl Grad {
+    const NONE: Grad = Grad {
+        needs: false,
+        takes: false,
+    };
+
+    fn both(needs: bool) -> Grad {
+        Grad {
+            needs,
+            takes: needs,
+        }
+    }
+}
 
 impl TapeNode {
-    fn new(op: Op, args_start: u32, args_len: u32, needs_grad: bool) -> TapeNode {
-        debug_assert!(args_len < NEEDS_GRAD_BIT);
-        let grad = if needs_grad { NEEDS_GRAD_BIT } else { 0 };
+    fn new(op: Op, args_start: u32, args_len: u32, grad: Grad) -> TapeNode {
+        debug_assert!(args_len & GRAD_BITS == 0);
+        let bits = (grad.needs as u32 * NEEDS_GRAD_BIT) | (grad.takes as u32 * TAKES_GRAD_BIT);
         TapeNode {
             op,
             args_start,
-            args_len_and_grad: args_len | grad,
+            args_len_and_grad: args_len | bits,
         }
     }
 
     fn args_len(self) -> u32 {
-        self.args_len_and_grad & !NEEDS_GRAD_BIT
+        self.args_len_and_grad & !GRAD_BITS
     }
 
     fn needs_grad(self) -> bool {
         self.args_len_and_grad & NEEDS_GRAD_BIT != 0
+    }
+
+    fn takes_grad(self) -> bool {
+        self.args_len_and_grad & TAKES_GRAD_BIT != 0
     }
 }
 
@@ -111,8 +139,9 @@ pub(crate) struct Consumers {
     /// Per slot: the operand positions that read it, plus one per output or loss that names
     /// it (at most 255 counted).
     pub uses: Vec<u8>,
-    /// Per slot that takes a gradient: the additions backward makes into it, one per operand
-    /// position of a node backward visits (at most 255 counted); 0 for any other slot.
+    /// Per slot that takes a gradient ([`Tape::takes_grad`]): the additions compiled backward
+    /// makes into it, one per operand position of a node it visits (at most 255 counted); 0
+    /// for any other slot.
     pub grad_additions: Vec<u8>,
     /// Per slot: the last node that adds into its gradient (backward's first, in the
     /// interpreter's order), or [`Consumers::NONE`].
@@ -128,11 +157,11 @@ impl Consumers {
         let mut grad_additions = vec![0u8; n];
         let mut last_grad_consumer = vec![Consumers::NONE; n];
         for s in tape.slots() {
-            let grad = tape.needs_grad(s);
+            let grad = tape.takes_grad(s);
             for &a in tape.args(s) {
                 let i = a.index();
                 uses[i] = uses[i].saturating_add(1);
-                if grad && tape.needs_grad(a) {
+                if grad && tape.takes_grad(a) {
                     grad_additions[i] = grad_additions[i].saturating_add(1);
                     last_grad_consumer[i] = s.0;
                 }
@@ -161,12 +190,14 @@ impl Tape {
         // Per node: whether it is kept, and whether backward reaches it from the loss.
         const LIVE: u8 = 1;
         const GRAD: u8 = 2;
+        // (An output or the loss: its gradient is shown.)
+        const SHOWN: u8 = 4;
         let mut flags = vec![0u8; n];
         for &o in &g.outputs {
-            flags[o as usize] |= LIVE;
+            flags[o as usize] |= LIVE | SHOWN;
         }
         if let Some(l) = g.loss {
-            flags[l as usize] |= LIVE | GRAD;
+            flags[l as usize] |= LIVE | GRAD | SHOWN;
         }
         // The arena is topologically ordered, so one reverse sweep propagates both.
         for (i, node) in g.nodes.iter().enumerate().rev() {
@@ -184,8 +215,8 @@ impl Tape {
         let num_params = g.param_init.len();
         let num_inputs = g.num_inputs as usize;
         let leaves = (num_params + num_inputs) as u32;
-        let leaf = |op: Op, needs_grad: bool| TapeNode::new(op, 0, 0, needs_grad);
-        let mut nodes = vec![leaf(Op::Const(0.0), false); leaves as usize];
+        let leaf = |op: Op, grad: Grad| TapeNode::new(op, 0, 0, grad);
+        let mut nodes = vec![leaf(Op::Const(0.0), Grad::NONE); leaves as usize];
         nodes.reserve(n - leaves as usize);
         let mut args = Vec::with_capacity(g.args.len());
         let mut slot_of = vec![DROPPED; n];
@@ -194,21 +225,30 @@ impl Tape {
             let needs_grad = flags[i] & GRAD != 0;
             slot_of[i] = match node.op {
                 Op::Param(k) => {
-                    nodes[k as usize] = leaf(node.op, needs_grad);
+                    nodes[k as usize] = leaf(node.op, Grad::both(needs_grad));
                     k
                 }
                 Op::Input(k) => {
                     // An input without a gradient takes none from its users (it may still
                     // be the loss itself).
                     let differentiable = g.input_grad[k as usize] || is_loss(i);
-                    nodes[num_params + k as usize] = leaf(node.op, needs_grad && differentiable);
+                    let grad = Grad::both(needs_grad && differentiable);
+                    nodes[num_params + k as usize] = leaf(node.op, grad);
                     num_params as u32 + k
                 }
                 _ if flags[i] & LIVE == 0 => DROPPED,
                 op => {
                     let args_start = args.len() as u32;
                     args.extend(g.args_of(node).iter().map(|&a| Slot(slot_of[a as usize])));
-                    nodes.push(TapeNode::new(op, args_start, node.args_len, needs_grad));
+                    // A constant's gradient feeds nothing: compiled code adds into it only
+                    // where it is shown.
+                    let takes =
+                        needs_grad && (!matches!(op, Op::Const(_)) || flags[i] & SHOWN != 0);
+                    let grad = Grad {
+                        needs: needs_grad,
+                        takes,
+                    };
+                    nodes.push(TapeNode::new(op, args_start, node.args_len, grad));
                     nodes.len() as u32 - 1
                 }
             };
@@ -351,6 +391,17 @@ impl Tape {
 
     pub(crate) fn needs_grad(&self, s: Slot) -> bool {
         self.nodes[s.index()].needs_grad()
+    }
+
+    /// Whether compiled code adds into `s`'s gradient: where it needs one, but for a
+    /// constant's that is neither an output nor the loss. A constant's gradient feeds
+    /// nothing, and one made per use (`x * 0.5`, as micrograd makes them) would cost a
+    /// derivative, a store and the other operand's value kept for it, at every use. The
+    /// interpreter still adds into it, as micrograd does; a compiled program does not keep
+    /// it ([`crate::Program::is_kept`]) and recomputes it where every gradient is asked for
+    /// ([`crate::Program::every_value_and_grad`]).
+    pub(crate) fn takes_grad(&self, s: Slot) -> bool {
+        self.nodes[s.index()].takes_grad()
     }
 
     /// All slots in forward order.

@@ -9,7 +9,7 @@ use common::{assert_backends_agree, interpreter_and_every_jit_level, random_inpu
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tapejit::nn::{Activation, Classifier, Layer};
-use tapejit::{Graph, Jit, Program, Value};
+use tapejit::{Graph, Jit, Op, Program, Slot, Value};
 
 /// Checks every backend against the interpreter and returns the loops the JIT made.
 fn check(name: &str, g: &Graph) -> usize {
@@ -133,6 +133,49 @@ fn constants_between_run_members_and_repeated_operands() {
     g.set_loss(g.sum(doubled.iter().chain(&scaled)).sigmoid())
         .unwrap();
     assert!(check("constants and repeats", &g) >= 3);
+}
+
+#[test]
+fn constants_made_at_every_use_in_a_rollout() {
+    // Each step makes its constants anew, as `x * 0.5` does: the same number in every step
+    // (a number in the code), one that changes from step to step, one that changes only in
+    // the last step, and a -0.0 (all three read from memory, as they must be); plus one
+    // constant made once, shown as an output (its gradient kept).
+    let g = Graph::new();
+    let k = g.param(0.7);
+    let shown = g.constant(0.25);
+    g.add_output(shown).unwrap();
+    let steps = 12;
+    let mut x: Vec<Value> = g.inputs(5);
+    for step in 0..steps {
+        let last = if step + 1 == steps { 0.375 } else { 0.125 };
+        x = (0..x.len())
+            .map(|i| {
+                let left = x[i.saturating_sub(1)];
+                let pull = (x[i] - left) * k * 0.5;
+                let drift = x[i] * (1.0 + step as f64 / 64.0) * last;
+                x[i] + pull * shown - drift + g.constant(-0.0) * x[i]
+            })
+            .collect();
+    }
+    g.set_loss(g.sum(x.iter().map(|&v| v * v))).unwrap();
+    assert!(check("constants made at every use", &g) > 0);
+    let jit = Jit::compile(&g).unwrap();
+    let stats = jit.stats();
+    assert!(
+        stats.nest_depth >= 1 && stats.constant_operands > 0,
+        "{stats:?}"
+    );
+    // Nothing adds into a constant's gradient but the shown one's; every gradient, the
+    // constants' among them, is the interpreter's when asked for them all (`check`).
+    let tape = jit.tape();
+    let constants: Vec<Slot> = (tape.slots())
+        .filter(|&s| matches!(tape.node(s).unwrap().op, Op::Const(_)))
+        .collect();
+    let shown = tape.slot(shown).unwrap();
+    for &c in &constants {
+        assert_eq!(jit.is_kept(c), c == shown, "constant at slot {}", c.0);
+    }
 }
 
 #[test]

@@ -180,6 +180,9 @@ pub struct JitStats {
     /// Slots whose value never leaves a nest's repetition and no derivative reads, kept in
     /// registers and never stored (`Program::value` of one is [`crate::Error::NotKept`]).
     pub local_values: usize,
+    /// Loop operands that read one constant wherever they run (`x * 0.5` made at every use,
+    /// a node per repetition), which the code uses as a number instead of loading them.
+    pub constant_operands: usize,
     /// The repeated structure loop recovery found: each outermost nest in tape order (a
     /// batch written as copies, a rollout's steps, a layer's neurons), with the nests in it.
     pub nests: Vec<NestStats>,
@@ -442,6 +445,7 @@ impl JitBuilder {
         stats.buffered_slots = plan.buffers.buffer_len();
         stats.local_grads = plan.grads.local.count();
         stats.local_values = plan.local_values.count();
+        stats.constant_operands = plan.constants.count();
         stats.compile_threads = self.threads().min(plan.modules.len());
         let native = Native::compile(&tape, &plan, self, stats.compile_threads, &mut stats)?;
         stats.compile_secs = start.elapsed().as_secs_f64();
@@ -622,7 +626,11 @@ impl Backend for Jit {
         self.kept.get(slot.index()).copied().unwrap_or(true)
     }
     fn keeps_grad(&self, slot: Slot) -> bool {
-        self.keeps(slot) && !self.local_grads.get(slot.index()).copied().unwrap_or(false)
+        // (A gradient the code does not add into: a constant's, `Tape::takes_grad`.)
+        let added = slot.index() >= self.tape.len()
+            || self.tape.takes_grad(slot)
+            || !self.tape.needs_grad(slot);
+        added && self.keeps(slot) && !self.local_grads.get(slot.index()).copied().unwrap_or(false)
     }
     fn run_forward(&mut self) {
         self.native.forward();

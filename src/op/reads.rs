@@ -63,15 +63,24 @@ pub struct BackwardReads {
 }
 
 impl Op {
-    /// Which values this op's derivative reads, for `arity` operands: a value no derivative
-    /// reads need not survive forward (`crate::plan::local`).
-    pub fn backward_reads(self, arity: usize) -> BackwardReads {
-        let x: Vec<Reads> = (0..arity).map(|i| Reads(operand_bit(i))).collect();
+    /// Which values this op's derivatives read, for operands of which `takes_grad` says
+    /// which take a gradient: a value no derivative reads need not survive forward
+    /// (`crate::plan::local`). Only the derivatives of operands that take one are ever
+    /// computed into something, so `a * 0.5` needs `a` back only where the constant would
+    /// take a gradient.
+    pub fn backward_reads(self, takes_grad: &[bool]) -> BackwardReads {
+        let x: Vec<Reads> = (0..takes_grad.len())
+            .map(|i| Reads(operand_bit(i)))
+            .collect();
         let mut local = Vec::new();
         self.local_grads(&mut Tracer, &x, Reads(OUT), Reads(0), &mut local);
-        let read = local.iter().fold(0, |m, r| m | r.0);
+        let read = (local.iter().zip(takes_grad))
+            .filter(|&(_, &takes)| takes)
+            .fold(0, |m, (r, _)| m | r.0);
         BackwardReads {
-            operands: (0..arity).map(|i| read & operand_bit(i) != 0).collect(),
+            operands: (0..takes_grad.len())
+                .map(|i| read & operand_bit(i) != 0)
+                .collect(),
             out: read & OUT != 0,
         }
     }
@@ -82,7 +91,7 @@ mod tests {
     use super::*;
 
     fn reads(op: Op, arity: usize) -> (Vec<bool>, bool) {
-        let r = op.backward_reads(arity);
+        let r = op.backward_reads(&vec![true; arity]);
         (r.operands, r.out)
     }
 
@@ -98,5 +107,20 @@ mod tests {
         assert_eq!(reads(Op::Log, 1), (vec![true], false));
         assert_eq!(reads(Op::Sum, 3), (vec![false; 3], false));
         assert_eq!(reads(Op::Max, 2), (vec![true, true], false));
+    }
+
+    #[test]
+    fn only_the_derivatives_of_operands_taking_a_gradient_read() {
+        let reads = |op: Op, takes: &[bool]| {
+            let r = op.backward_reads(takes);
+            (r.operands, r.out)
+        };
+        // `a * c`, `c` a constant: d/da reads `c`; `a` is read only for d/dc.
+        assert_eq!(reads(Op::Mul, &[true, false]), (vec![false, true], false));
+        assert_eq!(reads(Op::Mul, &[false, true]), (vec![true, false], false));
+        // `a / c`: the value only for d/dc.
+        assert_eq!(reads(Op::Div, &[true, false]), (vec![false, true], false));
+        assert_eq!(reads(Op::Div, &[false, false]), (vec![false, false], false));
+        assert_eq!(reads(Op::Tanh, &[false]), (vec![false], false));
     }
 }

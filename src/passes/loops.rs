@@ -709,12 +709,12 @@ fn map_run_at(tape: &Tape, s: Slot) -> Option<MapLoop> {
     // straight-line tape, allocate nothing.)
     let same_kind = |n: Slot| {
         tape.op(n) == op
-            && tape.needs_grad(n) == tape.needs_grad(s)
+            && tape.takes_grad(n) == tape.takes_grad(s)
             && (tape.args(n).iter().zip(tape.args(s)))
-                .all(|(&a, &b)| tape.needs_grad(a) == tape.needs_grad(b))
+                .all(|(&a, &b)| tape.takes_grad(a) == tape.takes_grad(b))
     };
     let second = next_node(tape, s).filter(|&n| same_kind(n))?;
-    let grad_args: Vec<bool> = tape.args(s).iter().map(|&a| tape.needs_grad(a)).collect();
+    let grad_args: Vec<bool> = tape.args(s).iter().map(|&a| tape.takes_grad(a)).collect();
     let out = Affine::through(s, second);
     let args: Vec<Affine> = tape
         .args(s)
@@ -738,7 +738,7 @@ fn map_run_at(tape: &Tape, s: Slot) -> Option<MapLoop> {
         out,
         args,
         len,
-        needs_grad: tape.needs_grad(s),
+        needs_grad: tape.takes_grad(s),
         grad_args,
         operands_from_last: false,
     })
@@ -756,18 +756,18 @@ fn sum_loop_at(tape: &Tape, s: Slot) -> Option<SumLoop> {
         return None;
     }
     let affine = Affine::through(tail[0], tail[1]);
-    let grad_tail = tape.needs_grad(tail[0]);
+    let grad_tail = tape.takes_grad(tail[0]);
     let all_fit = tail
         .iter()
         .enumerate()
-        .all(|(t, &a)| a == affine.at(t as u32) && tape.needs_grad(a) == grad_tail);
+        .all(|(t, &a)| a == affine.at(t as u32) && tape.takes_grad(a) == grad_tail);
     all_fit.then(|| SumLoop {
         slot: Affine::fixed(s),
         first: Affine::fixed(args[0]),
         tail: affine,
         tail_len: tail.len() as u32,
-        needs_grad: tape.needs_grad(s),
-        grad_first: tape.needs_grad(args[0]),
+        needs_grad: tape.takes_grad(s),
+        grad_first: tape.takes_grad(args[0]),
         grad_tail,
     })
 }

@@ -147,12 +147,12 @@ impl Unit {
             (Unit::Node(s), Item::Map(m)) => {
                 m.op == tape.op(*s)
                     && m.len == 1
-                    && m.needs_grad == tape.needs_grad(*s)
+                    && m.needs_grad == tape.takes_grad(*s)
                     && m.args.len() == tape.args(*s).len()
                     && m.grad_args
                         .iter()
                         .zip(tape.args(*s))
-                        .all(|(&g, &a)| g == tape.needs_grad(a))
+                        .all(|(&g, &a)| g == tape.takes_grad(a))
             }
             (Unit::Node(_), _) => false,
         }
@@ -252,8 +252,8 @@ fn single(tape: &Tape, s: Slot) -> Item {
         out: Affine::fixed(s),
         args: tape.args(s).iter().map(|&a| Affine::fixed(a)).collect(),
         len: 1,
-        needs_grad: tape.needs_grad(s),
-        grad_args: tape.args(s).iter().map(|&a| tape.needs_grad(a)).collect(),
+        needs_grad: tape.takes_grad(s),
+        grad_args: tape.args(s).iter().map(|&a| tape.takes_grad(a)).collect(),
         operands_from_last: false,
     })
 }
@@ -625,13 +625,13 @@ fn unit_shape_key(tape: &Tape, unit: &Unit) -> Option<u64> {
     let mut grads = [false; 8];
     let grad_args: std::borrow::Cow<[bool]> = if args.len() <= grads.len() {
         for (g, &a) in grads.iter_mut().zip(args) {
-            *g = tape.needs_grad(a);
+            *g = tape.takes_grad(a);
         }
         std::borrow::Cow::Borrowed(&grads[..args.len()])
     } else {
-        std::borrow::Cow::Owned(args.iter().map(|&a| tape.needs_grad(a)).collect())
+        std::borrow::Cow::Owned(args.iter().map(|&a| tape.takes_grad(a)).collect())
     };
-    (1u32, tape.needs_grad(s), &*grad_args).hash(&mut h);
+    (1u32, tape.takes_grad(s), &*grad_args).hash(&mut h);
     for _ in 0..=args.len() {
         (0i64, [0i64; MAX_NEST_DEPTH]).hash(&mut h);
     }
@@ -650,8 +650,8 @@ fn node_keys_memoized(tape: &Tape, units: &[Unit]) -> Vec<Option<u64>> {
         };
         let args = tape.args(s);
         (args.len() < 64).then(|| {
-            let grads = args.iter().fold(tape.needs_grad(s) as u64, |mask, &a| {
-                mask << 1 | tape.needs_grad(a) as u64
+            let grads = args.iter().fold(tape.takes_grad(s) as u64, |mask, &a| {
+                mask << 1 | tape.takes_grad(a) as u64
             });
             (std::mem::discriminant(&op), constant, grads, args.len())
         })

@@ -175,7 +175,7 @@ impl Finder<'_> {
         let maps: Vec<(&MapLoop, BackwardReads)> = body
             .iter()
             .filter_map(|b| match b {
-                Item::Map(m) if m.len == 1 => Some((m, m.op.backward_reads(m.args.len()))),
+                Item::Map(m) if m.len == 1 => Some((m, m.op.backward_reads(&m.grad_args))),
                 _ => None,
             })
             .collect();

@@ -115,11 +115,11 @@ impl GradMemory {
                     _ => continue,
                 };
                 for s in nodes.map(Slot).rev() {
-                    if tape.op(s).is_leaf() || !tape.needs_grad(s) {
+                    if tape.op(s).is_leaf() || !tape.takes_grad(s) {
                         continue;
                     }
                     touch(s);
-                    for &a in tape.args(s).iter().filter(|&&a| tape.needs_grad(a)) {
+                    for &a in tape.args(s).iter().filter(|&&a| tape.takes_grad(a)) {
                         touch(a);
                     }
                 }

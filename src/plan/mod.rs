@@ -11,6 +11,8 @@
 //!   weights a batch's copies share), instead of in every repetition.
 //! - [`order`]: the order in which forward runs a rollout's body: what the next repetition
 //!   reads first.
+//! - [`constants`]: which loop operands read one number everywhere (a constant made at
+//!   every use), which the code uses itself instead of loading.
 //! - [`memory`]: which slots the buffers keep and which gradients live in memory when a
 //!   backward function starts; [`local`]: which never leave a repetition's registers.
 //! - [`step`]: what `step` does better than the four passes it stands for: params updated
@@ -21,6 +23,7 @@
 //! the tape.
 
 pub mod buffers;
+pub mod constants;
 pub mod functions;
 pub mod lanes;
 pub mod local;
@@ -60,6 +63,8 @@ pub struct Plan {
     /// The values a repetition keeps in its forward function's scratch, which the code
     /// never stores ([`local`]; `kept` still says where a slot has room in the buffers).
     pub local_values: local::Locals,
+    /// The loop operands that read one constant wherever they run ([`constants`]).
+    pub constants: constants::Constants,
     /// Where each slot lives in the buffers (see [`Buffers`]).
     pub buffers: Buffers,
     /// Where backward's gradients live (see [`GradMemory`]).
@@ -103,11 +108,13 @@ impl Plan {
         let step = step::plan(tape, &items, options.zero_skipping);
         let functions = functions::cut(tape, &items, options.chunk_size);
         let (local_grads, local_values) = local::find(tape, &functions);
+        let constants = constants::Constants::find(tape, &functions);
         let grads = GradMemory::new(tape, &functions, step.as_ref(), local_grads);
         let plan = Plan {
             buffers,
             kept,
             local_values,
+            constants,
             grads,
             step,
             fast_math: options.fast_math,

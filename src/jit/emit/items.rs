@@ -649,8 +649,9 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         Ok(())
     }
 
-    /// The operands of iteration `t` of a map (local values from the scratch; two one lane
-    /// apart, the lower from the upper, `Emitter::load_neighbours`).
+    /// The operands of iteration `t` of a map (a constant as itself, `crate::plan::constants`;
+    /// local values from the scratch; two one lane apart, the lower from the upper,
+    /// `Emitter::load_neighbours`).
     fn load_args<V: LaneIo<'ctx>>(
         &self,
         frame: Frame<'ctx>,
@@ -662,13 +663,17 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         if let Some(args) = V::load_neighbours(self, frame, map, t, reps, lanes)? {
             return Ok(args);
         }
-        map.args
-            .iter()
-            .map(|&a| match self.local_value(frame, a, lanes)? {
+        let args = map.args.iter().enumerate();
+        args.map(|(i, &a)| {
+            if let Some(c) = self.plan.constants.operand(map, i) {
+                return V::shared(self, self.f64_type.const_float(c), lanes);
+            }
+            match self.local_value(frame, a, lanes)? {
                 Some(x) => Ok(x),
                 None => V::load(self, frame.vals, a, t, reps, lanes),
-            })
-            .collect()
+            }
+        })
+        .collect()
     }
 
     /// Arithmetic on values of `lanes`, with the loops' fast-math flags.

@@ -122,7 +122,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         let mut local = Vec::new();
         for slot in range.clone().map(Slot).rev() {
             let op = self.tape.op(slot);
-            if op.is_leaf() || !self.tape.needs_grad(slot) {
+            if op.is_leaf() || !self.tape.takes_grad(slot) {
                 continue;
             }
             let g = self.grad_of(chunk, frame, slot)?;
@@ -150,7 +150,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         args: &Range<u32>,
     ) -> Emit<()> {
         let last = args.end as usize == self.tape.args(slot).len();
-        if !last || !self.tape.needs_grad(slot) {
+        if !last || !self.tape.takes_grad(slot) {
             return Ok(());
         }
         let g = self.grad_of(chunk, frame, slot)?;
@@ -168,7 +168,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         a: Slot,
         d: FloatValue<'ctx>,
     ) -> Emit<()> {
-        if !self.tape.needs_grad(a) {
+        if !self.tape.takes_grad(a) {
             return Ok(());
         }
         let before = self.grad_of(chunk, frame, a)?;
