@@ -177,6 +177,9 @@ pub struct Emitter<'ctx, 't> {
     /// masked gathers and scatters (in modules of loop code,
     /// [`crate::plan::functions::loop_code`]).
     scalar_lanes: bool,
+    /// Whether the host packs a vector's chosen lanes together in a register (AVX-512 VL's
+    /// `vpcompressd`), which `train`'s list of non-zero inputs uses ([`sparse`]).
+    compresses: bool,
 }
 
 /// What varies per function: its buffers, and what the pass it belongs to adds.
@@ -365,6 +368,12 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
             context.create_string_attribute("target-cpu", &cpu.name),
             context.create_string_attribute("target-features", &cpu.features),
             context.create_enum_attribute(Attribute::get_named_enum_kind_id("nounwind"), 0),
+            // Every function's frame on a cache line: a 512-bit register spilled in a loop
+            // otherwise lands wherever the caller's stack pointer put it, and where its 64
+            // bytes cross a line the reload cannot take the spilled value from the store
+            // and waits for it to reach the cache, every iteration (`train()` on MNIST: one
+            // process in two ran 30-40% slow, perf on one `vsubpd` reading the spill).
+            context.create_enum_attribute(Attribute::get_named_enum_kind_id("alignstack"), 64),
         ];
         Emitter {
             context,
@@ -380,6 +389,9 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
             role,
             known: known::Known::default(),
             scalar_lanes,
+            compresses: ["+avx512f", "+avx512vl"]
+                .iter()
+                .all(|f| cpu.features.split(',').any(|g| g == *f)),
         }
     }
 

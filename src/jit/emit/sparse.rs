@@ -31,7 +31,7 @@
 use std::num::NonZeroU32;
 
 use inkwell::basic_block::BasicBlock;
-use inkwell::types::BasicTypeEnum;
+use inkwell::types::{BasicTypeEnum, VectorType};
 use inkwell::values::{FloatValue, FunctionValue, IntValue, PointerValue, VectorValue};
 use inkwell::{FloatPredicate, IntPredicate};
 
@@ -189,11 +189,14 @@ impl<'ctx> Emitter<'ctx, '_> {
 
     /// The steps `t` in `0..len` (ascending, as `i32`s in a stack array) where some input
     /// `buf[a(t)]` of `inputs` (`a` in addresses) is not 0 (NaN counts as not 0), and how many
-    /// there are. Inputs at unit stride are tested [`CHUNK`] at a time, a chunk of zeros skipped by
-    /// one branch. Every step of the others is stored at the list's end and the count moves past it
-    /// only if the step is kept: no branch to mispredict, and no compress-store
-    /// (`llvm.masked.compressstore` is one `vpcompressd` to memory where AVX-512 has it, which Zen
-    /// 4 runs so slowly that building the list took half of `train`'s time).
+    /// there are. Inputs at unit stride are tested [`CHUNK`] at a time: where the host packs
+    /// chosen lanes in a register (AVX-512 VL), a chunk's kept steps are packed so and stored
+    /// at the list's end as one vector ([`Emitter::append_compressed`]); elsewhere a chunk of
+    /// zeros is skipped by one branch, and every step of the others stored at the list's end,
+    /// the count moving past it only if the step is kept: no branch to mispredict. Never a
+    /// compress-store (`llvm.masked.compressstore` is one `vpcompressd` to memory where
+    /// AVX-512 has it, which Zen 4 runs so slowly that building the list took half of
+    /// `train`'s time; the register form is quick).
     fn nonzero_steps(
         &self,
         len: u32,
@@ -224,6 +227,9 @@ impl<'ctx> Emitter<'ctx, '_> {
             }
             let mask = mask.expect("at least one input");
             let first = this.builder.build_int_truncate(first, i32t, "")?;
+            if width == CHUNK && this.compresses {
+                return this.append_compressed(steps, count, first, mask);
+            }
             let mut n = this.builder.build_load(i64t, count, "n")?.into_int_value();
             // The mask as the bits of one integer, each lane's a shift and a mask away (an
             // element of a mask vector costs a mask-register shift and a move each).
@@ -286,6 +292,59 @@ impl<'ctx> Emitter<'ctx, '_> {
         }
         let n = self.builder.build_load(i64t, count, "n")?.into_int_value();
         Ok((steps, n))
+    }
+
+    /// Appends the steps `first..first + CHUNK` whose lane of `mask` is set to the list
+    /// `steps` of `count` steps: the chosen steps packed together in a register (the
+    /// register form of `vpcompressd`, quick where the form that stores is not), the whole
+    /// vector stored at the list's end, and the count moved past the chosen ones. (The list
+    /// holds at most `first` steps before, so the store stays inside it.)
+    fn append_compressed(
+        &self,
+        steps: PointerValue<'ctx>,
+        count: PointerValue<'ctx>,
+        first: IntValue<'ctx>,
+        mask: VectorValue<'ctx>,
+    ) -> Emit<()> {
+        let (i32t, i64t) = (self.context.i32_type(), self.context.i64_type());
+        let ty = i32t.vec_type(CHUNK);
+        let lanes: Vec<_> = (0..CHUNK)
+            .map(|k| i32t.const_int(k.into(), false))
+            .collect();
+        let first = self.broadcast(first.into(), ty)?;
+        let ts = self
+            .builder
+            .build_int_add(first, VectorType::const_vector(&lanes), "ts")?;
+        let compress = self.intrinsic("llvm.x86.avx512.mask.compress", &[ty.into()])?;
+        let packed = self
+            .builder
+            .build_call(
+                compress,
+                &[ts.into(), ty.const_zero().into(), mask.into()],
+                "",
+            )?
+            .try_as_basic_value()
+            .basic()
+            .ok_or(inkwell::builder::BuilderError::UnsetPosition)?;
+        let n = self.builder.build_load(i64t, count, "n")?.into_int_value();
+        let at = step_ptr(self, steps, n)?;
+        let _ = self.builder.build_store(at, packed)?.set_alignment(4);
+        let int = NonZeroU32::new(CHUNK)
+            .and_then(|w| self.context.custom_width_int_type(w).ok())
+            .ok_or(inkwell::builder::BuilderError::UnsetPosition)?;
+        let bits = self.builder.build_bit_cast(mask, int, "")?.into_int_value();
+        let popcount = self.intrinsic("llvm.ctpop", &[int.into()])?;
+        let kept = self
+            .builder
+            .build_call(popcount, &[bits.into()], "")?
+            .try_as_basic_value()
+            .basic()
+            .ok_or(inkwell::builder::BuilderError::UnsetPosition)?
+            .into_int_value();
+        let kept = self.builder.build_int_z_extend(kept, i64t, "kept")?;
+        let n = self.builder.build_int_add(n, kept, "n")?;
+        self.builder.build_store(count, n)?;
+        Ok(())
     }
 
     /// `accumulate`'s forward of `train`'s dot `dot` (see [`crate::plan::ZeroSkip`]): the
@@ -565,6 +624,7 @@ fn step_ptr<'ctx>(
     let i32t = e.context.i32_type();
     // SAFETY: (of the GEP, not of Rust code) every caller indexes below the array's length:
     // `k` is below the number of steps found, at most the dot's length, or (appending step
-    // `t`) the number found before `t`, at most `t`.
+    // `t`) the number found before `t`, at most `t` (appending the chunk from `t` as one
+    // vector: at most `t`, and `t + CHUNK` at most the length).
     unsafe { e.builder.build_in_bounds_gep(i32t, steps, &[k], "at") }
 }
