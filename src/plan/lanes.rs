@@ -126,10 +126,10 @@ fn decide_within(item: &Item, outer: &[u32], buffers: &Buffers, check_each: bool
 
 /// Which maps of a flat nest's body (in every one of its `instances`) add into their
 /// operands from the last in backward, so that lanes in groups of `group` keep every
-/// gradient's order in the plain lane order ([`MapLoop::operands_from_last`]); `None` if no
-/// choice does. Greedy: each item the walk finds out of order turns, once, to the other
-/// operand order (a spring chain: the link reading `x[s] - x[s - 1]`); at most one walk per
-/// item.
+/// gradient's order in the plain lane order
+/// ([`crate::passes::loops::MapLoop::operands_from_last`]); `None` if no choice does.
+/// Greedy: each item the walk finds out of order turns, once, to the other operand order (a
+/// spring chain: the link reading `x[s] - x[s - 1]`); at most one walk per item.
 fn operands_from_last(instances: &[Vec<Item>], count: u32, group: u32) -> Option<Vec<bool>> {
     let len = instances.first().map_or(0, Vec::len);
     let mut from_last = vec![false; len];
