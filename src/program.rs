@@ -299,7 +299,8 @@ pub trait Program: backend::Sealed {
     /// the intermediate results of a nest's repetition (a rollout step's, a batch copy's
     /// loss terms) whose every gradient addition comes from the same repetition: their
     /// gradients live in registers, and their values too where only the same repetition
-    /// reads them and no derivative does.
+    /// reads them and no derivative does. Nor does it keep the gradient of a constant that
+    /// is neither an output nor the loss, which feeds nothing (`Tape::takes_grad`).
     fn is_kept(&self, slot: Slot) -> bool;
 
     /// Every slot's value and gradient as of the last `forward` and `backward`, those this
