@@ -16,6 +16,9 @@
 //!   node that needs one need one too, except inputs made without gradient
 //!   ([`Graph::input_without_grad`]). Backward visits exactly these nodes and adds local
 //!   gradients only into operands that need one.
+//! - **Only constants' gradients dropped**: compiled code adds into a node's gradient
+//!   (`Tape::takes_grad`) exactly where it needs one, but for a constant that is neither an
+//!   output nor the loss (`Tape::drops_grad`).
 
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Value};
@@ -310,6 +313,14 @@ impl Tape {
                 }
                 _ => {}
             }
+            if node.takes_grad() != node.needs_grad()
+                && !(node.needs_grad() && matches!(node.op, Op::Const(_)))
+            {
+                return Err(bad(
+                    s,
+                    "takes a gradient it does not need, or drops one".into(),
+                ));
+            }
             let args = self.args(Slot(s as u32));
             match node.op.arity() {
                 Some(k) if k != args.len() => {
@@ -341,6 +352,12 @@ impl Tape {
         for &o in self.outputs.iter().chain(&self.loss) {
             if o.index() >= self.nodes.len() {
                 return Err(bad(o.index(), "output or loss beyond the tape".into()));
+            }
+            if self.drops_grad(o) {
+                return Err(bad(
+                    o.index(),
+                    "an output's or the loss's gradient dropped".into(),
+                ));
             }
         }
         if let Some(l) = self.loss {
@@ -402,6 +419,13 @@ impl Tape {
     /// ([`crate::Program::every_value_and_grad`]).
     pub(crate) fn takes_grad(&self, s: Slot) -> bool {
         self.nodes[s.index()].takes_grad()
+    }
+
+    /// Whether `s` needs a gradient that compiled code never adds into ([`Tape::takes_grad`]):
+    /// one a compiled program does not keep, so nothing needs to write it (false past the
+    /// tape's end). The one place that says so.
+    pub(crate) fn drops_grad(&self, s: Slot) -> bool {
+        (self.nodes.get(s.index())).is_some_and(|n| n.needs_grad() && !n.takes_grad())
     }
 
     /// All slots in forward order.
@@ -567,5 +591,27 @@ mod tests {
         assert_eq!(loss.args.len(), 8);
         // Moving the params moves no operand out of place.
         tape.with_param_layout(&[0]).unwrap().verify().unwrap();
+    }
+
+    /// Compiled code drops only the gradients of constants nothing shows, and `verify` says
+    /// so of any other node.
+    #[test]
+    fn only_constants_that_nothing_shows_drop_their_gradient() {
+        let g = Graph::new();
+        let x = g.input();
+        let (half, shown) = (g.constant(0.5), g.constant(2.0));
+        g.add_output(shown).unwrap();
+        let y = x * half * shown;
+        g.set_loss(y).unwrap();
+        let mut tape = Tape::from_graph(&g).unwrap();
+        let slot = |v| tape.slot(v).unwrap();
+        let (x, half, shown, y) = (slot(x), slot(half), slot(shown), slot(y));
+        assert!(tape.drops_grad(half) && tape.needs_grad(half));
+        assert!(!tape.drops_grad(shown) && tape.takes_grad(shown));
+        assert!(tape.takes_grad(x) && tape.takes_grad(y));
+        assert!(!tape.drops_grad(Slot(tape.len() as u32)));
+        // A node other than such a constant that drops its gradient is an invalid tape.
+        tape.nodes[x.index()].args_len_and_grad &= !TAKES_GRAD_BIT;
+        assert!(tape.verify().is_err());
     }
 }

@@ -626,11 +626,8 @@ impl Backend for Jit {
         self.kept.get(slot.index()).copied().unwrap_or(true)
     }
     fn keeps_grad(&self, slot: Slot) -> bool {
-        // (A gradient the code does not add into: a constant's, `Tape::takes_grad`.)
-        let added = slot.index() >= self.tape.len()
-            || self.tape.takes_grad(slot)
-            || !self.tape.needs_grad(slot);
-        added && self.keeps(slot) && !self.local_grads.get(slot.index()).copied().unwrap_or(false)
+        let local = self.local_grads.get(slot.index()).copied().unwrap_or(false);
+        self.keeps(slot) && !local && !self.tape.drops_grad(slot)
     }
     fn run_forward(&mut self) {
         self.native.forward();

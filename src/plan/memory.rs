@@ -190,8 +190,8 @@ impl GradMemory {
 
     /// What backward's last function must still write: whether the loss's gradient needs
     /// its 1 (a loss no node computes), and the kept gradients nothing stores, which must
-    /// read 0 (params only in `step`; `step`'s fused params are stored by their loops; no
-    /// constant's that the code does not add into, [`Tape::takes_grad`]).
+    /// read 0 (params only in `step`; `step`'s fused params are stored by their loops; never
+    /// a dropped one, [`Tape::drops_grad`]).
     pub fn unstored(
         &self,
         tape: &Tape,
@@ -203,13 +203,16 @@ impl GradMemory {
         };
         let loss_needs_one = tape.loss().is_some_and(|l| !stored(l.index()));
         let p = if step.is_some() { 0 } else { tape.num_params() };
-        // (Not a constant's that nothing shows: the program keeps no such gradient, and
-        // zeroing one per constant made at every use costs a pass over them per backward.)
-        let shown = |s: Slot| tape.takes_grad(s) || !tape.needs_grad(s);
+        // (Not a dropped gradient: the program keeps none, and zeroing one per constant made
+        // at every use costs a pass over them per backward.)
         let zero = (0..tape.len())
             .map(|s| {
                 let slot = Slot(s as u32);
-                s >= p && kept[s] && !stored(s) && Some(slot) != tape.loss() && shown(slot)
+                s >= p
+                    && kept[s]
+                    && !stored(s)
+                    && Some(slot) != tape.loss()
+                    && !tape.drops_grad(slot)
             })
             .collect();
         (loss_needs_one, zero)
