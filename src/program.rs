@@ -77,9 +77,11 @@ use crate::graph::Value;
 use crate::op::F64;
 use crate::tape::{Slot, Tape};
 
-pub(crate) use backend::{Backend, Replica};
+pub(crate) use backend::{Backend, Replica, Stages};
 
 mod backend {
+    use std::ops::Range;
+
     use crate::tape::{Slot, Tape};
 
     /// What a backend supplies: its tape, its buffers and the passes over them. Crate-private
@@ -189,6 +191,43 @@ mod backend {
         /// (`losses.len() >= 1` whole samples) written to the inputs, run forward (its loss
         /// into `losses`) and backward. Only called when the tape has a loss.
         fn accumulate(&mut self, inputs: &[f64], losses: &mut [f64], grads: &mut [f64]);
+        /// `accumulate` in stages, `train`'s dot cut by its rows, if this backend can
+        /// ([`crate::plan::split`]).
+        fn stages(&mut self) -> Option<&mut dyn Stages> {
+            None
+        }
+    }
+
+    /// One sample of a minibatch in stages ([`crate::minibatch`]): the first layer's sums
+    /// over ranges of its steps (rows), the rest of the sample from the sums, the rows'
+    /// weight gradients from the sums' gradients. `sample` is one whole sample; `rows` lie
+    /// inside the layout's; sums and their gradients are one number per sum.
+    pub trait Stages {
+        /// Where the dot's rows, weights and sums are in the buffers.
+        fn layout(&self) -> &crate::plan::split::SplitRows;
+        /// The sums continued over `rows` of `sample`, from the biases or from `start`
+        /// (`ahead`: the sample the next call reads, which may be asked into the cache).
+        fn head(
+            &mut self,
+            sample: &[f64],
+            ahead: &[f64],
+            rows: Range<usize>,
+            start: Option<&[f64]>,
+        ) -> &[f64];
+        /// The rest of `sample` forward and backward from the finished `sums`, into `grads`
+        /// (one per slot; the sums' gradients left at the layout's sums); the loss.
+        fn rest(&mut self, sample: &[f64], sums: &[f64], grads: &mut [f64]) -> f64;
+        /// The weights' gradients of `rows` added into `grads` from the sums' gradients.
+        fn tail(
+            &mut self,
+            sample: &[f64],
+            rows: Range<usize>,
+            sums_grads: &[f64],
+            grads: &mut [f64],
+        );
+        /// Says whether this replica's weights of its own rows are finite (after it updated
+        /// them), which `head` and `tail` need to skip zero inputs.
+        fn set_rows_finite(&mut self, finite: bool);
     }
 
     /// `Program`'s supertrait: implemented for every `Backend` and nothing else.

@@ -96,7 +96,8 @@ fn every_backend_and_thread_count_follows_the_documented_order() {
     for batch in [1, 5, CHUNK, 2 * CHUNK, 40, 100] {
         let mut reference = Interpreter::new(&g).unwrap();
         let (want_losses, want_mean) = by_hand(&mut reference, &inputs, batch, 0.1);
-        for threads in [1, 2, 3] {
+        // (The JIT's threads cut the first layer by rows: 4 threads take 6 rows each.)
+        for threads in [1, 2, 3, 4] {
             for mut b in interpreter_and_every_jit_level(&g) {
                 let at = format!("{}, batch {batch}, {threads} threads", b.name);
                 let p = b.program.as_mut();
@@ -134,6 +135,22 @@ fn every_backend_and_thread_count_follows_the_documented_order() {
             }
         }
     }
+}
+
+/// On several threads the JIT cuts the classifier's first layer (on inputs without
+/// gradient, skipping zero inputs) by its rows, each thread owning a range of them; the
+/// test above checks that this changes no bit.
+#[test]
+fn the_jit_cuts_a_first_layer_by_rows() {
+    let g = Graph::new();
+    classifier(&g);
+    let jit = Jit::compile(&g).unwrap();
+    assert_eq!(jit.stats().split_rows, NIN);
+    let never = Jit::builder()
+        .zero_skipping(ZeroSkipping::Never)
+        .compile(&g)
+        .unwrap();
+    assert_eq!(never.stats().split_rows, 0, "not without zero-skipping");
 }
 
 /// `steps` steps of `x' = x + ((x - left) * k - x * x * c)` from `x`: a nest of steps run one

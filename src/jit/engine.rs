@@ -14,6 +14,7 @@
 
 use std::cell::{Cell, UnsafeCell};
 use std::ffi::{CStr, CString};
+use std::ops::Range;
 use std::ptr::NonNull;
 use std::sync::Once;
 use std::time::Instant;
@@ -33,11 +34,14 @@ use inkwell::memory_buffer::MemoryBuffer;
 use inkwell::targets::{InitializationConfig, Target};
 
 use super::compiler::{compile_modules, llvm_error};
-use super::emit::{LazyEntry, BACKWARD, FORWARD, MATERIALIZE, STEP, UPDATE};
+use super::emit::{
+    LazyEntry, ACC_HEAD, ACC_REST, ACC_TAIL, BACKWARD, FORWARD, MATERIALIZE, STEP, UPDATE,
+};
 use super::{JitBuilder, JitStats};
 use crate::aligned::AlignedBuf;
 use crate::error::Result;
 use crate::op::MathFn;
+use crate::plan::split::SplitRows;
 use crate::plan::{Buffers, Plan, GUARD_FINITE, GUARD_NO_NEGATIVE_ZERO};
 use crate::program::finite_without_negative_zero;
 use crate::tape::{Slot, Tape};
@@ -48,6 +52,19 @@ type UpdateFn = unsafe extern "C" fn(*mut f64, *mut f64, f64);
 type TrainFn =
     unsafe extern "C" fn(*mut f64, *mut f64, f64, *const f64, i64, *mut f64, *mut i64, *mut i64);
 type AccumulateFn = unsafe extern "C" fn(*mut f64, *mut f64, *const f64, i64, *mut f64, *mut i64);
+type HeadFn =
+    unsafe extern "C" fn(*mut f64, *mut f64, *const f64, *mut i64, i64, i64, i64, *const f64);
+type RestFn = unsafe extern "C" fn(*mut f64, *mut f64, *const f64, *mut f64, *mut i64);
+type TailFn = unsafe extern "C" fn(*mut f64, *mut f64, *const f64, i64, i64);
+
+/// `accumulate`'s stages where the plan splits `train`'s dot (`emit/split.rs`).
+#[derive(Clone)]
+struct StageFns {
+    head: HeadFn,
+    rest: RestFn,
+    tail: TailFn,
+    layout: SplitRows,
+}
 
 /// Initializes the native target and sets LLVM's global codegen options, once per process.
 ///
@@ -163,6 +180,8 @@ struct Entries {
     train: Option<TrainFn>,
     /// Linked on first use ([`Native::link`]).
     accumulate: Option<AccumulateFn>,
+    /// Linked with `accumulate`, where the plan splits `train`'s dot.
+    stages: Option<StageFns>,
 }
 
 // SAFETY: the LLJIT is used by one thread at a time (linked in `compile` and, once per lazy
@@ -406,6 +425,7 @@ impl Native {
                 materialize: std::mem::transmute::<usize, PassFn>(materialize),
                 train: None,
                 accumulate: None,
+                stages: None,
             }
         };
         let layout = plan.buffers.clone();
@@ -450,8 +470,14 @@ impl Native {
     }
 
     /// Links the module of `entry` ([`super::emit::ModuleRole::Lazy`], compiled from the plan
-    /// this `Native` was compiled from) next to the others.
-    pub fn link(&mut self, entry: LazyEntry, object: super::compiler::Object) -> Result<()> {
+    /// this `Native` was compiled from, whose split of `train`'s dot is `split`) next to the
+    /// others.
+    pub fn link(
+        &mut self,
+        entry: LazyEntry,
+        object: super::compiler::Object,
+        split: Option<&SplitRows>,
+    ) -> Result<()> {
         let profiled = perf_map_wanted().then(|| function_symbols(std::slice::from_ref(&object)));
         if let (Some(ir), Some(more)) = (self.ir.as_mut(), object.ir.as_deref()) {
             ir.push_str(more);
@@ -473,6 +499,21 @@ impl Native {
                         Some(std::mem::transmute::<usize, AccumulateFn>(address))
                 }
             }
+        }
+        if let (LazyEntry::Accumulate, Some(layout)) = (entry, split) {
+            let head = self.code.address(ACC_HEAD)? as usize;
+            let rest = self.code.address(ACC_REST)? as usize;
+            let tail = self.code.address(ACC_TAIL)? as usize;
+            // SAFETY: as above: the emitter defined the stages with these signatures where
+            // the plan splits the dot (`emit/split.rs`).
+            self.entries.stages = Some(unsafe {
+                StageFns {
+                    head: std::mem::transmute::<usize, HeadFn>(head),
+                    rest: std::mem::transmute::<usize, RestFn>(rest),
+                    tail: std::mem::transmute::<usize, TailFn>(tail),
+                    layout: layout.clone(),
+                }
+            });
         }
         Ok(())
     }
@@ -656,6 +697,7 @@ impl Native {
     pub fn replica(&self) -> NativeReplica<'_> {
         NativeReplica {
             accumulate: self.entries.accumulate,
+            stages: self.entries.stages.clone(),
             sample_width: self.sample_width,
             guard: ZeroSkipGuard {
                 fresh: false,
@@ -676,6 +718,7 @@ impl Native {
 /// code it runs.
 pub struct NativeReplica<'a> {
     accumulate: Option<AccumulateFn>,
+    stages: Option<StageFns>,
     sample_width: usize,
     guard: ZeroSkipGuard,
     vals: AlignedBuf,
@@ -683,6 +726,13 @@ pub struct NativeReplica<'a> {
 }
 
 impl crate::program::Replica for NativeReplica<'_> {
+    fn stages(&mut self) -> Option<&mut dyn crate::program::Stages> {
+        match self.stages {
+            Some(_) => Some(self),
+            None => None,
+        }
+    }
+
     fn values(&self) -> &[f64] {
         &self.vals
     }
@@ -718,5 +768,103 @@ impl crate::program::Replica for NativeReplica<'_> {
                 guard,
             )
         }
+    }
+}
+
+impl crate::program::Stages for NativeReplica<'_> {
+    fn layout(&self) -> &SplitRows {
+        &self.stage_fns().layout
+    }
+
+    fn head(
+        &mut self,
+        sample: &[f64],
+        ahead: &[f64],
+        rows: Range<usize>,
+        start: Option<&[f64]>,
+    ) -> &[f64] {
+        let StageFns { head, layout, .. } = self.stage_fns().clone();
+        self.check(sample, &rows, &layout);
+        self.check(ahead, &rows, &layout);
+        if let Some(start) = start {
+            self.vals[layout.sums.clone()].copy_from_slice(start);
+        }
+        let guard: *mut i64 = self.guard.word(&self.vals);
+        // SAFETY: as in `accumulate`: `vals` has the tape's length; `head` reads the
+        // sample's inputs of `rows` (checked: inside the dot's steps, the sample whole) and
+        // the guard word, and writes the dot's sums; it does not touch `grads`, and only
+        // prefetches `ahead` (also a whole sample).
+        unsafe {
+            head(
+                self.vals.as_mut_ptr(),
+                std::ptr::null_mut(),
+                sample.as_ptr(),
+                guard,
+                rows.start as i64,
+                rows.end as i64,
+                start.is_none() as i64,
+                ahead.as_ptr(),
+            )
+        }
+        &self.vals[layout.sums]
+    }
+
+    fn rest(&mut self, sample: &[f64], sums: &[f64], grads: &mut [f64]) -> f64 {
+        let StageFns { rest, layout, .. } = self.stage_fns().clone();
+        self.check(sample, &(0..0), &layout);
+        assert_eq!(grads.len(), self.vals.len(), "checked by the caller");
+        self.vals[layout.sums].copy_from_slice(sums);
+        let guard: *mut i64 = self.guard.word(&self.vals);
+        let mut loss = 0.0;
+        // SAFETY: as in `accumulate`, for one sample (whole, checked) and one loss.
+        unsafe {
+            rest(
+                self.vals.as_mut_ptr(),
+                grads.as_mut_ptr(),
+                sample.as_ptr(),
+                &mut loss,
+                guard,
+            )
+        };
+        loss
+    }
+
+    fn tail(&mut self, sample: &[f64], rows: Range<usize>, sums_grads: &[f64], grads: &mut [f64]) {
+        let StageFns { tail, layout, .. } = self.stage_fns().clone();
+        self.check(sample, &rows, &layout);
+        assert_eq!(grads.len(), self.vals.len(), "checked by the caller");
+        grads[layout.sums].copy_from_slice(sums_grads);
+        // SAFETY: as in `head`; `tail` reads the sums' gradients and adds into the weights'
+        // gradients of `rows`, in `grads` (the tape's length, checked).
+        unsafe {
+            tail(
+                self.vals.as_mut_ptr(),
+                grads.as_mut_ptr(),
+                sample.as_ptr(),
+                rows.start as i64,
+                rows.end as i64,
+            )
+        }
+    }
+
+    fn set_rows_finite(&mut self, finite: bool) {
+        self.guard.word = if finite { GUARD_FINITE } else { 0 };
+        self.guard.fresh = true;
+    }
+}
+
+impl NativeReplica<'_> {
+    fn stage_fns(&self) -> &StageFns {
+        self.stages
+            .as_ref()
+            .expect("`Replica::stages` hands out only replicas with stages")
+    }
+
+    /// The stages' arguments are whole: a sample of the tape's width, steps of the dot.
+    fn check(&self, sample: &[f64], rows: &Range<usize>, layout: &SplitRows) {
+        assert!(
+            sample.len() == self.sample_width && rows.start <= rows.end && rows.end <= layout.rows,
+            "checked by the caller"
+        );
     }
 }

@@ -183,6 +183,10 @@ pub struct JitStats {
     /// Loop operands that read one constant wherever they run (`x * 0.5` made at every use,
     /// a node per repetition), which the code uses as a number instead of loading them.
     pub constant_operands: usize,
+    /// Rows (inputs) of the first layer that [`crate::Program::train_minibatches`] on
+    /// several threads cuts into one range per thread (each thread's rows of weights never
+    /// leave it); 0 where the threads share out the samples instead.
+    pub split_rows: usize,
     /// The repeated structure loop recovery found: each outermost nest in tape order (a
     /// batch written as copies, a rollout's steps, a layer's neurons), with the nests in it.
     pub nests: Vec<NestStats>,
@@ -446,6 +450,7 @@ impl JitBuilder {
         stats.local_grads = plan.grads.local.count();
         stats.local_values = plan.local_values.count();
         stats.constant_operands = plan.constants.count();
+        stats.split_rows = plan.split.as_ref().map_or(0, |s| s.rows);
         stats.compile_threads = self.threads().min(plan.modules.len());
         let native = Native::compile(&tape, &plan, self, stats.compile_threads, &mut stats)?;
         stats.compile_secs = start.elapsed().as_secs_f64();
@@ -568,7 +573,7 @@ impl Jit {
             let object = compiler::compile_lazy(&self.tape, plan, options, entry)?;
             self.stats.add_module(&object.stats);
             self.stats.modules += 1;
-            self.native.link(entry, object)?;
+            self.native.link(entry, object, plan.split.as_ref())?;
             self.stats.first_use_compile_secs += start.elapsed().as_secs_f64();
         }
         let left = [LazyEntry::Train, LazyEntry::Accumulate]

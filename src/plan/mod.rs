@@ -17,7 +17,8 @@
 //!   backward function starts; [`local`]: which never leave a repetition's registers.
 //! - [`step`]: what `step` does better than the four passes it stands for: params updated
 //!   where their gradient is computed, gradients deferred to `materialize`, and the first
-//!   layer `train` merges with the next sample's forward.
+//!   layer `train` merges with the next sample's forward; [`split`]: where minibatches cut
+//!   that layer by its rows across threads.
 //!
 //! [`Plan::verify`] checks the invariants the emitter relies on, as [`Tape::verify`] does for
 //! the tape.
@@ -30,6 +31,7 @@ pub mod local;
 pub mod memory;
 pub mod order;
 pub mod shared;
+pub mod split;
 pub mod step;
 mod verify;
 
@@ -71,6 +73,8 @@ pub struct Plan {
     pub grads: GradMemory,
     /// `step`'s own backward, if it pays (else `step` calls the four passes).
     pub step: Option<StepPlan>,
+    /// Where minibatches cut `train`'s dot by its rows across threads, if they can.
+    pub split: Option<split::SplitRows>,
     /// Whether recovered loops may use fast-math ([`crate::JitBuilder::fast_math`]).
     pub fast_math: bool,
     /// Loops made, tape nodes they cover, and how deep nests nest.
@@ -110,7 +114,9 @@ impl Plan {
         let (local_grads, local_values) = local::find(tape, &functions);
         let constants = constants::Constants::find(tape, &functions);
         let grads = GradMemory::new(tape, &functions, step.as_ref(), local_grads);
+        let split = split::find(tape, &functions, &buffers, step.as_ref());
         let plan = Plan {
+            split,
             buffers,
             kept,
             local_values,

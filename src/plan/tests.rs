@@ -912,3 +912,43 @@ fn a_chains_ends_join_its_nests_in_the_buffers_and_its_links_add_from_the_last_o
         );
     }
 }
+
+/// A classifier on inputs without gradient, skipping zero inputs: minibatches can cut its
+/// first layer by rows ([`super::split`]), whose weights are one block of lined rows (13
+/// neurons, rows of 16) with no other param in it, whose sums lie side by side and whose
+/// inputs are the sample's first. Not where `train` does not skip zeros, nor where the
+/// first layer's inputs take a gradient.
+#[test]
+fn a_first_layer_on_inputs_is_cut_by_rows() {
+    const NIN: usize = 24;
+    let g = Graph::new();
+    Classifier::new(&g, NIN, &[13], 3, &mut StdRng::seed_from_u64(4)).unwrap();
+    let (tape, plan) = planned(&g);
+    let split = plan.split.clone().expect("the first layer splits");
+    assert_eq!(
+        (split.rows, split.row_stride, split.first_input),
+        (NIN, 16, 0)
+    );
+    assert_eq!(split.sums.len(), 13);
+    let block = split.weights(0..NIN);
+    let inside = (0..tape.num_params())
+        .filter(|&p| block.contains(&plan.buffers.address(Slot(p as u32))))
+        .count();
+    assert_eq!(
+        inside,
+        NIN * 13,
+        "the block holds the layer's weights and nothing else"
+    );
+    assert_eq!(split.weights(2..5).len(), 3 * 16);
+
+    let (_, never) = planned_with(&g, ZeroSkipping::Never);
+    assert!(never.split.is_none(), "without zero-skipping");
+
+    let g = Graph::new();
+    let layer = Layer::new(&g, NIN, 13, Activation::Relu, &mut StdRng::seed_from_u64(4));
+    let out = layer.call(&g.inputs(NIN)).unwrap();
+    let loss = out.iter().fold(g.constant(0.0), |acc, &h| acc + h * h);
+    g.set_loss(loss).unwrap();
+    let (_, plan) = planned(&g);
+    assert!(plan.split.is_none(), "inputs that take a gradient");
+}

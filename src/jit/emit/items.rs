@@ -33,7 +33,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
     /// Emits loop code: the only code that consults [`Emitter::known`], and whose every
     /// buffer write tells it. What it knew before (or learns inside) may be stale after
     /// (or before) any other code, so it starts and ends empty.
-    fn loop_code(&self, emit: impl FnOnce() -> Emit<()>) -> Emit<()> {
+    pub(super) fn loop_code(&self, emit: impl FnOnce() -> Emit<()>) -> Emit<()> {
         self.known.forget();
         let done = emit();
         self.known.forget();
@@ -207,8 +207,12 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         match item {
             Item::Map(map) => self.map_forward::<V>(frame, map, reps),
             Item::Sum(sum) => self.sum_forward::<V>(frame, sum, None, reps),
-            // `train` computed this dot while updating its weights.
-            Item::Dot(dot) if matches!(frame.pass, Pass::TrainForward) && self.merges(dot) => {
+            // `train` computed this dot while updating its weights; `acc_head` before
+            // `acc_rest`.
+            Item::Dot(dot)
+                if matches!(frame.pass, Pass::TrainForward | Pass::AccumulateRest)
+                    && self.merges(dot) =>
+            {
                 Ok(())
             }
             Item::Dot(dot) if V::IS_VECTOR && self.accumulate_skip(frame, dot).is_some() => {
@@ -447,6 +451,11 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
                 return self.merged_dot_backward::<V>(frame, dot, reps, samples);
             }
         }
+        if matches!(frame.pass, Pass::AccumulateRest) && self.merges(dot) {
+            // The weights' gradients are `acc_tail`'s, from the sums' left in the buffer.
+            self.sum_grads::<V>(frame, sum, reps)?;
+            return Ok(());
+        }
         if let Some(shared) = vertical_arg(map, reps.lane_level()).filter(|_| reps.vertical) {
             let gs = self.sum_grads::<VectorValue>(frame, sum, reps)?;
             self.tail_backward(frame, sum, dot.head(), reps, &gs)?;
@@ -667,6 +676,9 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         args.map(|(i, &a)| {
             if let Some(c) = self.plan.constants.operand(map, i) {
                 return V::shared(self, self.f64_type.const_float(c), lanes);
+            }
+            if let (Pass::Stage { sample, .. }, false) = (frame.pass, map.grad_args[i]) {
+                return self.sample_input(sample, a, t, lanes);
             }
             match self.local_value(frame, a, lanes)? {
                 Some(x) => Ok(x),

@@ -113,11 +113,23 @@ impl<'ctx> Emitter<'ctx, '_> {
                 if param {
                     return V::load(self, m.frame.vals, a, t, &m.reps, lanes);
                 }
-                let at = self.address_ptr(inputs, self.sample_affine(a), t, &[])?;
-                let x = self.builder.build_load(self.f64_type, at, "x")?;
-                V::shared(self, x.into_float_value(), lanes)
+                self.sample_input(inputs, a, t, lanes)
             })
             .collect()
+    }
+
+    /// Input slots `a` at step `t`, read from a sample in memory (`sample`) rather than the
+    /// values buffer, in every lane.
+    pub(super) fn sample_input<V: LaneIo<'ctx>>(
+        &self,
+        sample: PointerValue<'ctx>,
+        a: Affine,
+        t: IntValue<'ctx>,
+        lanes: Vector,
+    ) -> Emit<V> {
+        let at = self.address_ptr(sample, self.sample_affine(a), t, &[])?;
+        let x = self.builder.build_load(self.f64_type, at, "x")?;
+        V::shared(self, x.into_float_value(), lanes)
     }
 
     /// Input slots `a` as addresses in one sample of `train`'s argument.

@@ -37,6 +37,7 @@ mod local;
 mod merged;
 mod neighbours;
 mod sparse;
+mod split;
 mod step;
 mod straight;
 mod vertical;
@@ -78,6 +79,9 @@ pub const STEP: &str = "step";
 pub const MATERIALIZE: &str = "materialize";
 pub const TRAIN: &str = "train";
 pub const ACCUMULATE: &str = "accumulate";
+pub const ACC_HEAD: &str = "acc_head";
+pub const ACC_REST: &str = "acc_rest";
+pub const ACC_TAIL: &str = "acc_tail";
 /// `step`'s update of the params its backward did not update in place.
 const STEP_UPDATE: &str = "step_update";
 
@@ -217,6 +221,17 @@ enum Pass<'ctx> {
     /// `train`'s dot while `guard` (an `i64` word) says the dot's weights are finite.
     Accumulate {
         guard: PointerValue<'ctx>,
+    },
+    /// `acc_rest`'s forward or backward function 0: `train`'s dot is left to `acc_head` and
+    /// `acc_tail` (its sums are in the buffer; its backward only adds the sums' gradients
+    /// into the biases'), everything else as `Accumulate`.
+    AccumulateRest,
+    /// `acc_head` and `acc_tail`: `train`'s dot alone, its inputs read from `sample` (one
+    /// sample of the minibatch, not copied into the buffer); the same inputs of `ahead` (the
+    /// sample the next call reads) asked into the cache meanwhile, if given.
+    Stage {
+        sample: PointerValue<'ctx>,
+        ahead: Option<PointerValue<'ctx>>,
     },
     /// `materialize` and the updates.
     Other,
@@ -404,6 +419,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
                 let backward = self.backward_parts("bwd", false)?;
                 if self.tape.loss().is_some() {
                     self.accumulate(&forward, &backward)?;
+                    self.split_entries(&forward, &backward)?;
                 }
                 return Ok(Lowered {
                     module: self.module,

@@ -32,11 +32,11 @@ use std::num::NonZeroU32;
 
 use inkwell::basic_block::BasicBlock;
 use inkwell::types::{BasicTypeEnum, VectorType};
-use inkwell::values::{FloatValue, FunctionValue, IntValue, PointerValue, VectorValue};
+use inkwell::values::{FunctionValue, IntValue, PointerValue, VectorValue};
 use inkwell::{FloatPredicate, IntPredicate};
 
 use super::lanes::Reps;
-use super::{Emit, Emitter, Frame, MergedDot};
+use super::{Emit, Emitter, Frame, MergedDot, Pass};
 use crate::passes::loops::{Affine, DotLoop};
 use crate::plan::{ZeroSkip, GUARD_FINITE, GUARD_NO_NEGATIVE_ZERO, GUARD_WAIT_SHIFT};
 
@@ -107,10 +107,11 @@ impl<'ctx> Emitter<'ctx, '_> {
         self.builder.position_at_end(list);
         let len = m.dot.products.len;
         let input = self.sample_affine(m.dot.products.args[skip.input]);
-        let (steps, n) =
-            self.nonzero_steps(len, &[(m.samples.this, input), (m.samples.next, input)])?;
+        let inputs = [(m.samples.this, input), (m.samples.next, input)];
+        let rows = self.every_row(m.dot);
+        let (steps, n) = self.nonzero_steps(rows, &inputs, None)?;
         // A sample too dense to skip makes the next `DENSE_WAIT` run dense without looking.
-        self.branch_on_density(n, len, skip, sparse, dense)?;
+        self.branch_on_density(n, rows, skip, sparse, dense)?;
         let list_end = self.block();
 
         self.builder.position_at_end(sparse);
@@ -199,15 +200,22 @@ impl<'ctx> Emitter<'ctx, '_> {
     /// `train`'s time; the register form is quick).
     fn nonzero_steps(
         &self,
-        len: u32,
+        rows: Rows<'ctx>,
         inputs: &[(PointerValue<'ctx>, Affine)],
+        ahead: Option<PointerValue<'ctx>>,
     ) -> Emit<(PointerValue<'ctx>, IntValue<'ctx>)> {
         let (i32t, i64t) = (self.context.i32_type(), self.context.i64_type());
-        let steps = self.entry_alloca(i32t.array_type(len).into(), "steps")?;
+        let steps = self.entry_alloca(i32t.array_type(rows.len).into(), "steps")?;
         let count = self.entry_alloca(i64t.into(), "count")?;
         self.builder.build_store(count, i64t.const_zero())?;
         let unit_stride = inputs.iter().all(|&(_, a)| a.stride == 1);
-        let vectorized = if unit_stride { len / CHUNK } else { 0 };
+        let chunk = i64t.const_int(CHUNK.into(), false);
+        let vectorized = match unit_stride {
+            true => self
+                .builder
+                .build_int_unsigned_div(rows.count, chunk, "chunks")?,
+            false => i64t.const_zero(),
+        };
         // Steps `first..first + width`, each appended to the list if not 0 in some input.
         let append = |this: &Self, first: IntValue<'ctx>, width: u32| -> Emit<()> {
             let ty = this.f64_type.vec_type(width);
@@ -274,22 +282,24 @@ impl<'ctx> Emitter<'ctx, '_> {
             }
             Ok(())
         };
-        if vectorized > 0 {
-            let chunk = i64t.const_int(CHUNK.into(), false);
-            self.emit_loop::<FloatValue>(vectorized, false, &[], |this, c, _| {
-                append(this, this.builder.build_int_mul(c, chunk, "first")?, CHUNK)?;
-                Ok(Vec::new())
-            })?;
-        }
-        let rest = len - vectorized * CHUNK;
-        if rest > 0 {
-            let first = i64t.const_int((vectorized * CHUNK).into(), false);
-            self.emit_loop::<FloatValue>(rest, false, &[], |this, u, _| {
-                // One input at a time (a vector of one lane, whatever the stride).
-                append(this, this.builder.build_int_add(first, u, "t")?, 1)?;
-                Ok(Vec::new())
-            })?;
-        }
+        self.counted_loop(vectorized, &[], |this, c, _| {
+            let offset = this.builder.build_int_mul(c, chunk, "")?;
+            let first = this.builder.build_int_add(rows.first, offset, "first")?;
+            if let Some(ahead) = ahead {
+                // (A chunk of 8 inputs is a line.)
+                this.prefetch(this.address_ptr(ahead, inputs[0].1, first, &[])?, 3)?;
+            }
+            append(this, first, CHUNK)?;
+            Ok(Vec::new())
+        })?;
+        let done = self.builder.build_int_mul(vectorized, chunk, "")?;
+        let rest = self.builder.build_int_sub(rows.count, done, "rest")?;
+        let first = self.builder.build_int_add(rows.first, done, "")?;
+        self.counted_loop(rest, &[], |this, u, _| {
+            // One input at a time (a vector of one lane, whatever the stride).
+            append(this, this.builder.build_int_add(first, u, "t")?, 1)?;
+            Ok(Vec::new())
+        })?;
         let n = self.builder.build_load(i64t, count, "n")?.into_int_value();
         Ok((steps, n))
     }
@@ -348,20 +358,37 @@ impl<'ctx> Emitter<'ctx, '_> {
     }
 
     /// `accumulate`'s forward of `train`'s dot `dot` (see [`crate::plan::ZeroSkip`]): the
-    /// sums from the biases over the steps whose input is not 0, while the guard word says
-    /// every weight is finite (so each skipped product is a signed 0). A sum that comes out
-    /// -0 is computed again over every step (a skipped +0 would have made it +0), as is every
-    /// sum where the guard is clear or too few inputs are 0.
+    /// sums from the biases over the steps whose input is not 0 ([`Emitter::dot_rows_forward`]
+    /// over every row).
     pub(super) fn sparse_dot_forward(
         &self,
         frame: Frame<'ctx>,
         dot: &DotLoop,
         reps: &Reps<'ctx>,
-        (skip, guard): (&ZeroSkip, PointerValue<'ctx>),
+        skipping: (&ZeroSkip, PointerValue<'ctx>),
     ) -> Emit<()> {
-        let i64t = self.context.i64_type();
-        let len = dot.products.len;
         let biases = self.load_first::<VectorValue>(frame.vals, dot.sum.first, reps)?;
+        let rows = self.every_row(dot);
+        let sums = self.dot_rows_forward(frame, dot, reps, skipping, rows, &biases)?;
+        self.store_first(frame.vals, dot.sum.slot, reps, &sums)
+    }
+
+    /// The sums of `train`'s dot `dot` from `starts` over the steps `rows`, skipping those
+    /// whose input is 0 while the guard word says every weight is finite (so each skipped
+    /// product is a signed 0). A sum that comes out -0 is computed again over every step of
+    /// `rows` from its start (a skipped +0 would have made it +0; if it is not -0, no skipped
+    /// term changed it: see [`crate::plan::ZeroSkip`]), as is every sum where the guard is
+    /// clear or too few inputs are 0.
+    pub(super) fn dot_rows_forward(
+        &self,
+        frame: Frame<'ctx>,
+        dot: &DotLoop,
+        reps: &Reps<'ctx>,
+        (skip, guard): (&ZeroSkip, PointerValue<'ctx>),
+        rows: Rows<'ctx>,
+        starts: &[VectorValue<'ctx>],
+    ) -> Emit<Vec<VectorValue<'ctx>>> {
+        let i64t = self.context.i64_type();
         let step = |this: &Self, t, sums: &[VectorValue<'ctx>]| {
             this.sum_step(frame, &dot.sum, Some(&dot.products), t, reps, sums)
         };
@@ -378,12 +405,16 @@ impl<'ctx> Emitter<'ctx, '_> {
         self.builder.build_conditional_branch(set, list, dense)?;
 
         self.builder.position_at_end(list);
-        let input = self.plan.buffers.affine(dot.products.args[skip.input]);
-        let (steps, n) = self.nonzero_steps(len, &[(frame.vals, input)])?;
-        self.branch_on_density(n, len, skip, sparse, dense)?;
+        let input = self.dot_input(frame, dot.products.args[skip.input]);
+        let ahead = match frame.pass {
+            Pass::Stage { ahead, .. } => ahead,
+            _ => None,
+        };
+        let (steps, n) = self.nonzero_steps(rows, &[input], ahead)?;
+        self.branch_on_density(n, rows, skip, sparse, dense)?;
 
         self.builder.position_at_end(sparse);
-        let skipped = self.counted_loop(n, &biases, |this, k, sums| {
+        let skipped = self.counted_loop(n, starts, |this, k, sums| {
             let t = this.load_step(steps, k)?;
             step(this, t, sums)
         })?;
@@ -393,19 +424,19 @@ impl<'ctx> Emitter<'ctx, '_> {
             .build_conditional_branch(negative_zero, dense, done)?;
 
         self.builder.position_at_end(dense);
-        let every = self.emit_loop(len, false, &biases, step)?;
+        let every = self.counted_loop(rows.count, starts, |this, k, sums| {
+            step(this, this.builder.build_int_add(rows.first, k, "t")?, sums)
+        })?;
         let dense_end = self.block();
         self.builder.build_unconditional_branch(done)?;
 
         self.builder.position_at_end(done);
-        let sums = self.join(&[(&skipped, sparse_end), (&every, dense_end)])?;
-        self.store_first(frame.vals, dot.sum.slot, reps, &sums)
+        self.join(&[(&skipped, sparse_end), (&every, dense_end)])
     }
 
-    /// `accumulate`'s backward of `train`'s dot `dot`: the weights' gradients over the steps
-    /// whose input is not 0, where every product's gradient is finite (so each skipped
-    /// addition is of a signed 0, to a gradient that `accumulate` started from +0 and that
-    /// sums of +0 and numbers never make -0: it changes nothing).
+    /// `accumulate`'s backward of `train`'s dot `dot`: the sums' gradients (added into the
+    /// biases' where the sum starts from a param), then the weights' ([`Emitter::dot_rows_backward`]
+    /// over every row).
     pub(super) fn sparse_dot_backward(
         &self,
         frame: Frame<'ctx>,
@@ -413,9 +444,26 @@ impl<'ctx> Emitter<'ctx, '_> {
         reps: &Reps<'ctx>,
         skip: &ZeroSkip,
     ) -> Emit<()> {
-        let (sum, map) = (&dot.sum, &dot.products);
-        let gs = self.sum_grads::<VectorValue>(frame, sum, reps)?;
-        let g_products = self.fresh(&gs)?;
+        let gs = self.sum_grads::<VectorValue>(frame, &dot.sum, reps)?;
+        self.dot_rows_backward(frame, dot, reps, skip, self.every_row(dot), &gs)
+    }
+
+    /// The gradients of the weights of `train`'s dot `dot` at the steps `rows`, from the sums'
+    /// gradients `gs`: over the steps whose input is not 0, where every product's gradient
+    /// is finite (so each skipped addition is of a signed 0, to a gradient that `accumulate`
+    /// started from +0 and that sums of +0 and numbers never make -0: it changes nothing).
+    /// Each weight takes one term, so the order of the steps is free.
+    pub(super) fn dot_rows_backward(
+        &self,
+        frame: Frame<'ctx>,
+        dot: &DotLoop,
+        reps: &Reps<'ctx>,
+        skip: &ZeroSkip,
+        rows: Rows<'ctx>,
+        gs: &[VectorValue<'ctx>],
+    ) -> Emit<()> {
+        let map = &dot.products;
+        let g_products = self.fresh(gs)?;
         let step = |this: &Self, t| -> Emit<Vec<VectorValue<'ctx>>> {
             let locals = this.products_locals(frame, map, t, reps, &g_products)?;
             this.accumulate_args(frame, map, t, reps, &locals)?;
@@ -426,19 +474,40 @@ impl<'ctx> Emitter<'ctx, '_> {
         self.builder.build_conditional_branch(finite, list, dense)?;
 
         self.builder.position_at_end(list);
-        let input = self.plan.buffers.affine(map.args[skip.input]);
-        let (steps, n) = self.nonzero_steps(map.len, &[(frame.vals, input)])?;
-        self.branch_on_density(n, map.len, skip, sparse, dense)?;
+        let input = self.dot_input(frame, map.args[skip.input]);
+        let (steps, n) = self.nonzero_steps(rows, &[input], None)?;
+        self.branch_on_density(n, rows, skip, sparse, dense)?;
 
         self.builder.position_at_end(sparse);
         self.counted_loop(n, &[], |this, k, _| step(this, this.load_step(steps, k)?))?;
         self.builder.build_unconditional_branch(done)?;
 
         self.builder.position_at_end(dense);
-        self.emit_loop::<VectorValue>(map.len, true, &[], |this, t, _| step(this, t))?;
+        self.counted_loop(rows.count, &[], |this, k, _| {
+            step(this, this.builder.build_int_add(rows.first, k, "t")?)
+        })?;
         self.builder.build_unconditional_branch(done)?;
         self.builder.position_at_end(done);
         Ok(())
+    }
+
+    /// Where the code reads the dot's inputs `a`: the values buffer, or a stage's sample.
+    fn dot_input(&self, frame: Frame<'ctx>, a: Affine) -> (PointerValue<'ctx>, Affine) {
+        match frame.pass {
+            Pass::Stage { sample, .. } => (sample, self.sample_affine(a)),
+            _ => (frame.vals, self.plan.buffers.affine(a)),
+        }
+    }
+
+    /// Every step of `dot`, as [`Rows`].
+    fn every_row(&self, dot: &DotLoop) -> Rows<'ctx> {
+        let i64t = self.context.i64_type();
+        let len = dot.products.len;
+        Rows {
+            first: i64t.const_zero(),
+            count: i64t.const_int(len.into(), false),
+            len,
+        }
     }
 
     /// The blocks of `accumulate`'s skipping loops: building the list of steps, the loop
@@ -448,12 +517,12 @@ impl<'ctx> Emitter<'ctx, '_> {
         ["list", "sparse", "dense", "done"].map(|name| self.context.append_basic_block(f, name))
     }
 
-    /// To `sparse` if the `n` steps of `len` left are few enough to pay for skipping (at
+    /// To `sparse` if the `n` steps of `rows` left are few enough to pay for skipping (at
     /// most 3 in 4, or any number if `skip` says always), else to `dense`.
     fn branch_on_density(
         &self,
         n: IntValue<'ctx>,
-        len: u32,
+        rows: Rows<'ctx>,
         skip: &ZeroSkip,
         sparse: BasicBlock<'ctx>,
         dense: BasicBlock<'ctx>,
@@ -462,7 +531,13 @@ impl<'ctx> Emitter<'ctx, '_> {
             self.builder.build_unconditional_branch(sparse)?;
             return Ok(());
         }
-        let most = self.context.i64_type().const_int(len as u64 * 3 / 4, false);
+        let i64t = self.context.i64_type();
+        let three = self
+            .builder
+            .build_int_mul(rows.count, i64t.const_int(3, false), "")?;
+        let most = self
+            .builder
+            .build_int_unsigned_div(three, i64t.const_int(4, false), "most")?;
         let few = self
             .builder
             .build_int_compare(IntPredicate::ULE, n, most, "few")?;
@@ -615,6 +690,15 @@ impl<'ctx> Emitter<'ctx, '_> {
     }
 }
 
+/// Steps `first..first + count` of a dot of `len` steps (a range inside `0..len`): all of
+/// them, or the rows one stage of a minibatch owns (`crate::minibatch`).
+#[derive(Clone, Copy)]
+pub(super) struct Rows<'ctx> {
+    pub first: IntValue<'ctx>,
+    pub count: IntValue<'ctx>,
+    pub len: u32,
+}
+
 /// `&steps[k]` for the `i32` array `steps`.
 fn step_ptr<'ctx>(
     e: &Emitter<'ctx, '_>,
@@ -624,7 +708,8 @@ fn step_ptr<'ctx>(
     let i32t = e.context.i32_type();
     // SAFETY: (of the GEP, not of Rust code) every caller indexes below the array's length:
     // `k` is below the number of steps found, at most the dot's length, or (appending step
-    // `t`) the number found before `t`, at most `t` (appending the chunk from `t` as one
-    // vector: at most `t`, and `t + CHUNK` at most the length).
+    // `t` of rows from `first`) the number found before `t`, at most `t - first` (appending
+    // the chunk from `t` as one vector: at most `t - first`, and `t - first + CHUNK` at most
+    // the length).
     unsafe { e.builder.build_in_bounds_gep(i32t, steps, &[k], "at") }
 }

@@ -295,8 +295,8 @@ impl<'ctx> Emitter<'ctx, '_> {
         let (forward_at, backward_at) = (0, backward.len() - 2);
         let skipping = match self.zero_skip() {
             Some(_) => Some((
-                self.accumulate_function("acc_fwd0", false)?,
-                self.accumulate_function("acc_bwd0", true)?,
+                self.accumulate_function("acc", false, false)?,
+                self.accumulate_function("acc", true, false)?,
             )),
             None => None,
         };
@@ -324,22 +324,10 @@ impl<'ctx> Emitter<'ctx, '_> {
         let s_value = s.as_basic_value().into_int_value();
         let sample = self.sample_ptr(inputs, s_value, "sample")?;
         self.copy_sample(vals, sample)?;
-        // Each part in turn, `at`'s replaced by its skipping function if there is one.
-        let run = |parts: &[Part<'ctx>], at: usize, skipping: Option<Part<'ctx>>| -> Emit<()> {
-            for (k, part) in parts.iter().enumerate() {
-                match skipping.filter(|_| k == at) {
-                    Some(skips) => {
-                        let args = [vals.into(), grads.into(), guard.into()];
-                        self.builder.build_call(skips.f, &args, "")?;
-                    }
-                    None => self.calls(&[*part], vals, grads, None)?,
-                }
-            }
-            Ok(())
-        };
-        run(forward, forward_at, skipping.map(|s| s.0))?;
+        let (fwd0, bwd0) = (skipping.map(|s| s.0), skipping.map(|s| s.1));
+        self.run_parts(forward, forward_at, fwd0, vals, grads, guard)?;
         self.store_loss(vals, losses, s_value)?;
-        run(backward, backward_at, skipping.map(|s| s.1))?;
+        self.run_parts(backward, backward_at, bwd0, vals, grads, guard)?;
         let (next, more) = self.next_sample(s_value, n)?;
         let latch = self.block();
         self.builder.build_conditional_branch(more, body, exit)?;
@@ -350,12 +338,43 @@ impl<'ctx> Emitter<'ctx, '_> {
         Ok(())
     }
 
-    /// `name(vals, grads, guard)`: `accumulate`'s forward (or backward) function 0, which
-    /// skips the zero inputs of `train`'s dot.
-    fn accumulate_function(&self, name: &str, backward: bool) -> Emit<Part<'ctx>> {
+    /// Calls each of `parts` in turn, part `at` replaced by `instead` (a function of `vals`,
+    /// `grads` and `guard`) if given.
+    pub(super) fn run_parts(
+        &self,
+        parts: &[Part<'ctx>],
+        at: usize,
+        instead: Option<Part<'ctx>>,
+        vals: PointerValue<'ctx>,
+        grads: PointerValue<'ctx>,
+        guard: PointerValue<'ctx>,
+    ) -> Emit<()> {
+        for (k, part) in parts.iter().enumerate() {
+            match instead.filter(|_| k == at) {
+                Some(f) => {
+                    let args = [vals.into(), grads.into(), guard.into()];
+                    self.builder.build_call(f.f, &args, "")?;
+                }
+                None => self.calls(&[*part], vals, grads, None)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// `{name}_fwd0(vals, grads, guard)` (or `_bwd0` if `backward`): `accumulate`'s forward
+    /// (or backward) function 0, which skips the zero inputs of `train`'s dot; `acc_rest`'s,
+    /// which leaves that dot to the other stages, if `rest`.
+    pub(super) fn accumulate_function(
+        &self,
+        name: &str,
+        backward: bool,
+        rest: bool,
+    ) -> Emit<Part<'ctx>> {
+        let name = format!("{name}_{}0", if backward { "bwd" } else { "fwd" });
         let ptr = self.context.ptr_type(Default::default());
-        let f = self.begin_function(name, &[ptr.into()], false);
+        let f = self.begin_function(&name, &[ptr.into()], false);
         let (vals, grads) = self.buffers(f);
+        let guard = f.get_nth_param(2).unwrap().into_pointer_value();
         // (`backward_body` makes a backward function's scratch.)
         let scratch = match backward {
             true => super::local::Scratch::Backward(None),
@@ -365,8 +384,9 @@ impl<'ctx> Emitter<'ctx, '_> {
             vals,
             grads,
             scratch,
-            pass: Pass::Accumulate {
-                guard: f.get_nth_param(2).unwrap().into_pointer_value(),
+            pass: match rest {
+                true => Pass::AccumulateRest,
+                false => Pass::Accumulate { guard },
             },
         };
         let items = &self.plan.functions[0];
@@ -415,7 +435,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         if lines == 0 {
             return Ok(());
         }
-        let (i32t, i64t) = (self.context.i32_type(), self.context.i64_type());
+        let i64t = self.context.i64_type();
         let last = i64t.const_int(lines - 1, false);
         let before_last =
             self.builder
@@ -426,17 +446,27 @@ impl<'ctx> Emitter<'ctx, '_> {
             i64t.const_int(LINE_NUMBERS, false),
             "",
         )?;
-        let ptr = self.element_ptr(sample, at)?;
+        // Locality 1 (x86: prefetcht2; AMD fills L2 for it).
+        self.prefetch(self.element_ptr(sample, at)?, 1)
+    }
+
+    /// Asks the cache for the line at `ptr` (to read, as data; `locality` 0-3, 3 keeping it
+    /// closest). A prefetch never faults and changes no result.
+    pub(super) fn prefetch(&self, ptr: PointerValue<'ctx>, locality: u64) -> Emit<()> {
+        let i32t = self.context.i32_type();
         let prefetch = self.intrinsic("llvm.prefetch", &[ptr.get_type().into()])?;
-        // Read, locality 1 (x86: prefetcht2; AMD fills L2 for it), data.
-        let how = [0, 1, 1].map(|x| i32t.const_int(x, false).into());
+        let how = [0, locality, 1].map(|x| i32t.const_int(x, false).into());
         self.builder
             .build_call(prefetch, &[ptr.into(), how[0], how[1], how[2]], "")?;
         Ok(())
     }
 
     /// Copies a sample (at `sample`, `num_inputs` numbers) into the input slots.
-    fn copy_sample(&self, vals: PointerValue<'ctx>, sample: PointerValue<'ctx>) -> Emit<()> {
+    pub(super) fn copy_sample(
+        &self,
+        vals: PointerValue<'ctx>,
+        sample: PointerValue<'ctx>,
+    ) -> Emit<()> {
         let bytes = 8 * self.tape.num_inputs() as u64;
         let bytes = self.context.i64_type().const_int(bytes, false);
         let inputs = self.slot_ptr(vals, Slot(self.tape.num_params() as u32))?;
@@ -446,7 +476,7 @@ impl<'ctx> Emitter<'ctx, '_> {
 
     /// `losses[s] = vals[loss]` (the entry points that take samples have a loss; `losses`
     /// has `n` entries and `s < n`).
-    fn store_loss(
+    pub(super) fn store_loss(
         &self,
         vals: PointerValue<'ctx>,
         losses: PointerValue<'ctx>,

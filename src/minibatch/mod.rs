@@ -8,6 +8,10 @@
 //! minibatch's gradient is the chunks' sums added in chunk order (`((c0 + c1) + c2) + ...`),
 //! and each param moves by `p -= (lr / m) * g`. None of this depends on the thread count.
 //!
+//! Where the backend can cut the first layer by its rows ([`crate::plan::split`]: the JIT,
+//! for a layer on inputs without gradient that skips zero inputs), threads share out the
+//! rows ([`stages`]); elsewhere they share out the samples, as follows.
+//!
 //! Each thread has its own copy of the values (a `Replica`) and a range of the params (a
 //! share of whole cache lines), and runs, per minibatch:
 //! 1. its share of the chunks (consecutive ones), each into a gradient buffer of its own
@@ -32,9 +36,11 @@
 //! generations: a thread writes chunk gradients and its `updated` range only after every
 //! thread has passed the barrier after which they were last read.
 
+mod stages;
+
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, RwLock, RwLockReadGuard};
+use std::sync::{Condvar, Mutex, RwLock};
 
 use crate::aligned::AlignedBuf;
 use crate::program::{all_finite, Backend, Replica};
@@ -66,6 +72,9 @@ pub(crate) fn train<B: Backend + ?Sized>(
     let (width, params) = (tape.num_inputs(), b.params_len());
     if tape.loss().is_none() {
         return Ok(Vec::new());
+    }
+    if threads >= 2 && b.replica().stages().is_some() {
+        return stages::train(b, inputs, batch, lr, threads);
     }
     let samples = inputs.len() / width;
     let minibatches: Vec<&[f64]> = inputs.chunks(batch * width).collect();
@@ -114,13 +123,14 @@ pub(crate) fn train<B: Backend + ?Sized>(
             if non_finite.load(Ordering::Relaxed) != usize::MAX {
                 break;
             }
-            let sums: Vec<_> = chunk_grads[..chunks].iter().map(read).collect();
+            let guards: Vec<_> = chunk_grads[..chunks].iter().map(read).collect();
+            let sums: Vec<&[f64]> = guards.iter().map(|g| &g[..]).collect();
             let last = n + 1 == minibatches.len();
             let mean = last.then_some(&mut *mean);
             let own = ranges[w].clone();
             let vals = replica.values_mut();
-            step(&sums, own.clone(), (lr, m), &mut vals[own.clone()], mean);
-            drop(sums);
+            let _ = step(&sums, own.clone(), (lr, m), &mut vals[own.clone()], mean);
+            drop(guards);
             if workers > 1 {
                 write(&updated[w]).copy_from_slice(&vals[own]);
                 barrier.wait();
@@ -173,16 +183,18 @@ pub(crate) fn train<B: Backend + ?Sized>(
 
 /// Params `range` (whose values are `params`) after a minibatch of `m` samples whose chunks'
 /// gradients are `sums`: `g` the sums added in chunk order, then `p -= (lr / m) * g`; and
-/// `g / m` into `mean` if given. In blocks that stay in L1.
+/// `g / m` into `mean` if given. In blocks that stay in L1. Whether every new value is
+/// finite.
 fn step(
-    sums: &[RwLockReadGuard<'_, AlignedBuf>],
+    sums: &[&[f64]],
     range: Range<usize>,
     (lr, m): (f64, usize),
     params: &mut [f64],
     mut mean: Option<&mut [f64]>,
-) {
+) -> bool {
     const BLOCK: usize = 256;
     let (m, scale) = (m as f64, lr / m as f64);
+    let mut finite = true;
     let mut g = [0.0; BLOCK];
     for start in range.clone().step_by(BLOCK) {
         let end = (start + BLOCK).min(range.end);
@@ -205,6 +217,7 @@ fn step(
         let at = start - range.start..end - range.start;
         for (p, g) in params[at.clone()].iter_mut().zip(g.iter()) {
             *p -= scale * g;
+            finite &= p.is_finite();
         }
         if let Some(mean) = mean.as_deref_mut() {
             for (mean, g) in mean[at].iter_mut().zip(g.iter()) {
@@ -212,6 +225,7 @@ fn step(
             }
         }
     }
+    finite
 }
 
 /// `xs` cut into `ranges` (consecutive, from 0, covering it).

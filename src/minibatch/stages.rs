@@ -1,0 +1,253 @@
+//! Minibatches on several threads with the first layer cut by its rows
+//! ([`crate::plan::split`]), where the backend can: what crosses cores per minibatch is a
+//! few numbers per sample, not the weights.
+//!
+//! Each thread owns a range of the first layer's steps (inputs): those rows of weights,
+//! their gradients and their update; it alone reads and writes them. Per minibatch of `m`
+//! samples, each thread:
+//! 1. for every sample in order, continues the layer's sums over its rows from where the
+//!    previous thread's rows left them (the first thread from the biases) and hands them
+//!    on: a pipeline, each thread a sample behind the one before;
+//! 2. runs the rest of each sample of its chunks (as in `super::train`) from the finished
+//!    sums, into the chunk's gradients, and publishes the sample's gradient of the sums;
+//! 3. after one barrier, adds its rows' weight gradients of every sample (into one buffer
+//!    per chunk, from 0), then updates its rows from those chunk sums, and every other
+//!    param (the same in every thread's copy) from the chunks' gradients of step 2.
+//!
+//! Every number is added as `super::train` adds it: a sum over its steps in order, a
+//! chunk's gradient sample by sample from 0, the chunks' sums in chunk order. So the bits
+//! are those of one thread. A thread waits for a sample's sums only where it needs them
+//! (step 1's next rows, step 2), and the barrier orders the rest: a thread writes step 1's
+//! and step 2's outputs of the next minibatch only after the last thread's step 1 of it,
+//! which comes after every thread's step 3 of this one.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, RwLock};
+
+use super::{read, step, write, SpinBarrier, CHUNK};
+use crate::aligned::AlignedBuf;
+use crate::plan::split::SplitRows;
+use crate::program::{all_finite, Backend, Replica};
+
+/// Numbers one thread hands another per sample: a sample's sums (or their gradients), as
+/// bits, and the minibatch (counted from 1) whose they are.
+struct Handoff {
+    numbers: Vec<AtomicU64>,
+    ready: Vec<AtomicUsize>,
+    width: usize,
+}
+
+impl Handoff {
+    fn new(samples: usize, width: usize) -> Handoff {
+        Handoff {
+            numbers: (0..samples * width).map(|_| AtomicU64::new(0)).collect(),
+            ready: (0..samples).map(|_| AtomicUsize::new(0)).collect(),
+            width,
+        }
+    }
+
+    fn put(&self, sample: usize, minibatch: usize, xs: &[f64]) {
+        let at = &self.numbers[sample * self.width..(sample + 1) * self.width];
+        for (a, x) in at.iter().zip(xs) {
+            a.store(x.to_bits(), Ordering::Relaxed);
+        }
+        self.ready[sample].store(minibatch, Ordering::Release);
+    }
+
+    /// Sample `sample`'s numbers of minibatch `minibatch` into `xs`, once they are there.
+    fn take(&self, sample: usize, minibatch: usize, xs: &mut [f64]) {
+        while self.ready[sample].load(Ordering::Acquire) < minibatch {
+            std::hint::spin_loop();
+        }
+        let at = &self.numbers[sample * self.width..(sample + 1) * self.width];
+        for (x, a) in xs.iter_mut().zip(at) {
+            *x = f64::from_bits(a.load(Ordering::Relaxed));
+        }
+    }
+}
+
+/// The rows of `layout` cut into `stages` ranges holding about as many non-zero inputs of
+/// `inputs` (some samples of `width` numbers) each.
+fn cut_rows(layout: &SplitRows, inputs: &[f64], width: usize, stages: usize) -> Vec<usize> {
+    let mut nonzero = vec![1usize; layout.rows];
+    for sample in inputs.chunks_exact(width).take(256) {
+        let x = &sample[layout.first_input..layout.first_input + layout.rows];
+        for (n, &x) in nonzero.iter_mut().zip(x) {
+            *n += (x != 0.0) as usize;
+        }
+    }
+    let total: usize = nonzero.iter().sum();
+    let mut bounds = vec![0];
+    let mut seen = 0;
+    for (t, n) in nonzero.iter().enumerate() {
+        if seen * stages >= total * bounds.len() && bounds.len() < stages {
+            bounds.push(t);
+        }
+        seen += n;
+    }
+    while bounds.len() <= stages {
+        bounds.push(layout.rows);
+    }
+    bounds
+}
+
+/// [`super::train`] on `threads >= 2` threads in stages, for a backend whose replicas have
+/// them ([`crate::program::Stages`]). The same contract and the same bits.
+pub(super) fn train<B: Backend + ?Sized>(
+    b: &mut B,
+    inputs: &[f64],
+    batch: usize,
+    lr: f64,
+    threads: usize,
+) -> Result<Vec<f64>, usize> {
+    let buffer_len = b.value_buffer().len();
+    let tape = b.program_tape();
+    let (width, params) = (tape.num_inputs(), b.params_len());
+    let samples = inputs.len() / width;
+    let minibatches: Vec<&[f64]> = inputs.chunks(batch * width).collect();
+    let batch = batch.min(samples);
+    let chunks_per_batch = batch.div_ceil(CHUNK);
+    let mut replicas: Vec<Box<dyn Replica + '_>> = (0..threads).map(|_| b.replica()).collect();
+    let layout = match replicas[0].stages() {
+        Some(stages) => stages.layout().clone(),
+        None => unreachable!("called for a backend with stages"),
+    };
+    let sums = layout.sums.len();
+    let bounds = cut_rows(&layout, inputs, width, threads);
+    let block = layout.weights(0..layout.rows);
+    let others = [0..block.start, block.end..params];
+    // Step 1's sums, per thread; step 2's gradients of the finished sums.
+    let partial: Vec<Handoff> = (0..threads).map(|_| Handoff::new(batch, sums)).collect();
+    let sums_grads = Handoff::new(batch, sums);
+    let chunk_grads: Vec<RwLock<AlignedBuf>> = (0..chunks_per_batch)
+        .map(|_| RwLock::new(AlignedBuf::zeros(buffer_len)))
+        .collect();
+    let mean = Mutex::new(vec![0.0; params]);
+    let barrier = SpinBarrier::new(threads);
+    let non_finite = AtomicUsize::new(usize::MAX);
+    let work = |w: usize, replica: &mut Box<dyn Replica + '_>| {
+        let rows = bounds[w]..bounds[w + 1];
+        let own = layout.weights(rows.clone());
+        let mut row_grads: Vec<AlignedBuf> = (0..chunks_per_batch)
+            .map(|_| AlignedBuf::zeros(buffer_len))
+            .collect();
+        let (mut numbers, mut losses) = (vec![0.0; sums], Vec::new());
+        let mut first = 0;
+        for (n, minibatch) in minibatches.iter().enumerate() {
+            let (generation, m) = (n + 1, minibatch.len() / width);
+            let sample = |s: usize| &minibatch[s * width..(s + 1) * width];
+            let stages = replica.stages().expect("every replica has stages");
+            for s in 0..m {
+                let start = match w {
+                    0 => None,
+                    _ => {
+                        partial[w - 1].take(s, generation, &mut numbers);
+                        Some(&numbers[..])
+                    }
+                };
+                let ahead = sample((s + 1).min(m - 1));
+                let done = stages.head(sample(s), ahead, rows.clone(), start);
+                partial[w].put(s, generation, done);
+            }
+            let chunks = m.div_ceil(CHUNK);
+            let per = chunks.div_ceil(threads);
+            for c in (w * per..(w + 1) * per).take_while(|&c| c < chunks) {
+                let in_chunk = c * CHUNK..((c + 1) * CHUNK).min(m);
+                let x = &minibatch[in_chunk.start * width..in_chunk.end * width];
+                if !all_finite(x) {
+                    non_finite.fetch_min(first + in_chunk.start, Ordering::Relaxed);
+                    break;
+                }
+                // Every thread has read this chunk's gradients of the last minibatch once the
+                // last thread has begun this one (see the module's outline).
+                partial[threads - 1].take(in_chunk.start, generation, &mut numbers);
+                let mut grads = write(&chunk_grads[c]);
+                for r in &others {
+                    grads[r.clone()].fill(0.0);
+                }
+                for s in in_chunk {
+                    partial[threads - 1].take(s, generation, &mut numbers);
+                    let loss = stages.rest(sample(s), &numbers, &mut grads);
+                    losses.push((first + s, loss));
+                    sums_grads.put(s, generation, &grads[layout.sums.clone()]);
+                }
+            }
+            barrier.wait();
+            if non_finite.load(Ordering::Relaxed) != usize::MAX {
+                break;
+            }
+            for (c, grads) in row_grads.iter_mut().enumerate().take(chunks) {
+                grads[own.clone()].fill(0.0);
+                for s in c * CHUNK..((c + 1) * CHUNK).min(m) {
+                    sums_grads.take(s, generation, &mut numbers);
+                    stages.tail(sample(s), rows.clone(), &numbers, grads);
+                }
+            }
+            let last = n + 1 == minibatches.len();
+            let mut mean = last.then(|| mean.lock().unwrap_or_else(|e| e.into_inner()));
+            let vals = replica.values_mut();
+            let rows_sums: Vec<&[f64]> = row_grads[..chunks].iter().map(|g| &g[..]).collect();
+            let mut own_mean = mean.as_deref_mut().map(|m| &mut m[own.clone()]);
+            let finite = step(
+                &rows_sums,
+                own.clone(),
+                (lr, m),
+                &mut vals[own.clone()],
+                own_mean.take(),
+            );
+            let guards: Vec<_> = chunk_grads[..chunks].iter().map(read).collect();
+            let chunk_sums: Vec<&[f64]> = guards.iter().map(|g| &g[..]).collect();
+            for r in &others {
+                let mean = mean
+                    .as_deref_mut()
+                    .filter(|_| w == 0)
+                    .map(|m| &mut m[r.clone()]);
+                step(&chunk_sums, r.clone(), (lr, m), &mut vals[r.clone()], mean);
+            }
+            drop(guards);
+            replica
+                .stages()
+                .expect("every replica has stages")
+                .set_rows_finite(finite);
+            first += m;
+        }
+        losses
+    };
+    let done: Vec<Vec<(usize, f64)>> = std::thread::scope(|s| {
+        let work = &work;
+        let mut jobs = replicas.iter_mut().enumerate();
+        let (_, first) = jobs.next().expect("at least one worker");
+        let others: Vec<_> = jobs.map(|(w, r)| s.spawn(move || work(w, r))).collect();
+        let mut done = vec![work(0, first)];
+        done.extend(others.into_iter().filter_map(|h| h.join().ok()));
+        done
+    });
+    let first_non_finite = non_finite.into_inner();
+    if first_non_finite != usize::MAX {
+        return Err(first_non_finite);
+    }
+    let mut losses = vec![0.0; samples];
+    for &(i, l) in done.iter().flatten() {
+        losses[i] = l;
+    }
+    // The last sample ran on the thread of the last minibatch's last chunk; each thread's
+    // own rows are the new ones.
+    let chunks = minibatches
+        .last()
+        .map_or(1, |m| m.len() / width)
+        .div_ceil(CHUNK);
+    let mut vals = replicas[(chunks - 1) / chunks.div_ceil(threads)]
+        .values()
+        .to_vec();
+    for (w, replica) in replicas.iter().enumerate() {
+        let own = layout.weights(bounds[w]..bounds[w + 1]);
+        vals[own.clone()].copy_from_slice(&replica.values()[own]);
+    }
+    drop(replicas);
+    let mut grads = read(&chunk_grads[chunks - 1]).clone();
+    grads[..params].copy_from_slice(&mean.into_inner().unwrap_or_else(|e| e.into_inner()));
+    let (own_vals, own_grads) = b.buffers_mut();
+    own_vals.copy_from_slice(&vals);
+    own_grads.copy_from_slice(&grads);
+    Ok(losses)
+}
