@@ -21,6 +21,7 @@
 //! and step 2's outputs of the next minibatch only after the last thread's step 1 of it,
 //! which comes after every thread's step 3 of this one.
 
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, RwLock};
 
@@ -28,6 +29,10 @@ use super::{read, step, write, SpinBarrier, CHUNK};
 use crate::aligned::AlignedBuf;
 use crate::plan::split::SplitRows;
 use crate::program::{all_finite, Backend, Replica};
+
+/// Samples whose sums a thread takes from the one before it at a time (their lines then cross
+/// cores side by side; the thread starts that many samples behind).
+const HANDED_ON: usize = 2;
 
 /// Numbers one thread hands another per sample: a sample's sums (or their gradients), as
 /// bits, and the minibatch (counted from 1) whose they are.
@@ -54,12 +59,16 @@ impl Handoff {
         self.ready[sample].store(minibatch, Ordering::Release);
     }
 
-    /// Sample `sample`'s numbers of minibatch `minibatch` into `xs`, once they are there.
-    fn take(&self, sample: usize, minibatch: usize, xs: &mut [f64]) {
-        while self.ready[sample].load(Ordering::Acquire) < minibatch {
-            std::hint::spin_loop();
+    /// The numbers of samples `samples` of minibatch `minibatch` into `xs` (one after the
+    /// other), once they are all there. Taken together, their lines cross from the other
+    /// core side by side rather than a sample's at a time.
+    fn take(&self, samples: Range<usize>, minibatch: usize, xs: &mut [f64]) {
+        for ready in &self.ready[samples.clone()] {
+            while ready.load(Ordering::Acquire) < minibatch {
+                std::hint::spin_loop();
+            }
         }
-        let at = &self.numbers[sample * self.width..(sample + 1) * self.width];
+        let at = &self.numbers[samples.start * self.width..samples.end * self.width];
         for (x, a) in xs.iter_mut().zip(at) {
             *x = f64::from_bits(a.load(Ordering::Relaxed));
         }
@@ -131,43 +140,55 @@ pub(super) fn train<B: Backend + ?Sized>(
         let mut row_grads: Vec<AlignedBuf> = (0..chunks_per_batch)
             .map(|_| AlignedBuf::zeros(buffer_len))
             .collect();
-        let (mut numbers, mut losses) = (vec![0.0; sums], Vec::new());
+        let (mut numbers, mut losses) = (vec![0.0; HANDED_ON * sums], Vec::new());
+        // A chunk's finished sums, and the minibatch's gradients of the sums.
+        let (mut chunk_sums, mut all_grads) = (vec![0.0; CHUNK * sums], vec![0.0; batch * sums]);
         let mut first = 0;
         for (n, minibatch) in minibatches.iter().enumerate() {
             let (generation, m) = (n + 1, minibatch.len() / width);
             let sample = |s: usize| &minibatch[s * width..(s + 1) * width];
             let stages = replica.stages().expect("every replica has stages");
             for s in 0..m {
-                let start = match w {
-                    0 => None,
-                    _ => {
-                        partial[w - 1].take(s, generation, &mut numbers);
-                        Some(&numbers[..])
-                    }
-                };
+                // (Two samples' sums at a time: their lines cross side by side.)
+                if w > 0 && s % HANDED_ON == 0 {
+                    let these = s..(s + HANDED_ON).min(m);
+                    let into = &mut numbers[..these.len() * sums];
+                    partial[w - 1].take(these, generation, into);
+                }
+                let at = (s % HANDED_ON) * sums;
+                let start = (w > 0).then(|| &numbers[at..at + sums]);
                 let ahead = sample((s + 1).min(m - 1));
                 let done = stages.head(sample(s), ahead, rows.clone(), start);
                 partial[w].put(s, generation, done);
+                // Each thread checks the inputs it read (in cache now), the chunk's owner
+                // the rest of them.
+                if !all_finite(&sample(s)[layout.first_input..][rows.clone()]) {
+                    non_finite.fetch_min(first + s / CHUNK * CHUNK, Ordering::Relaxed);
+                }
             }
             let chunks = m.div_ceil(CHUNK);
             let per = chunks.div_ceil(threads);
             for c in (w * per..(w + 1) * per).take_while(|&c| c < chunks) {
                 let in_chunk = c * CHUNK..((c + 1) * CHUNK).min(m);
-                let x = &minibatch[in_chunk.start * width..in_chunk.end * width];
-                if !all_finite(x) {
+                let read = layout.first_input..layout.first_input + layout.rows;
+                let unread = |s| [&sample(s)[..read.start], &sample(s)[read.end..]];
+                if !in_chunk.clone().flat_map(unread).all(all_finite) {
                     non_finite.fetch_min(first + in_chunk.start, Ordering::Relaxed);
-                    break;
+                }
+                // (The minibatch stops at the barrier; every chunk's inputs are checked.)
+                if non_finite.load(Ordering::Relaxed) != usize::MAX {
+                    continue;
                 }
                 // Every thread has read this chunk's gradients of the last minibatch once the
                 // last thread has begun this one (see the module's outline).
-                partial[threads - 1].take(in_chunk.start, generation, &mut numbers);
+                let finished = &mut chunk_sums[..in_chunk.len() * sums];
+                partial[threads - 1].take(in_chunk.clone(), generation, finished);
                 let mut grads = write(&chunk_grads[c]);
                 for r in &others {
                     grads[r.clone()].fill(0.0);
                 }
-                for s in in_chunk {
-                    partial[threads - 1].take(s, generation, &mut numbers);
-                    let loss = stages.rest(sample(s), &numbers, &mut grads);
+                for (s, sums) in in_chunk.zip(finished.chunks_exact(sums)) {
+                    let loss = stages.rest(sample(s), sums, &mut grads);
                     losses.push((first + s, loss));
                     sums_grads.put(s, generation, &grads[layout.sums.clone()]);
                 }
@@ -176,11 +197,13 @@ pub(super) fn train<B: Backend + ?Sized>(
             if non_finite.load(Ordering::Relaxed) != usize::MAX {
                 break;
             }
+            let all_grads = &mut all_grads[..m * sums];
+            sums_grads.take(0..m, generation, all_grads);
             for (c, grads) in row_grads.iter_mut().enumerate().take(chunks) {
                 grads[own.clone()].fill(0.0);
                 for s in c * CHUNK..((c + 1) * CHUNK).min(m) {
-                    sums_grads.take(s, generation, &mut numbers);
-                    stages.tail(sample(s), rows.clone(), &numbers, grads);
+                    let of_sample = &all_grads[s * sums..(s + 1) * sums];
+                    stages.tail(sample(s), rows.clone(), of_sample, grads);
                 }
             }
             let last = n + 1 == minibatches.len();
@@ -243,6 +266,9 @@ pub(super) fn train<B: Backend + ?Sized>(
         let own = layout.weights(bounds[w]..bounds[w + 1]);
         vals[own.clone()].copy_from_slice(&replica.values()[own]);
     }
+    // (`acc_rest` copies only the inputs the first layer does not read; they lie side by
+    // side after the params.)
+    vals[params..params + width].copy_from_slice(&inputs[inputs.len() - width..]);
     drop(replicas);
     let mut grads = read(&chunk_grads[chunks - 1]).clone();
     grads[..params].copy_from_slice(&mean.into_inner().unwrap_or_else(|e| e.into_inner()));

@@ -5,10 +5,10 @@
 //!   continued over its steps `first..end` of `sample`, from the biases if `from_biases` is
 //!   not 0, else from the sums in `vals` (another stage's); the same inputs of `ahead`, the
 //!   sample the next call reads, asked into the cache meanwhile (they come from memory);
-//! - `acc_rest(vals, grads, sample, loss, guard)`: the sample copied in and run forward and
-//!   backward from the dot's sums in `vals` (its loss into `loss`), everything of the dot
-//!   left out but its sums' gradients, which are added into the biases' and left in
-//!   `grads`;
+//! - `acc_rest(vals, grads, sample, loss, guard)`: the sample's inputs but the dot's copied
+//!   in and run forward and backward from the dot's sums in `vals` (its loss into `loss`),
+//!   everything of the dot left out but its sums' gradients, which are added into the
+//!   biases' and left in `grads`;
 //! - `acc_tail(vals, grads, sample, first, end)`: the weights' gradients of steps
 //!   `first..end` of `sample` added from the sums' gradients in `grads`.
 //!
@@ -106,7 +106,8 @@ impl<'ctx> Emitter<'ctx, '_> {
         let (vals, grads) = self.buffers(f);
         let param = |i| f.get_nth_param(i).unwrap().into_pointer_value();
         let (sample, loss, guard) = (param(2), param(3), param(4));
-        self.copy_sample(vals, sample)?;
+        let train = self.plan.step.as_ref().and_then(|s| s.train.as_ref());
+        self.copy_other_inputs(train.expect("a split dot is train's"), vals, sample)?;
         self.run_parts(forward, 0, Some(forward0), vals, grads, guard)?;
         self.store_loss(vals, loss, zero)?;
         self.run_parts(

@@ -114,7 +114,6 @@ impl<'ctx> Emitter<'ctx, '_> {
         let losses = f.get_nth_param(5).unwrap().into_pointer_value();
         let guard = f.get_nth_param(6).unwrap().into_pointer_value();
         let trained = f.get_nth_param(7).unwrap().into_pointer_value();
-        let p = self.tape.num_params() as u64;
         let first = self.context.append_basic_block(f, "first");
         let body = self.context.append_basic_block(f, "sample");
         let check_next = self.context.append_basic_block(f, "check_next");
@@ -179,14 +178,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         }
         self.calls(&[update], vals, grads, Some(lr))?;
         // The next forward reads every input but the merged dot's.
-        for run in &plan.other_inputs {
-            let to = self.slot_ptr(vals, Slot(run.start))?;
-            let at = i64t.const_int((run.start as u64) - p, false);
-            // The run lies within the inputs, so within the next sample's.
-            let from = self.element_ptr(next_inputs, at)?;
-            let len = i64t.const_int(8 * run.len() as u64, false);
-            self.builder.build_memcpy(to, 8, from, 8, len)?;
-        }
+        self.copy_other_inputs(plan, vals, next_inputs)?;
         self.calls(&train_forward, vals, grads, Some(lr))?;
         let latch = self.builder.get_insert_block().expect("positioned");
         self.builder.build_unconditional_branch(body)?;
@@ -461,12 +453,29 @@ impl<'ctx> Emitter<'ctx, '_> {
         Ok(())
     }
 
-    /// Copies a sample (at `sample`, `num_inputs` numbers) into the input slots.
-    pub(super) fn copy_sample(
+    /// Copies the inputs of a sample (at `sample`) that `train`'s merged dot does not read
+    /// into their slots.
+    pub(super) fn copy_other_inputs(
         &self,
+        plan: &TrainPlan,
         vals: PointerValue<'ctx>,
         sample: PointerValue<'ctx>,
     ) -> Emit<()> {
+        let i64t = self.context.i64_type();
+        let p = self.tape.num_params() as u64;
+        for run in &plan.other_inputs {
+            let to = self.slot_ptr(vals, Slot(run.start))?;
+            let at = i64t.const_int((run.start as u64) - p, false);
+            // The run lies within the inputs, so within the sample.
+            let from = self.element_ptr(sample, at)?;
+            let len = i64t.const_int(8 * run.len() as u64, false);
+            self.builder.build_memcpy(to, 8, from, 8, len)?;
+        }
+        Ok(())
+    }
+
+    /// Copies a sample (at `sample`, `num_inputs` numbers) into the input slots.
+    fn copy_sample(&self, vals: PointerValue<'ctx>, sample: PointerValue<'ctx>) -> Emit<()> {
         let bytes = 8 * self.tape.num_inputs() as u64;
         let bytes = self.context.i64_type().const_int(bytes, false);
         let inputs = self.slot_ptr(vals, Slot(self.tape.num_params() as u32))?;
