@@ -202,8 +202,19 @@ fn negative_zero_biases_meet_zero_inputs() {
             *w = -w.abs() - 0.01;
         }
     }
+    // Negative weights but the last input's: on several threads, the threads before the
+    // last hand on sums of -0, and the last thread's +0 product makes them +0.
+    let mut handed_on = negative.clone();
+    for neuron in first_layer(&mut handed_on).chunks_mut(NIN + 1) {
+        neuron[NIN - 1] = 0.5;
+    }
     assert_train_exact("-0 biases, positive and negative weights", &params, &runs);
     assert_train_exact("-0 biases, negative weights", &negative, &runs);
+    assert_train_exact(
+        "-0 biases, negative weights but the last",
+        &handed_on,
+        &runs,
+    );
     runs.push((samples(&mut rng, 5, 0.9, 0.5, 1.0), 0.05));
     assert_train_exact("-0 biases, then sparse inputs", &params, &runs);
 }
