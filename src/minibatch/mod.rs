@@ -8,9 +8,9 @@
 //! minibatch's gradient is the chunks' sums added in chunk order (`((c0 + c1) + c2) + ...`),
 //! and each param moves by `p -= (lr / m) * g`. None of this depends on the thread count.
 //!
-//! Where the backend can cut the first layer by its rows ([`crate::plan::split`]: the JIT,
+//! Where the backend can cut the first layer by its rows (`plan::split`: the JIT,
 //! for a layer on inputs without gradient that skips zero inputs) and minibatches are small
-//! ([`STAGED_BATCH`]), threads share out the rows ([`stages`]); elsewhere they share out
+//! (up to `STAGED_BATCH` samples), threads share out the rows (`stages.rs`); elsewhere they share out
 //! the samples, as follows.
 //!
 //! Each thread has its own copy of the values (a `Replica`) and a range of the params (a
@@ -153,35 +153,11 @@ pub(crate) fn train<B: Backend + ?Sized>(
         losses
     };
     let mut means = split(&mut mean, &ranges);
-    let done: Vec<Vec<(usize, f64)>> = std::thread::scope(|s| {
-        let work = &work;
-        let mut jobs = replicas.iter_mut().zip(means.iter_mut()).enumerate();
-        let (_, (first, first_mean)) = jobs.next().expect("at least one worker");
-        let others: Vec<_> = jobs
-            .map(|(w, (r, m))| s.spawn(move || work(w, r, m)))
-            .collect();
-        let mut done = vec![work(0, first, first_mean)];
-        // A worker that panicked (it cannot: the hooks assume only what `Program` checked)
-        // would leave its barrier waiting forever, so a join never sees one.
-        done.extend(others.into_iter().filter_map(|h| h.join().ok()));
-        done
-    });
-    let first_non_finite = non_finite.into_inner();
-    if first_non_finite != usize::MAX {
-        return Err(first_non_finite);
-    }
-    let mut losses = vec![0.0; samples];
-    for &(i, l) in done.iter().flatten() {
-        losses[i] = l;
-    }
-    // The last sample ran on the worker of the last minibatch's last chunk.
-    let chunks = minibatches
-        .last()
-        .map_or(1, |m| m.len() / width)
-        .div_ceil(CHUNK);
-    let vals = replicas[(chunks - 1) / chunks.div_ceil(workers)]
-        .values()
-        .to_vec();
+    let jobs: Vec<_> = replicas.iter_mut().zip(means.iter_mut()).collect();
+    let done = on_threads(jobs, |w, (r, m)| work(w, r, m));
+    let losses = in_order(done, non_finite.into_inner(), samples)?;
+    let (chunks, last) = last_chunk(&minibatches, width, workers);
+    let vals = replicas[last].values().to_vec();
     drop(replicas);
     let mut grads = read(&chunk_grads[chunks - 1]).clone();
     grads[..params].copy_from_slice(&mean);
@@ -189,6 +165,49 @@ pub(crate) fn train<B: Backend + ?Sized>(
     own_vals.copy_from_slice(&vals);
     own_grads.copy_from_slice(&grads);
     Ok(losses)
+}
+
+/// `work(w, job)` for job `w` of `jobs`, the first on this thread and each other on a
+/// thread of its own; the results in order.
+fn on_threads<J: Send, R: Send>(jobs: Vec<J>, work: impl Fn(usize, J) -> R + Sync) -> Vec<R> {
+    std::thread::scope(|s| {
+        let work = &work;
+        let mut jobs = jobs.into_iter().enumerate();
+        let (_, first) = jobs.next().expect("at least one worker");
+        let others: Vec<_> = jobs.map(|(w, j)| s.spawn(move || work(w, j))).collect();
+        let mut done = vec![work(0, first)];
+        // A worker that panicked (it cannot: the hooks assume only what `Program` checked)
+        // would leave its barrier waiting forever, so a join never sees one.
+        done.extend(others.into_iter().filter_map(|h| h.join().ok()));
+        done
+    })
+}
+
+/// The losses of `samples` samples from the workers' `(sample, loss)` pairs, or the first
+/// sample of the first chunk holding a non-finite number (`usize::MAX`: none did).
+fn in_order(
+    done: Vec<Vec<(usize, f64)>>,
+    non_finite: usize,
+    samples: usize,
+) -> Result<Vec<f64>, usize> {
+    if non_finite != usize::MAX {
+        return Err(non_finite);
+    }
+    let mut losses = vec![0.0; samples];
+    for (i, l) in done.into_iter().flatten() {
+        losses[i] = l;
+    }
+    Ok(losses)
+}
+
+/// How many chunks the last minibatch has, and which of `workers` ran its last chunk (the
+/// last sample).
+fn last_chunk(minibatches: &[&[f64]], width: usize, workers: usize) -> (usize, usize) {
+    let chunks = minibatches
+        .last()
+        .map_or(1, |m| m.len() / width)
+        .div_ceil(CHUNK);
+    (chunks, (chunks - 1) / chunks.div_ceil(workers))
 }
 
 /// Params `range` (whose values are `params`) after a minibatch of `m` samples whose chunks'

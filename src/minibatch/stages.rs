@@ -25,7 +25,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, RwLock};
 
-use super::{read, step, write, SpinBarrier, CHUNK};
+use super::{in_order, last_chunk, on_threads, read, step, write, SpinBarrier, CHUNK, SPINS};
 use crate::aligned::AlignedBuf;
 use crate::plan::split::SplitRows;
 use crate::program::{all_finite, Backend, Replica};
@@ -64,8 +64,17 @@ impl Handoff {
     /// core side by side rather than a sample's at a time.
     fn take(&self, samples: Range<usize>, minibatch: usize, xs: &mut [f64]) {
         for ready in &self.ready[samples.clone()] {
+            // Spin a while (the other thread is a sample ahead when each has a core), then
+            // give the core up between looks (when they share one, as on a busy machine,
+            // spinning would keep the other from running).
+            let mut spins = 0u32;
             while ready.load(Ordering::Acquire) < minibatch {
-                std::hint::spin_loop();
+                if spins < SPINS {
+                    spins += 1;
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
             }
         }
         let at = &self.numbers[samples.start * self.width..samples.end * self.width];
@@ -133,7 +142,10 @@ pub(super) fn train<B: Backend + ?Sized>(
         .collect();
     let mean = Mutex::new(vec![0.0; params]);
     let barrier = SpinBarrier::new(threads);
-    let non_finite = AtomicUsize::new(usize::MAX);
+    // The first sample of the first chunk holding a non-finite number, per minibatch parity:
+    // with one barrier per minibatch, a thread may check the next minibatch's inputs while
+    // another still reads this one's verdict after the barrier.
+    let non_finite = [AtomicUsize::new(usize::MAX), AtomicUsize::new(usize::MAX)];
     let work = |w: usize, replica: &mut Box<dyn Replica + '_>| {
         let rows = bounds[w]..bounds[w + 1];
         let own = layout.weights(rows.clone());
@@ -146,6 +158,7 @@ pub(super) fn train<B: Backend + ?Sized>(
         let mut first = 0;
         for (n, minibatch) in minibatches.iter().enumerate() {
             let (generation, m) = (n + 1, minibatch.len() / width);
+            let non_finite = &non_finite[n % 2];
             let sample = |s: usize| &minibatch[s * width..(s + 1) * width];
             let stages = replica.stages().expect("every replica has stages");
             for s in 0..m {
@@ -236,32 +249,13 @@ pub(super) fn train<B: Backend + ?Sized>(
         }
         losses
     };
-    let done: Vec<Vec<(usize, f64)>> = std::thread::scope(|s| {
-        let work = &work;
-        let mut jobs = replicas.iter_mut().enumerate();
-        let (_, first) = jobs.next().expect("at least one worker");
-        let others: Vec<_> = jobs.map(|(w, r)| s.spawn(move || work(w, r))).collect();
-        let mut done = vec![work(0, first)];
-        done.extend(others.into_iter().filter_map(|h| h.join().ok()));
-        done
-    });
-    let first_non_finite = non_finite.into_inner();
-    if first_non_finite != usize::MAX {
-        return Err(first_non_finite);
-    }
-    let mut losses = vec![0.0; samples];
-    for &(i, l) in done.iter().flatten() {
-        losses[i] = l;
-    }
+    let done = on_threads(replicas.iter_mut().collect(), work);
+    let [even, odd] = non_finite.map(AtomicUsize::into_inner);
+    let losses = in_order(done, even.min(odd), samples)?;
     // The last sample ran on the thread of the last minibatch's last chunk; each thread's
     // own rows are the new ones.
-    let chunks = minibatches
-        .last()
-        .map_or(1, |m| m.len() / width)
-        .div_ceil(CHUNK);
-    let mut vals = replicas[(chunks - 1) / chunks.div_ceil(threads)]
-        .values()
-        .to_vec();
+    let (chunks, last) = last_chunk(&minibatches, width, threads);
+    let mut vals = replicas[last].values().to_vec();
     for (w, replica) in replicas.iter().enumerate() {
         let own = layout.weights(bounds[w]..bounds[w + 1]);
         vals[own.clone()].copy_from_slice(&replica.values()[own]);
