@@ -185,7 +185,8 @@ pub struct JitStats {
     pub constant_operands: usize,
     /// Rows (inputs) of the first layer that [`crate::Program::train_minibatches`] on
     /// several threads cuts into one range per thread (each thread's rows of weights never
-    /// leave it); 0 where the threads share out the samples instead.
+    /// leave it), for minibatches of up to 64 samples; 0 where the threads always share out
+    /// the samples instead.
     pub split_rows: usize,
     /// The repeated structure loop recovery found: each outermost nest in tape order (a
     /// batch written as copies, a rollout's steps, a layer's neurons), with the nests in it.
