@@ -54,7 +54,7 @@ type TrainFn =
 type AccumulateFn = unsafe extern "C" fn(*mut f64, *mut f64, *const f64, i64, *mut f64, *mut i64);
 type HeadFn =
     unsafe extern "C" fn(*mut f64, *mut f64, *const f64, *mut i64, i64, i64, i64, *const f64);
-type RestFn = unsafe extern "C" fn(*mut f64, *mut f64, *const f64, *mut f64, *mut i64);
+type RestFn = unsafe extern "C" fn(*mut f64, *mut f64, *const f64, *mut f64);
 type TailFn = unsafe extern "C" fn(*mut f64, *mut f64, *const f64, i64, i64);
 
 /// `accumulate`'s stages where the plan splits `train`'s dot (`emit/split.rs`).
@@ -814,7 +814,6 @@ impl crate::program::Stages for NativeReplica<'_> {
         self.check(sample, &(0..0), &layout);
         assert_eq!(grads.len(), self.vals.len(), "checked by the caller");
         self.vals[layout.sums].copy_from_slice(sums);
-        let guard: *mut i64 = self.guard.word(&self.vals);
         let mut loss = 0.0;
         // SAFETY: as in `accumulate`, for one sample (whole, checked) and one loss.
         unsafe {
@@ -823,7 +822,6 @@ impl crate::program::Stages for NativeReplica<'_> {
                 grads.as_mut_ptr(),
                 sample.as_ptr(),
                 &mut loss,
-                guard,
             )
         };
         loss

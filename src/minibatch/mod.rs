@@ -73,22 +73,23 @@ pub(crate) fn train<B: Backend + ?Sized>(
     lr: f64,
     threads: usize,
 ) -> Result<Vec<f64>, usize> {
-    // Gradients laid out as the backend's buffers (the JIT's hold fewer numbers than the
-    // tape has slots).
-    let buffer_len = b.value_buffer().len();
     let tape = b.program_tape();
-    // (Params at `0..params_len` of the buffers, whatever else lies among them 0.)
-    let (width, params) = (tape.num_inputs(), b.params_len());
     if tape.loss().is_none() {
         return Ok(Vec::new());
     }
-    let staged = batch.min(inputs.len() / width) <= STAGED_BATCH;
-    if threads >= 2 && staged && b.replica().stages().is_some() {
-        return stages::train(b, inputs, batch, lr, threads);
+    let shape = Shape::of(b, inputs, batch);
+    if threads >= 2 && shape.batch <= STAGED_BATCH && b.replica().stages().is_some() {
+        return stages::train(b, &shape, lr, threads);
     }
-    let samples = inputs.len() / width;
-    let minibatches: Vec<&[f64]> = inputs.chunks(batch * width).collect();
-    let chunks_per_batch = batch.min(samples).div_ceil(CHUNK);
+    let Shape {
+        minibatches,
+        width,
+        samples,
+        buffer_len,
+        params,
+        ..
+    } = shape;
+    let chunks_per_batch = shape.batch.div_ceil(CHUNK);
     let workers = threads.clamp(1, chunks_per_batch);
     let mut replicas: Vec<Box<dyn Replica + '_>> = (0..workers).map(|_| b.replica()).collect();
     // Each chunk's gradients (every slot's: backward needs them all), accumulated in place.
@@ -165,6 +166,36 @@ pub(crate) fn train<B: Backend + ?Sized>(
     own_vals.copy_from_slice(&vals);
     own_grads.copy_from_slice(&grads);
     Ok(losses)
+}
+
+/// What both ways of sharing out the work start from.
+struct Shape<'i> {
+    /// The inputs cut into minibatches of `batch` samples (the last maybe shorter).
+    minibatches: Vec<&'i [f64]>,
+    /// Numbers per sample; samples in all; samples per minibatch (at most `samples`).
+    width: usize,
+    samples: usize,
+    batch: usize,
+    /// Numbers per buffer (gradients are laid out as the backend's buffers: the JIT's hold
+    /// fewer numbers than the tape has slots), and where params end in them (params at
+    /// `0..params`, whatever else lies among them 0).
+    buffer_len: usize,
+    params: usize,
+}
+
+impl<'i> Shape<'i> {
+    fn of<B: Backend + ?Sized>(b: &B, inputs: &'i [f64], batch: usize) -> Shape<'i> {
+        let width = b.program_tape().num_inputs();
+        let samples = inputs.len() / width;
+        Shape {
+            minibatches: inputs.chunks(batch * width).collect(),
+            width,
+            samples,
+            batch: batch.min(samples),
+            buffer_len: b.value_buffer().len(),
+            params: b.params_len(),
+        }
+    }
 }
 
 /// `work(w, job)` for job `w` of `jobs`, the first on this thread and each other on a

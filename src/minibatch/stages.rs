@@ -25,7 +25,9 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, RwLock};
 
-use super::{in_order, last_chunk, on_threads, read, step, write, SpinBarrier, CHUNK, SPINS};
+use super::{
+    in_order, last_chunk, on_threads, read, step, write, Shape, SpinBarrier, CHUNK, SPINS,
+};
 use crate::aligned::AlignedBuf;
 use crate::plan::split::SplitRows;
 use crate::program::{all_finite, Backend, Replica};
@@ -113,17 +115,18 @@ fn cut_rows(layout: &SplitRows, inputs: &[f64], width: usize, stages: usize) -> 
 /// them ([`crate::program::Stages`]). The same contract and the same bits.
 pub(super) fn train<B: Backend + ?Sized>(
     b: &mut B,
-    inputs: &[f64],
-    batch: usize,
+    shape: &Shape<'_>,
     lr: f64,
     threads: usize,
 ) -> Result<Vec<f64>, usize> {
-    let buffer_len = b.value_buffer().len();
-    let tape = b.program_tape();
-    let (width, params) = (tape.num_inputs(), b.params_len());
-    let samples = inputs.len() / width;
-    let minibatches: Vec<&[f64]> = inputs.chunks(batch * width).collect();
-    let batch = batch.min(samples);
+    let Shape {
+        ref minibatches,
+        width,
+        samples,
+        batch,
+        buffer_len,
+        params,
+    } = *shape;
     let chunks_per_batch = batch.div_ceil(CHUNK);
     let mut replicas: Vec<Box<dyn Replica + '_>> = (0..threads).map(|_| b.replica()).collect();
     let layout = match replicas[0].stages() {
@@ -131,7 +134,7 @@ pub(super) fn train<B: Backend + ?Sized>(
         None => unreachable!("called for a backend with stages"),
     };
     let sums = layout.sums.len();
-    let bounds = cut_rows(&layout, inputs, width, threads);
+    let bounds = cut_rows(&layout, minibatches[0], width, threads);
     let block = layout.weights(0..layout.rows);
     let others = [0..block.start, block.end..params];
     // Step 1's sums, per thread; step 2's gradients of the finished sums.
@@ -223,13 +226,13 @@ pub(super) fn train<B: Backend + ?Sized>(
             let mut mean = last.then(|| mean.lock().unwrap_or_else(|e| e.into_inner()));
             let vals = replica.values_mut();
             let rows_sums: Vec<&[f64]> = row_grads[..chunks].iter().map(|g| &g[..]).collect();
-            let mut own_mean = mean.as_deref_mut().map(|m| &mut m[own.clone()]);
+            let own_mean = mean.as_deref_mut().map(|m| &mut m[own.clone()]);
             let finite = step(
                 &rows_sums,
                 own.clone(),
                 (lr, m),
                 &mut vals[own.clone()],
-                own_mean.take(),
+                own_mean,
             );
             let guards: Vec<_> = chunk_grads[..chunks].iter().map(read).collect();
             let chunk_sums: Vec<&[f64]> = guards.iter().map(|g| &g[..]).collect();
@@ -254,7 +257,7 @@ pub(super) fn train<B: Backend + ?Sized>(
     let losses = in_order(done, even.min(odd), samples)?;
     // The last sample ran on the thread of the last minibatch's last chunk; each thread's
     // own rows are the new ones.
-    let (chunks, last) = last_chunk(&minibatches, width, threads);
+    let (chunks, last) = last_chunk(minibatches, width, threads);
     let mut vals = replicas[last].values().to_vec();
     for (w, replica) in replicas.iter().enumerate() {
         let own = layout.weights(bounds[w]..bounds[w + 1]);
@@ -262,7 +265,8 @@ pub(super) fn train<B: Backend + ?Sized>(
     }
     // (`acc_rest` copies only the inputs the first layer does not read; they lie side by
     // side after the params.)
-    vals[params..params + width].copy_from_slice(&inputs[inputs.len() - width..]);
+    let last_sample = minibatches.last().map(|m| &m[m.len() - width..]);
+    vals[params..params + width].copy_from_slice(last_sample.expect("at least one sample"));
     drop(replicas);
     let mut grads = read(&chunk_grads[chunks - 1]).clone();
     grads[..params].copy_from_slice(&mean.into_inner().unwrap_or_else(|e| e.into_inner()));

@@ -5,7 +5,7 @@
 //!   continued over its steps `first..end` of `sample`, from the biases if `from_biases` is
 //!   not 0, else from the sums in `vals` (another stage's); the same inputs of `ahead`, the
 //!   sample the next call reads, asked into the cache meanwhile (they come from memory);
-//! - `acc_rest(vals, grads, sample, loss, guard)`: the sample's inputs but the dot's copied
+//! - `acc_rest(vals, grads, sample, loss)`: the sample's inputs but the dot's copied
 //!   in and run forward and backward from the dot's sums in `vals` (its loss into `loss`),
 //!   everything of the dot left out but its sums' gradients, which are added into the
 //!   biases' and left in `grads`;
@@ -102,10 +102,12 @@ impl<'ctx> Emitter<'ctx, '_> {
         let zero = self.context.i64_type().const_zero();
         let rest = |backward| self.accumulate_function(ACC_REST, backward, true);
         let (forward0, backward0) = (rest(false)?, rest(true)?);
-        let f = self.begin_function(ACC_REST, &[ptr.into(), ptr.into(), ptr.into()], true);
+        let f = self.begin_function(ACC_REST, &[ptr.into(), ptr.into()], true);
         let (vals, grads) = self.buffers(f);
         let param = |i| f.get_nth_param(i).unwrap().into_pointer_value();
-        let (sample, loss, guard) = (param(2), param(3), param(4));
+        let (sample, loss) = (param(2), param(3));
+        // (No guard word: the only skipping in function 0 is the dot's, left out.)
+        let guard = ptr.const_null();
         let train = self.plan.step.as_ref().and_then(|s| s.train.as_ref());
         self.copy_other_inputs(train.expect("a split dot is train's"), vals, sample)?;
         self.run_parts(forward, 0, Some(forward0), vals, grads, guard)?;
