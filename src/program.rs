@@ -217,13 +217,16 @@ mod backend {
         /// The rest of `sample` forward and backward from the finished `sums`, into `grads`
         /// (one per slot; the sums' gradients left at the layout's sums); the loss.
         fn rest(&mut self, sample: &[f64], sums: &[f64], grads: &mut [f64]) -> f64;
-        /// The weights' gradients of `rows` added into `grads` from the sums' gradients.
+        /// The weights' gradients of `rows` per chunk of `chunk` samples of `samples` (at
+        /// most 64 side by side), each chunk's from 0 into `outs[c]` (one per chunk, each a
+        /// buffer of gradients), from the samples' sums' gradients (one after another).
         fn tail(
             &mut self,
-            sample: &[f64],
+            samples: &[f64],
             rows: Range<usize>,
             sums_grads: &[f64],
-            grads: &mut [f64],
+            chunk: usize,
+            outs: &mut [&mut [f64]],
         );
         /// Says whether this replica's weights of its own rows are finite (after it updated
         /// them), which `head` and `tail` need to skip zero inputs.

@@ -55,7 +55,17 @@ type AccumulateFn = unsafe extern "C" fn(*mut f64, *mut f64, *const f64, i64, *m
 type HeadFn =
     unsafe extern "C" fn(*mut f64, *mut f64, *const f64, *mut i64, i64, i64, i64, *const f64);
 type RestFn = unsafe extern "C" fn(*mut f64, *mut f64, *const f64, *mut f64);
-type TailFn = unsafe extern "C" fn(*mut f64, *mut f64, *const f64, i64, i64);
+type TailFn = unsafe extern "C" fn(
+    *mut f64,
+    *mut f64,
+    *const f64,
+    i64,
+    i64,
+    i64,
+    *const f64,
+    *const *mut f64,
+    i64,
+);
 
 /// `accumulate`'s stages where the plan splits `train`'s dot (`emit/split.rs`).
 #[derive(Clone)]
@@ -827,20 +837,42 @@ impl crate::program::Stages for NativeReplica<'_> {
         loss
     }
 
-    fn tail(&mut self, sample: &[f64], rows: Range<usize>, sums_grads: &[f64], grads: &mut [f64]) {
+    fn tail(
+        &mut self,
+        samples: &[f64],
+        rows: Range<usize>,
+        sums_grads: &[f64],
+        chunk: usize,
+        outs: &mut [&mut [f64]],
+    ) {
         let StageFns { tail, layout, .. } = self.stage_fns().clone();
-        self.check(sample, &rows, &layout);
-        assert_eq!(grads.len(), self.vals.len(), "checked by the caller");
-        grads[layout.sums].copy_from_slice(sums_grads);
-        // SAFETY: as in `head`; `tail` reads the sums' gradients and adds into the weights'
-        // gradients of `rows`, in `grads` (the tape's length, checked).
+        let m = samples.len() / self.sample_width;
+        assert!(
+            (1..=64).contains(&m)
+                && samples.len() == m * self.sample_width
+                && (1..64).contains(&chunk)
+                && outs.len() == m.div_ceil(chunk)
+                && outs.iter().all(|out| out.len() == self.vals.len())
+                && sums_grads.len() == m * layout.sums.len(),
+            "checked by the caller"
+        );
+        self.check(&samples[..self.sample_width], &rows, &layout);
+        let outs: Vec<*mut f64> = outs.iter_mut().map(|out| out.as_mut_ptr()).collect();
+        // SAFETY: as in `head`, for `m <= 64` whole samples side by side (checked); `tail`
+        // reads them, the sums' gradients (`m` samples' worth, checked) and `vals`, and
+        // stores into each chunk's buffer (`outs`, one per chunk of `chunk < 64` samples, each
+        // the tape's length, checked) the weights' gradients of `rows`.
         unsafe {
             tail(
                 self.vals.as_mut_ptr(),
-                grads.as_mut_ptr(),
-                sample.as_ptr(),
+                std::ptr::null_mut(),
+                samples.as_ptr(),
+                m as i64,
                 rows.start as i64,
                 rows.end as i64,
+                sums_grads.as_ptr(),
+                outs.as_ptr(),
+                chunk as i64,
             )
         }
     }

@@ -10,9 +10,10 @@
 //!    on: a pipeline, each thread a sample behind the one before;
 //! 2. runs the rest of each sample of its chunks (as in `super::train`) from the finished
 //!    sums, into the chunk's gradients, and publishes the sample's gradient of the sums;
-//! 3. after one barrier, adds its rows' weight gradients of every sample (into one buffer
-//!    per chunk, from 0), then updates its rows from those chunk sums, and every other
-//!    param (the same in every thread's copy) from the chunks' gradients of step 2.
+//! 3. after one barrier, adds its rows' weight gradients of every sample (one sum per chunk,
+//!    from 0, row by row, each stored once into the chunk's buffer), then updates its rows
+//!    from those chunk sums, and every other param (the same in every thread's copy) from
+//!    the chunks' gradients of step 2.
 //!
 //! Every number is added as `super::train` adds it: a sum over its steps in order, a
 //! chunk's gradient sample by sample from 0, the chunks' sums in chunk order. So the bits
@@ -215,13 +216,9 @@ pub(super) fn train<B: Backend + ?Sized>(
             }
             let all_grads = &mut all_grads[..m * sums];
             sums_grads.take(0..m, generation, all_grads);
-            for (c, grads) in row_grads.iter_mut().enumerate().take(chunks) {
-                grads[own.clone()].fill(0.0);
-                for s in c * CHUNK..((c + 1) * CHUNK).min(m) {
-                    let of_sample = &all_grads[s * sums..(s + 1) * sums];
-                    stages.tail(sample(s), rows.clone(), of_sample, grads);
-                }
-            }
+            let mut outs: Vec<&mut [f64]> =
+                row_grads[..chunks].iter_mut().map(|g| &mut g[..]).collect();
+            stages.tail(minibatch, rows.clone(), all_grads, CHUNK, &mut outs);
             let last = n + 1 == minibatches.len();
             let mut mean = last.then(|| mean.lock().unwrap_or_else(|e| e.into_inner()));
             let vals = replica.values_mut();

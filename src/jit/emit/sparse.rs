@@ -571,7 +571,7 @@ impl<'ctx> Emitter<'ctx, '_> {
 
     /// A loop over `k` in `0..n` (`n` known at run time only, maybe 0) carrying `carried`:
     /// `body(k, current)` returns the next values; the values after the last iteration.
-    fn counted_loop(
+    pub(super) fn counted_loop(
         &self,
         n: IntValue<'ctx>,
         carried: &[VectorValue<'ctx>],
@@ -667,14 +667,18 @@ impl<'ctx> Emitter<'ctx, '_> {
     }
 
     /// The function being emitted.
-    fn current_function(&self) -> FunctionValue<'ctx> {
+    pub(super) fn current_function(&self) -> FunctionValue<'ctx> {
         self.block()
             .get_parent()
             .expect("the block is in a function")
     }
 
     /// A stack slot of `ty` in the function's entry block (so LLVM sees a fixed frame).
-    fn entry_alloca(&self, ty: BasicTypeEnum<'ctx>, name: &str) -> Emit<PointerValue<'ctx>> {
+    pub(super) fn entry_alloca(
+        &self,
+        ty: BasicTypeEnum<'ctx>,
+        name: &str,
+    ) -> Emit<PointerValue<'ctx>> {
         let here = self.block();
         let entry = self
             .current_function()
