@@ -8,6 +8,7 @@
 //! a line's.
 
 use std::ops::{Deref, DerefMut};
+use std::sync::Mutex;
 
 /// Bytes per cache line (x86-64 and AArch64 alike).
 const LINE_BYTES: usize = 64;
@@ -50,6 +51,61 @@ impl AlignedBuf {
     }
 }
 
+/// Buffers a program keeps from one call to the next (`Program::train_minibatches`' copies
+/// and gradient buffers), so that a call reuses memory it has touched before: fresh memory
+/// costs the kernel a page fault per 4 KB on first touch, and freed memory goes back to it.
+/// Measured on MNIST 784-50-10 (minibatches of 32 on 1 or 2 threads): some 0.7-0.9 ms per
+/// call went to fresh pages, against about 1 us per sample of work.
+#[derive(Debug, Default)]
+pub struct Spares(Mutex<Vec<AlignedBuf>>);
+
+impl Spares {
+    /// The most buffers kept (a few per thread); more are freed.
+    const KEPT: usize = 32;
+
+    /// `len` zeros.
+    pub fn zeros(&self, len: usize) -> AlignedBuf {
+        match self.take(len) {
+            Some(mut buf) => {
+                buf.fill(0.0);
+                buf
+            }
+            None => AlignedBuf::zeros(len),
+        }
+    }
+
+    /// `len` numbers, whatever a kept buffer held (zeros if none was kept): for a caller that
+    /// writes what it reads.
+    pub fn any(&self, len: usize) -> AlignedBuf {
+        self.take(len).unwrap_or_else(|| AlignedBuf::zeros(len))
+    }
+
+    /// A copy of `xs`.
+    pub fn copy_of(&self, xs: &[f64]) -> AlignedBuf {
+        match self.take(xs.len()) {
+            Some(mut buf) => {
+                buf.copy_from_slice(xs);
+                buf
+            }
+            None => AlignedBuf::from_slice(xs),
+        }
+    }
+
+    /// Keeps `buf` for a later call.
+    pub fn keep(&self, buf: AlignedBuf) {
+        let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.len() < Self::KEPT && buf.len > 0 {
+            kept.push(buf);
+        }
+    }
+
+    fn take(&self, len: usize) -> Option<AlignedBuf> {
+        let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let at = kept.iter().position(|b| b.len == len)?;
+        Some(kept.swap_remove(at))
+    }
+}
+
 impl Clone for AlignedBuf {
     /// A copy that starts on a line of its own.
     fn clone(&self) -> AlignedBuf {
@@ -87,5 +143,19 @@ mod tests {
             }
         }
         assert!(AlignedBuf::zeros(5).iter().all(|&x| x == 0.0));
+    }
+
+    #[test]
+    fn spares_hand_back_kept_buffers_of_the_length_asked() {
+        let spares = Spares::default();
+        let buf = spares.copy_of(&[1.0, 2.0, 3.0]);
+        let at = buf.as_ptr();
+        spares.keep(buf);
+        assert_eq!(&spares.zeros(2)[..], &[0.0, 0.0]);
+        let again = spares.zeros(3);
+        assert_eq!((&again[..], again.as_ptr()), (&[0.0; 3][..], at));
+        spares.keep(again);
+        let copy = spares.copy_of(&[4.0, 5.0, 6.0]);
+        assert_eq!((&copy[..], copy.as_ptr()), (&[4.0, 5.0, 6.0][..], at));
     }
 }

@@ -4,6 +4,7 @@
 //! in the order every backend must follow: forward in slot order; backward in reverse slot
 //! order, each node adding its operands' local gradients operand by operand.
 
+use crate::aligned::{AlignedBuf, Spares};
 use crate::error::Result;
 use crate::graph::Graph;
 use crate::op::F64;
@@ -17,6 +18,7 @@ pub struct Interpreter {
     grads: Vec<f64>,
     operands: Vec<f64>,
     local: Vec<f64>,
+    spares: Spares,
 }
 
 impl Interpreter {
@@ -33,6 +35,7 @@ impl Interpreter {
             grads,
             operands: Vec::new(),
             local: Vec::new(),
+            spares: Spares::default(),
         }
     }
 }
@@ -67,6 +70,10 @@ impl Backend for Interpreter {
             operands: Vec::new(),
             local: Vec::new(),
         })
+    }
+
+    fn spares(&self) -> &Spares {
+        &self.spares
     }
 
     fn run_update(&mut self, lr: f64) {
@@ -135,6 +142,9 @@ impl Replica for InterpreterReplica<'_> {
     }
     fn values_mut(&mut self) -> &mut [f64] {
         &mut self.values
+    }
+    fn into_values(self: Box<Self>) -> AlignedBuf {
+        AlignedBuf::from_slice(&self.values)
     }
     fn accumulate(&mut self, inputs: &[f64], losses: &mut [f64], grads: &mut [f64]) {
         let tape = self.tape;

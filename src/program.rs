@@ -180,12 +180,20 @@ mod backend {
         /// A copy of the buffers that runs forward and backward as this backend does, on
         /// another thread if need be ([`crate::minibatch`]); after `prepare_replicas`.
         fn replica(&self) -> Box<dyn Replica + '_>;
+        /// Buffers kept from one `train_minibatches` to the next.
+        fn spares(&self) -> &crate::aligned::Spares;
+        /// Whether replicas have [`Stages`] (after `prepare_replicas`).
+        fn has_stages(&self) -> bool {
+            false
+        }
     }
 
     /// A values buffer of its own, and this program's forward and backward over it.
     pub trait Replica: Send {
         fn values(&self) -> &[f64];
         fn values_mut(&mut self) -> &mut [f64];
+        /// The values, the replica done with.
+        fn into_values(self: Box<Self>) -> crate::aligned::AlignedBuf;
         /// A chunk of a minibatch ([`crate::minibatch`]) with `grads` (one per slot) as the
         /// gradients: params' gradients set to 0, then each sample of `inputs`
         /// (`losses.len() >= 1` whole samples) written to the inputs, run forward (its loss
@@ -217,16 +225,17 @@ mod backend {
         /// The rest of `sample` forward and backward from the finished `sums`, into `grads`
         /// (one per slot; the sums' gradients left at the layout's sums); the loss.
         fn rest(&mut self, sample: &[f64], sums: &[f64], grads: &mut [f64]) -> f64;
-        /// The weights' gradients of `rows` per chunk of `chunk` samples of `samples` (at
-        /// most 64 side by side), each chunk's from 0 into `outs[c]` (one per chunk, each a
-        /// buffer of gradients), from the samples' sums' gradients (one after another).
+        /// The minibatch's gradients of the weights of `rows` into `grads` (one per slot):
+        /// per chunk of `chunk` samples (a power of 2 up to 64) of `samples` (side by side)
+        /// a sum from 0, the chunks' sums added in chunk order; from the samples' sums'
+        /// gradients (one after another).
         fn tail(
             &mut self,
             samples: &[f64],
             rows: Range<usize>,
             sums_grads: &[f64],
             chunk: usize,
-            outs: &mut [&mut [f64]],
+            grads: &mut [f64],
         );
         /// Says whether this replica's weights of its own rows are finite (after it updated
         /// them), which `head` and `tail` need to skip zero inputs.

@@ -57,8 +57,9 @@ fn first_layer(params: &mut [f64]) -> &mut [f64] {
 }
 
 /// Minibatch sizes and thread counts `train_minibatches` runs with (a minibatch of one
-/// sample, chunks shorter than `tapejit`'s 16, and two chunks on two threads).
-const MINIBATCHES: [(usize, usize); 3] = [(1, 1), (5, 2), (20, 2)];
+/// sample, chunks shorter than `tapejit`'s 16, two chunks on two threads, and more than 64
+/// samples, whose rows' masks take two words).
+const MINIBATCHES: [(usize, usize); 4] = [(1, 1), (5, 2), (20, 2), (70, 3)];
 
 /// Runs `runs` (each a batch of samples and a learning rate) through the interpreter's `step`
 /// and through `train` of the JIT at every level and skipping setting, from `params`, and
@@ -517,4 +518,18 @@ fn a_non_finite_sample_stops_train_and_changes_nothing() {
             }
         }
     }
+}
+
+#[test]
+fn a_late_sample_of_a_long_minibatch_with_gradients_that_are_not_finite() {
+    // Past the 64th sample (the JIT's rows mark a minibatch's samples in 64-bit words), one
+    // whose inputs are so large that its logits overflow: its gradients reaching the first
+    // layer are NaN, and `NaN * 0` reaches the weights of its zero inputs too.
+    let mut rng = StdRng::seed_from_u64(9);
+    let mut inputs = samples(&mut rng, 70, 0.8, 0.0, 1.0);
+    for x in &mut inputs[66 * WIDTH..66 * WIDTH + NIN] {
+        *x *= 1e300;
+    }
+    let runs = vec![(inputs, 0.05)];
+    assert_train_exact("a late sample overflowing", &initial_params(), &runs);
 }

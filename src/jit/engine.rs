@@ -38,7 +38,7 @@ use super::emit::{
     LazyEntry, ACC_HEAD, ACC_REST, ACC_TAIL, BACKWARD, FORWARD, MATERIALIZE, STEP, UPDATE,
 };
 use super::{JitBuilder, JitStats};
-use crate::aligned::AlignedBuf;
+use crate::aligned::{AlignedBuf, Spares};
 use crate::error::Result;
 use crate::op::MathFn;
 use crate::plan::split::SplitRows;
@@ -55,17 +55,8 @@ type AccumulateFn = unsafe extern "C" fn(*mut f64, *mut f64, *const f64, i64, *m
 type HeadFn =
     unsafe extern "C" fn(*mut f64, *mut f64, *const f64, *mut i64, i64, i64, i64, *const f64);
 type RestFn = unsafe extern "C" fn(*mut f64, *mut f64, *const f64, *mut f64);
-type TailFn = unsafe extern "C" fn(
-    *mut f64,
-    *mut f64,
-    *const f64,
-    i64,
-    i64,
-    i64,
-    *const f64,
-    *const *mut f64,
-    i64,
-);
+type TailFn =
+    unsafe extern "C" fn(*mut f64, *mut f64, *const f64, i64, i64, i64, *const f64, i64, *mut u64);
 
 /// `accumulate`'s stages where the plan splits `train`'s dot (`emit/split.rs`).
 #[derive(Clone)]
@@ -128,6 +119,8 @@ pub struct Native {
     in_slot_order: UnsafeCell<(Vec<f64>, Vec<f64>)>,
     /// Whether `in_slot_order` holds the buffers as they are.
     in_slot_order_fresh: Cell<bool>,
+    /// Buffers kept between minibatch calls (replicas' values among them).
+    spares: Spares,
     /// Whether `step` defers any gradient.
     defers: bool,
     /// The numbers per sample `train` reads: the tape's `num_inputs`, which the code was
@@ -446,6 +439,7 @@ impl Native {
             layout,
             in_slot_order: UnsafeCell::new((Vec::new(), Vec::new())),
             in_slot_order_fresh: Cell::new(false),
+            spares: Spares::default(),
             defers: plan.step.as_ref().is_some_and(|s| !s.deferred.is_empty()),
             sample_width: tape.num_inputs(),
             guard: ZeroSkipGuard {
@@ -713,9 +707,20 @@ impl Native {
                 fresh: false,
                 ..self.guard.clone()
             },
-            vals: self.vals.clone(),
-            code: std::marker::PhantomData,
+            vals: self.spares.copy_of(&self.vals),
+            masks: Vec::new(),
+            spares: &self.spares,
         }
+    }
+
+    /// Buffers kept between minibatch calls.
+    pub fn spares(&self) -> &Spares {
+        &self.spares
+    }
+
+    /// Whether replicas have stages (once `accumulate` is linked).
+    pub fn has_stages(&self) -> bool {
+        self.entries.stages.is_some()
     }
 
     /// The module's IR after optimization, if it was kept.
@@ -732,7 +737,16 @@ pub struct NativeReplica<'a> {
     sample_width: usize,
     guard: ZeroSkipGuard,
     vals: AlignedBuf,
-    code: std::marker::PhantomData<&'a ()>,
+    /// `tail`'s scratch: which samples each row of the split dot takes.
+    masks: Vec<u64>,
+    /// The `Native`'s, which takes `vals` back when the replica is done.
+    spares: &'a Spares,
+}
+
+impl Drop for NativeReplica<'_> {
+    fn drop(&mut self) {
+        self.spares.keep(std::mem::take(&mut self.vals));
+    }
 }
 
 impl crate::program::Replica for NativeReplica<'_> {
@@ -745,6 +759,10 @@ impl crate::program::Replica for NativeReplica<'_> {
 
     fn values(&self) -> &[f64] {
         &self.vals
+    }
+
+    fn into_values(mut self: Box<Self>) -> AlignedBuf {
+        std::mem::take(&mut self.vals)
     }
 
     fn values_mut(&mut self) -> &mut [f64] {
@@ -843,36 +861,36 @@ impl crate::program::Stages for NativeReplica<'_> {
         rows: Range<usize>,
         sums_grads: &[f64],
         chunk: usize,
-        outs: &mut [&mut [f64]],
+        grads: &mut [f64],
     ) {
         let StageFns { tail, layout, .. } = self.stage_fns().clone();
         let m = samples.len() / self.sample_width;
         assert!(
-            (1..=64).contains(&m)
+            m >= 1
                 && samples.len() == m * self.sample_width
-                && (1..64).contains(&chunk)
-                && outs.len() == m.div_ceil(chunk)
-                && outs.iter().all(|out| out.len() == self.vals.len())
+                && chunk.is_power_of_two()
+                && chunk <= 64
+                && grads.len() == self.vals.len()
                 && sums_grads.len() == m * layout.sums.len(),
             "checked by the caller"
         );
         self.check(&samples[..self.sample_width], &rows, &layout);
-        let outs: Vec<*mut f64> = outs.iter_mut().map(|out| out.as_mut_ptr()).collect();
-        // SAFETY: as in `head`, for `m <= 64` whole samples side by side (checked); `tail`
-        // reads them, the sums' gradients (`m` samples' worth, checked) and `vals`, and
-        // stores into each chunk's buffer (`outs`, one per chunk of `chunk < 64` samples, each
-        // the tape's length, checked) the weights' gradients of `rows`.
+        self.masks.resize(m.div_ceil(64) * layout.rows, 0);
+        // SAFETY: as in `head`, for `m` whole samples side by side (checked); `tail` reads
+        // them, the sums' gradients (`m` samples' worth, checked) and `vals`, and stores into
+        // `grads` (the tape's length, checked) the weights' gradients of `rows`, using
+        // `masks` (`ceil(m / 64)` words per row of the dot) as scratch.
         unsafe {
             tail(
                 self.vals.as_mut_ptr(),
-                std::ptr::null_mut(),
+                grads.as_mut_ptr(),
                 samples.as_ptr(),
                 m as i64,
                 rows.start as i64,
                 rows.end as i64,
                 sums_grads.as_ptr(),
-                outs.as_ptr(),
                 chunk as i64,
+                self.masks.as_mut_ptr(),
             )
         }
     }

@@ -659,6 +659,12 @@ impl Backend for Jit {
     fn replica(&self) -> Box<dyn crate::program::Replica + '_> {
         Box::new(self.native.replica())
     }
+    fn spares(&self) -> &crate::aligned::Spares {
+        self.native.spares()
+    }
+    fn has_stages(&self) -> bool {
+        self.native.has_stages()
+    }
 
     fn run_train(&mut self, inputs: &[f64], lr: f64) -> std::result::Result<Vec<f64>, usize> {
         match self.native.train(inputs, lr) {

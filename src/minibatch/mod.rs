@@ -8,10 +8,12 @@
 //! minibatch's gradient is the chunks' sums added in chunk order (`((c0 + c1) + c2) + ...`),
 //! and each param moves by `p -= (lr / m) * g`. None of this depends on the thread count.
 //!
-//! Where the backend can cut the first layer by its rows (`plan::split`: the JIT,
-//! for a layer on inputs without gradient that skips zero inputs) and minibatches are small
-//! (up to `STAGED_BATCH` samples), threads share out the rows (`stages.rs`); elsewhere they share out
-//! the samples, as follows.
+//! Where the backend can cut the first layer by its rows (`plan::split`: the JIT, for a
+//! layer on inputs without gradient that skips zero inputs), threads share out the rows
+//! (`stages.rs`), on one thread too: the stages beat `accumulate` there at every minibatch
+//! size (MNIST 784-50-10, 2,000 samples, best of 7 passes: 1.78-1.99 us per sample against
+//! 2.28-2.36 at B = 64-256, 11.7 against 13.5 at B = 1). Elsewhere they share out the
+//! samples, as follows.
 //!
 //! Each thread has its own copy of the values (a `Replica`) and a range of the params (a
 //! share of whole cache lines), and runs, per minibatch:
@@ -43,19 +45,11 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, RwLock};
 
-use crate::aligned::AlignedBuf;
+use crate::aligned::{AlignedBuf, Spares};
 use crate::program::{all_finite, Backend, Replica};
 
 /// Samples per chunk: the unit of work a thread takes, and of the order of additions.
 pub const CHUNK: usize = 16;
-
-/// The largest minibatch whose threads share out the first layer's rows ([`stages`]) where
-/// they can, rather than the samples: that costs a little per sample (the sums handed from
-/// thread to thread), sharing out the samples a lot per minibatch (the weights exchanged).
-/// MNIST 784-50-10 on 2 threads (report, 2,000 samples, and 8,000 in a probe): rows 2.4-2.6
-/// us per sample at B = 32 against samples 2.9-3.2, level at B = 64, 2.3-2.5 at B = 128
-/// against 2.1.
-const STAGED_BATCH: usize = 64;
 
 /// Minibatch SGD on `inputs` (a whole number, at least one, of samples), `batch >= 1`
 /// samples at a time, a finite `lr`, a tape with a loss, on `threads >= 1` threads. Returns
@@ -78,7 +72,7 @@ pub(crate) fn train<B: Backend + ?Sized>(
         return Ok(Vec::new());
     }
     let shape = Shape::of(b, inputs, batch);
-    if threads >= 2 && shape.batch <= STAGED_BATCH && b.replica().stages().is_some() {
+    if b.has_stages() {
         return stages::train(b, &shape, lr, threads);
     }
     let Shape {
@@ -91,10 +85,11 @@ pub(crate) fn train<B: Backend + ?Sized>(
     } = shape;
     let chunks_per_batch = shape.batch.div_ceil(CHUNK);
     let workers = threads.clamp(1, chunks_per_batch);
+    let spares = b.spares();
     let mut replicas: Vec<Box<dyn Replica + '_>> = (0..workers).map(|_| b.replica()).collect();
     // Each chunk's gradients (every slot's: backward needs them all), accumulated in place.
     let chunk_grads: Vec<RwLock<AlignedBuf>> = (0..chunks_per_batch)
-        .map(|_| RwLock::new(AlignedBuf::zeros(buffer_len)))
+        .map(|_| RwLock::new(spares.zeros(buffer_len)))
         .collect();
     // The params each thread adds up and updates (consecutive ranges, whole cache lines),
     // and the new values of each range, which the other threads copy.
@@ -104,9 +99,9 @@ pub(crate) fn train<B: Backend + ?Sized>(
         .collect();
     let updated: Vec<RwLock<AlignedBuf>> = ranges
         .iter()
-        .map(|r| RwLock::new(AlignedBuf::zeros(r.len())))
+        .map(|r| RwLock::new(spares.zeros(r.len())))
         .collect();
-    let mut mean = vec![0.0; params];
+    let mut mean = spares.zeros(params);
     let barrier = SpinBarrier::new(workers);
     // The first sample of the first chunk holding a non-finite number, once a thread has
     // seen one (each thread's chunks follow the previous thread's).
@@ -158,14 +153,26 @@ pub(crate) fn train<B: Backend + ?Sized>(
     let done = on_threads(jobs, |w, (r, m)| work(w, r, m));
     let losses = in_order(done, non_finite.into_inner(), samples)?;
     let (chunks, last) = last_chunk(&minibatches, width, workers);
-    let vals = replicas[last].values().to_vec();
+    let vals = replicas.swap_remove(last).into_values();
     drop(replicas);
-    let mut grads = read(&chunk_grads[chunks - 1]).clone();
+    let mut chunk_grads: Vec<AlignedBuf> = chunk_grads.into_iter().map(into_inner).collect();
+    let grads = &mut chunk_grads[chunks - 1];
     grads[..params].copy_from_slice(&mean);
     let (own_vals, own_grads) = b.buffers_mut();
     own_vals.copy_from_slice(&vals);
-    own_grads.copy_from_slice(&grads);
+    own_grads.copy_from_slice(grads);
+    let kept = chunk_grads
+        .into_iter()
+        .chain(updated.into_iter().map(into_inner));
+    keep(b.spares(), kept.chain([vals, mean]));
     Ok(losses)
+}
+
+/// Hands `bufs` to `spares` for the next call.
+fn keep(spares: &Spares, bufs: impl IntoIterator<Item = AlignedBuf>) {
+    for buf in bufs {
+        spares.keep(buf);
+    }
 }
 
 /// What both ways of sharing out the work start from.
@@ -308,6 +315,10 @@ fn read(lock: &RwLock<AlignedBuf>) -> std::sync::RwLockReadGuard<'_, AlignedBuf>
 
 fn write(lock: &RwLock<AlignedBuf>) -> std::sync::RwLockWriteGuard<'_, AlignedBuf> {
     lock.write().unwrap_or_else(|e| e.into_inner())
+}
+
+fn into_inner(lock: RwLock<AlignedBuf>) -> AlignedBuf {
+    lock.into_inner().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A barrier for `n` threads that spins for a while (a step's threads arrive within

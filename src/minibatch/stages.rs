@@ -10,10 +10,10 @@
 //!    on: a pipeline, each thread a sample behind the one before;
 //! 2. runs the rest of each sample of its chunks (as in `super::train`) from the finished
 //!    sums, into the chunk's gradients, and publishes the sample's gradient of the sums;
-//! 3. after one barrier, adds its rows' weight gradients of every sample (one sum per chunk,
-//!    from 0, row by row, each stored once into the chunk's buffer), then updates its rows
-//!    from those chunk sums, and every other param (the same in every thread's copy) from
-//!    the chunks' gradients of step 2.
+//! 3. after one barrier, makes its rows' gradients of the minibatch, row by row (per chunk
+//!    a sum from 0, the chunks' sums added in chunk order, in registers, stored once), then
+//!    updates its rows from them, and every other param (the same in every thread's copy)
+//!    from the chunks' gradients of step 2.
 //!
 //! Every number is added as `super::train` adds it: a sum over its steps in order, a
 //! chunk's gradient sample by sample from 0, the chunks' sums in chunk order. So the bits
@@ -27,7 +27,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, RwLock};
 
 use super::{
-    in_order, last_chunk, on_threads, read, step, write, Shape, SpinBarrier, CHUNK, SPINS,
+    in_order, into_inner, keep, last_chunk, on_threads, read, step, write, Shape, SpinBarrier,
+    CHUNK, SPINS,
 };
 use crate::aligned::AlignedBuf;
 use crate::plan::split::SplitRows;
@@ -112,7 +113,7 @@ fn cut_rows(layout: &SplitRows, inputs: &[f64], width: usize, stages: usize) -> 
     bounds
 }
 
-/// [`super::train`] on `threads >= 2` threads in stages, for a backend whose replicas have
+/// [`super::train`] on `threads >= 1` threads in stages, for a backend whose replicas have
 /// them ([`crate::program::Stages`]). The same contract and the same bits.
 pub(super) fn train<B: Backend + ?Sized>(
     b: &mut B,
@@ -129,6 +130,7 @@ pub(super) fn train<B: Backend + ?Sized>(
         params,
     } = *shape;
     let chunks_per_batch = batch.div_ceil(CHUNK);
+    let spares = b.spares();
     let mut replicas: Vec<Box<dyn Replica + '_>> = (0..threads).map(|_| b.replica()).collect();
     let layout = match replicas[0].stages() {
         Some(stages) => stages.layout().clone(),
@@ -142,9 +144,9 @@ pub(super) fn train<B: Backend + ?Sized>(
     let partial: Vec<Handoff> = (0..threads).map(|_| Handoff::new(batch, sums)).collect();
     let sums_grads = Handoff::new(batch, sums);
     let chunk_grads: Vec<RwLock<AlignedBuf>> = (0..chunks_per_batch)
-        .map(|_| RwLock::new(AlignedBuf::zeros(buffer_len)))
+        .map(|_| RwLock::new(spares.zeros(buffer_len)))
         .collect();
-    let mean = Mutex::new(vec![0.0; params]);
+    let mean = Mutex::new(spares.zeros(params));
     let barrier = SpinBarrier::new(threads);
     // The first sample of the first chunk holding a non-finite number, per minibatch parity:
     // with one barrier per minibatch, a thread may check the next minibatch's inputs while
@@ -153,9 +155,10 @@ pub(super) fn train<B: Backend + ?Sized>(
     let work = |w: usize, replica: &mut Box<dyn Replica + '_>| {
         let rows = bounds[w]..bounds[w + 1];
         let own = layout.weights(rows.clone());
-        let mut row_grads: Vec<AlignedBuf> = (0..chunks_per_batch)
-            .map(|_| AlignedBuf::zeros(buffer_len))
-            .collect();
+        // The minibatch's gradients of its own rows (stored by `tail`, the gaps between
+        // rows 0; nothing else is read).
+        let mut row_grads = spares.any(buffer_len);
+        row_grads[own.clone()].fill(0.0);
         let (mut numbers, mut losses) = (vec![0.0; HANDED_ON * sums], Vec::new());
         // A chunk's finished sums, and the minibatch's gradients of the sums.
         let (mut chunk_sums, mut all_grads) = (vec![0.0; CHUNK * sums], vec![0.0; batch * sums]);
@@ -216,16 +219,13 @@ pub(super) fn train<B: Backend + ?Sized>(
             }
             let all_grads = &mut all_grads[..m * sums];
             sums_grads.take(0..m, generation, all_grads);
-            let mut outs: Vec<&mut [f64]> =
-                row_grads[..chunks].iter_mut().map(|g| &mut g[..]).collect();
-            stages.tail(minibatch, rows.clone(), all_grads, CHUNK, &mut outs);
+            stages.tail(minibatch, rows.clone(), all_grads, CHUNK, &mut row_grads);
             let last = n + 1 == minibatches.len();
             let mut mean = last.then(|| mean.lock().unwrap_or_else(|e| e.into_inner()));
             let vals = replica.values_mut();
-            let rows_sums: Vec<&[f64]> = row_grads[..chunks].iter().map(|g| &g[..]).collect();
             let own_mean = mean.as_deref_mut().map(|m| &mut m[own.clone()]);
             let finite = step(
-                &rows_sums,
+                &[&row_grads],
                 own.clone(),
                 (lr, m),
                 &mut vals[own.clone()],
@@ -247,6 +247,7 @@ pub(super) fn train<B: Backend + ?Sized>(
                 .set_rows_finite(finite);
             first += m;
         }
+        spares.keep(row_grads);
         losses
     };
     let done = on_threads(replicas.iter_mut().collect(), work);
@@ -255,20 +256,24 @@ pub(super) fn train<B: Backend + ?Sized>(
     // The last sample ran on the thread of the last minibatch's last chunk; each thread's
     // own rows are the new ones.
     let (chunks, last) = last_chunk(minibatches, width, threads);
-    let mut vals = replicas[last].values().to_vec();
-    for (w, replica) in replicas.iter().enumerate() {
+    let mut values: Vec<AlignedBuf> = replicas.into_iter().map(|r| r.into_values()).collect();
+    let mut vals = std::mem::take(&mut values[last]);
+    for (w, of_thread) in values.iter().enumerate().filter(|&(w, _)| w != last) {
         let own = layout.weights(bounds[w]..bounds[w + 1]);
-        vals[own.clone()].copy_from_slice(&replica.values()[own]);
+        vals[own.clone()].copy_from_slice(&of_thread[own]);
     }
     // (`acc_rest` copies only the inputs the first layer does not read; they lie side by
     // side after the params.)
     let last_sample = minibatches.last().map(|m| &m[m.len() - width..]);
     vals[params..params + width].copy_from_slice(last_sample.expect("at least one sample"));
-    drop(replicas);
-    let mut grads = read(&chunk_grads[chunks - 1]).clone();
-    grads[..params].copy_from_slice(&mean.into_inner().unwrap_or_else(|e| e.into_inner()));
+    let mut chunk_grads: Vec<AlignedBuf> = chunk_grads.into_iter().map(into_inner).collect();
+    let mean = mean.into_inner().unwrap_or_else(|e| e.into_inner());
+    let grads = &mut chunk_grads[chunks - 1];
+    grads[..params].copy_from_slice(&mean);
     let (own_vals, own_grads) = b.buffers_mut();
     own_vals.copy_from_slice(&vals);
-    own_grads.copy_from_slice(&grads);
+    own_grads.copy_from_slice(grads);
+    let kept = chunk_grads.into_iter().chain(values);
+    keep(b.spares(), kept.chain([vals, mean]));
     Ok(losses)
 }

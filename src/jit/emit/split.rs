@@ -9,9 +9,9 @@
 //!   in and run forward and backward from the dot's sums in `vals` (its loss into `loss`),
 //!   everything of the dot left out but its sums' gradients, which are added into the
 //!   biases' and left in `grads`;
-//! - `acc_tail(vals, grads, samples, m, first, end, sums_grads, outs, chunk)`: the weights'
-//!   gradients of steps `first..end` of a whole minibatch (`m` samples), row by row, each
-//!   chunk's summed in registers from 0 and stored once into its own buffer.
+//! - `acc_tail(vals, grads, samples, m, first, end, sums_grads, chunk, masks)`: the
+//!   minibatch's gradients of the weights of steps `first..end` (`m` samples), row by row:
+//!   each chunk's sum from 0 and the chunks' sums in chunk order, in registers, stored once.
 //!
 //! Each skips zero inputs as `accumulate` does (`emit/sparse.rs`), within its rows; head and
 //! tail read the inputs from the sample, as `train` does, not from the buffer.
@@ -126,15 +126,17 @@ impl<'ctx> Emitter<'ctx, '_> {
         Ok(())
     }
 
-    /// `acc_tail(vals, grads, samples, m, first, end, sums_grads, outs, chunk)`: row by row
-    /// over `first..end`, each chunk's (`chunk` samples of the `m <= 64` side by side at
-    /// `samples`) weight gradients from 0, in registers, stored once into that chunk's
-    /// buffer (`outs[c]`): no buffer to zero, no gradient read back per sample. A sample's
-    /// term is skipped where its input is 0 and its sums' gradients (`sums_grads`, a
-    /// sample's after another) are finite: then it is a signed 0 added to a sum from +0,
-    /// which changes nothing. Which samples a row takes is a mask of `m` bits per row,
-    /// made first; a weight's terms come sample by sample in order, as `accumulate` adds
-    /// them.
+    /// `acc_tail(vals, grads, samples, m, first, end, sums_grads, chunk, masks)`: the
+    /// minibatch's gradients of the weights of rows `first..end` into `grads`, row by row:
+    /// each chunk's (`chunk` samples, a power of 2 up to 64, of the `m` side by side at
+    /// `samples`) from 0 in registers, the chunks' sums added in chunk order
+    /// (`((c0 + c1) + c2) + ...`, as `crate::minibatch` adds every other param's), stored
+    /// once: no buffer to zero or read back per sample. A sample's term is skipped where its
+    /// input is 0 and its sums' gradients (`sums_grads`, a sample's after another) are
+    /// finite: then it is a signed 0 added to a sum from +0, which changes nothing. Which
+    /// samples a row takes is a mask of `m` bits per row (`masks`, the caller's scratch of
+    /// `ceil(m / 64)` words per row of the dot), made first; a weight's terms come sample by
+    /// sample in order, as `accumulate` adds them.
     fn acc_tail(&self, nest: &Nest, dot: &DotLoop, skip: &ZeroSkip) -> Emit<()> {
         let (ptr, i64t) = (
             self.context.ptr_type(Default::default()),
@@ -146,8 +148,8 @@ impl<'ctx> Emitter<'ctx, '_> {
             i64t.into(),
             i64t.into(),
             ptr.into(),
-            ptr.into(),
             i64t.into(),
+            ptr.into(),
         ];
         let f = self.begin_function(ACC_TAIL, &types, true);
         let (vals, grads) = self.buffers(f);
@@ -156,79 +158,98 @@ impl<'ctx> Emitter<'ctx, '_> {
         let m = param(3).into_int_value();
         let rows = self.rows(dot, param(4), param(5))?;
         let sums_grads = param(6).into_pointer_value();
-        let outs = param(7).into_pointer_value();
-        let chunk = param(8).into_int_value();
+        let chunk = param(7).into_int_value();
+        let masks = Masks {
+            at: param(8).into_pointer_value(),
+            words: self.divide_up(m, i64t.const_int(64, false))?,
+            rows: dot.products.len,
+        };
         let count = u64::from(nest.count);
-        let masks = self.sample_masks(dot, skip, (samples, m), rows, (sums_grads, count))?;
+        self.sample_masks(dot, skip, (samples, m), rows, (sums_grads, count), masks)?;
         let map = &dot.products;
         let weight = map.args[1 - skip.input];
         let sums = self.plan.buffers.affine(dot.sum.slot);
         // A sample's sums' gradients: `sums`' addresses from the sample's first.
         let sums = Affine { base: 0, ..sums };
         let width = self.tape.num_inputs() as u64;
-        let one = i64t.const_int(1, false);
-        let low = self.builder.build_left_shift(one, chunk, "")?;
-        let low = self.builder.build_int_sub(low, one, "low")?;
-        let chunks = self.builder.build_int_add(m, chunk, "")?;
-        let chunks = self.builder.build_int_sub(chunks, one, "")?;
-        let chunks = self
+        let all = i64t.const_all_ones();
+        let low = self
             .builder
-            .build_int_unsigned_div(chunks, chunk, "chunks")?;
+            .build_int_sub(i64t.const_int(64, false), chunk, "")?;
+        let low = self.builder.build_right_shift(all, low, false, "low")?;
+        let chunks = self.divide_up(m, chunk)?;
         let group = nest.lanes.backward().expect("a split nest runs in lanes");
         self.in_groups(nest, group, true, |this, reps| {
-            this.counted_loop(rows.count, &[], |this, k, _| {
-                let t = this.builder.build_int_add(rows.first, k, "t")?;
+            // Chunk `c`'s sum of row `t`'s terms, from 0.
+            let chunk_sum = |this: &Self, t: IntValue<'ctx>, c: IntValue<'ctx>| {
+                let from = this.builder.build_int_mul(c, chunk, "from")?;
+                let word =
+                    this.builder
+                        .build_right_shift(from, i64t.const_int(6, false), false, "")?;
+                let shift = this
+                    .builder
+                    .build_and(from, i64t.const_int(63, false), "")?;
                 let mask = this
                     .builder
-                    .build_load(i64t, this.mask_ptr(masks, t)?, "mask")?;
-                let mask = mask.into_int_value();
-                this.counted_loop(chunks, &[], |this, c, _| {
-                    let from = this.builder.build_int_mul(c, chunk, "from")?;
-                    let bits = this.builder.build_right_shift(mask, from, false, "")?;
-                    let bits = this.builder.build_and(bits, low, "bits")?;
-                    let zeros = reps
+                    .build_load(i64t, masks.ptr(this, t, word)?, "mask")?;
+                let bits =
+                    this.builder
+                        .build_right_shift(mask.into_int_value(), shift, false, "")?;
+                let bits = this.builder.build_and(bits, low, "bits")?;
+                let zeros = reps
+                    .vectors
+                    .iter()
+                    .map(|&lanes| VectorValue::ty(this, lanes).const_zero())
+                    .collect::<Vec<_>>();
+                this.for_each_bit(bits, &zeros, |this, b, accs| {
+                    let s = this.builder.build_int_add(from, b, "s")?;
+                    let sample = this.element_at(samples, s, width)?;
+                    let gs = this.element_at(sums_grads, s, count)?;
+                    let gs = reps
                         .vectors
                         .iter()
-                        .map(|&lanes| VectorValue::ty(this, lanes).const_zero())
-                        .collect::<Vec<_>>();
-                    let sums_of_chunk = this.for_each_bit(bits, &zeros, |this, b, accs| {
-                        let s = this.builder.build_int_add(from, b, "s")?;
-                        let sample = this.element_at(samples, s, width)?;
-                        let gs = this.element_at(sums_grads, s, count)?;
-                        let gs = reps
-                            .vectors
-                            .iter()
-                            .map(|&lanes| {
-                                let js = this.lane_js(reps, lanes)?;
-                                let at = this.address_ptr(gs, sums, i64t.const_zero(), &js)?;
-                                this.load_vector(at, VectorValue::ty(this, lanes))
-                            })
-                            .collect::<Emit<Vec<_>>>()?;
-                        let frame = Frame {
-                            vals,
-                            grads,
-                            scratch: super::local::Scratch::Backward(None),
-                            pass: Pass::Stage {
-                                sample,
-                                ahead: None,
-                            },
-                        };
-                        let g_products = this.fresh(&gs)?;
-                        let locals = this.products_locals(frame, map, t, reps, &g_products)?;
-                        accs.iter()
-                            .zip(&locals)
-                            .map(|(&acc, local)| {
-                                let term = local[1 - skip.input];
-                                this.builder.build_float_add(acc, term, "acc")
-                            })
-                            .collect()
-                    })?;
-                    let out = this.chunk_buffer(outs, c)?;
-                    for (&lanes, &sum) in reps.vectors.iter().zip(&sums_of_chunk) {
-                        VectorValue::store(this, out, weight, t, reps, lanes, sum)?;
-                    }
-                    Ok(Vec::new())
+                        .map(|&lanes| {
+                            let js = this.lane_js(reps, lanes)?;
+                            let at = this.address_ptr(gs, sums, i64t.const_zero(), &js)?;
+                            this.load_vector(at, VectorValue::ty(this, lanes))
+                        })
+                        .collect::<Emit<Vec<_>>>()?;
+                    let frame = Frame {
+                        vals,
+                        grads,
+                        scratch: super::local::Scratch::Backward(None),
+                        pass: Pass::Stage {
+                            sample,
+                            ahead: None,
+                        },
+                    };
+                    let g_products = this.fresh(&gs)?;
+                    let locals = this.products_locals(frame, map, t, reps, &g_products)?;
+                    accs.iter()
+                        .zip(&locals)
+                        .map(|(&acc, local)| {
+                            let term = local[1 - skip.input];
+                            this.builder.build_float_add(acc, term, "acc")
+                        })
+                        .collect()
+                })
+            };
+            this.counted_loop(rows.count, &[], |this, k, _| {
+                let t = this.builder.build_int_add(rows.first, k, "t")?;
+                let first = chunk_sum(this, t, i64t.const_zero())?;
+                let one = i64t.const_int(1, false);
+                let more = this.builder.build_int_sub(chunks, one, "")?;
+                let sum = this.counted_loop(more, &first, |this, c, sum| {
+                    let c = this.builder.build_int_add(c, one, "c")?;
+                    let next = chunk_sum(this, t, c)?;
+                    sum.iter()
+                        .zip(&next)
+                        .map(|(&a, &b)| this.builder.build_float_add(a, b, "sum"))
+                        .collect()
                 })?;
+                for (&lanes, &g) in reps.vectors.iter().zip(&sum) {
+                    VectorValue::store(this, grads, weight, t, reps, lanes, g)?;
+                }
                 Ok(Vec::new())
             })?;
             Ok(())
@@ -237,11 +258,11 @@ impl<'ctx> Emitter<'ctx, '_> {
         Ok(())
     }
 
-    /// Per row `t` of `rows`, a mask of the `m` samples (at `samples`, side by side) whose
-    /// term the weights' gradients take (`masks[t]`, bit `s` for sample `s`): those whose
-    /// input `t` is not 0, and every row of a sample whose sums' gradients (at `sums_grads`)
-    /// are not all finite (there `0 * g` is NaN). Rows a chunk of 8 inputs at a time (a
-    /// line), then one at a time.
+    /// Into `masks`, per row `t` of `rows`, the `m` samples (at `samples`, side by side)
+    /// whose term the weights' gradients take (bit `s % 64` of word `s / 64` for sample
+    /// `s`): those whose input `t` is not 0, and every row of a sample whose sums' gradients
+    /// (at `sums_grads`) are not all finite (there `0 * g` is NaN). Rows a chunk of 8 inputs
+    /// at a time (a line), then one at a time.
     fn sample_masks(
         &self,
         dot: &DotLoop,
@@ -249,14 +270,17 @@ impl<'ctx> Emitter<'ctx, '_> {
         (samples, m): (PointerValue<'ctx>, IntValue<'ctx>),
         rows: Rows<'ctx>,
         (sums_grads, count): (PointerValue<'ctx>, u64),
-    ) -> Emit<PointerValue<'ctx>> {
+        masks: Masks<'ctx>,
+    ) -> Emit<()> {
         const CHUNK: u32 = 8;
         let i64t = self.context.i64_type();
-        let masks = self.entry_alloca(i64t.array_type(rows.len).into(), "masks")?;
         self.counted_loop(rows.count, &[], |this, k, _| {
             let t = this.builder.build_int_add(rows.first, k, "t")?;
-            this.builder
-                .build_store(this.mask_ptr(masks, t)?, i64t.const_zero())?;
+            this.counted_loop(masks.words, &[], |this, word, _| {
+                this.builder
+                    .build_store(masks.ptr(this, t, word)?, i64t.const_zero())?;
+                Ok(Vec::new())
+            })?;
             Ok(Vec::new())
         })?;
         let input = self.sample_affine(dot.products.args[skip.input]);
@@ -270,9 +294,12 @@ impl<'ctx> Emitter<'ctx, '_> {
             let gs = this.element_at(sums_grads, s, count)?;
             let gs = this.load_vector(gs, this.f64_type.vec_type(count as u32))?;
             let finite = this.all_finite(&[gs])?;
-            let bit = this
-                .builder
-                .build_left_shift(i64t.const_int(1, false), s, "bit")?;
+            let word =
+                this.builder
+                    .build_right_shift(s, i64t.const_int(6, false), false, "word")?;
+            let at_bit = this.builder.build_and(s, i64t.const_int(63, false), "")?;
+            let one = i64t.const_int(1, false);
+            let bit = this.builder.build_left_shift(one, at_bit, "bit")?;
             let every = this
                 .builder
                 .build_select(finite, i64t.const_zero(), bit, "every")?;
@@ -290,7 +317,7 @@ impl<'ctx> Emitter<'ctx, '_> {
                 let bits = this.broadcast(bit.into(), ints)?;
                 let every = this.broadcast(every, ints)?;
                 let marks = this.builder.build_select(test, bits, every, "")?;
-                let at = this.mask_ptr(masks, first)?;
+                let at = masks.ptr(this, first, word)?;
                 let before = this.load_ints(at, ints)?;
                 let after = this
                     .builder
@@ -314,7 +341,15 @@ impl<'ctx> Emitter<'ctx, '_> {
             })?;
             Ok(Vec::new())
         })?;
-        Ok(masks)
+        Ok(())
+    }
+
+    /// `ceil(n / by)` for `by` at least 1.
+    fn divide_up(&self, n: IntValue<'ctx>, by: IntValue<'ctx>) -> Emit<IntValue<'ctx>> {
+        let one = self.context.i64_type().const_int(1, false);
+        let up = self.builder.build_int_add(n, by, "")?;
+        let up = self.builder.build_int_sub(up, one, "")?;
+        self.builder.build_int_unsigned_div(up, by, "")
     }
 
     /// `nest`'s lane groups of `group` repetitions, each running `body`, as loop code.
@@ -346,31 +381,6 @@ impl<'ctx> Emitter<'ctx, '_> {
         Ok(unsafe {
             self.builder
                 .build_in_bounds_gep(self.f64_type, xs, &[at], "")?
-        })
-    }
-
-    /// `outs[c]`: the pointer to chunk `c`'s gradients.
-    fn chunk_buffer(
-        &self,
-        outs: PointerValue<'ctx>,
-        c: IntValue<'ctx>,
-    ) -> Emit<PointerValue<'ctx>> {
-        let ptr = self.context.ptr_type(Default::default());
-        // SAFETY: (of the GEP) `c` is below the number of chunks, `outs`' length.
-        let at = unsafe { self.builder.build_in_bounds_gep(ptr, outs, &[c], "")? };
-        Ok(self
-            .builder
-            .build_load(ptr, at, "out")?
-            .into_pointer_value())
-    }
-
-    /// `&masks[t]` for the row masks of [`Emitter::sample_masks`].
-    fn mask_ptr(&self, masks: PointerValue<'ctx>, t: IntValue<'ctx>) -> Emit<PointerValue<'ctx>> {
-        let i64t = self.context.i64_type();
-        // SAFETY: (of the GEP) `t` is a row of the dot, below the array's length (its rows).
-        Ok(unsafe {
-            self.builder
-                .build_in_bounds_gep(i64t, masks, &[t], "mask")?
         })
     }
 
@@ -470,6 +480,36 @@ impl<'ctx> Emitter<'ctx, '_> {
             first,
             count,
             len: dot.products.len,
+        })
+    }
+}
+
+/// [`Emitter::sample_masks`]' masks: per word (64 samples) a row of words, one per step of the
+/// dot (`rows`), the caller's scratch.
+#[derive(Clone, Copy)]
+struct Masks<'ctx> {
+    at: PointerValue<'ctx>,
+    words: IntValue<'ctx>,
+    rows: u32,
+}
+
+impl<'ctx> Masks<'ctx> {
+    /// `&masks[word * rows + t]`.
+    fn ptr(
+        self,
+        e: &Emitter<'ctx, '_>,
+        t: IntValue<'ctx>,
+        word: IntValue<'ctx>,
+    ) -> Emit<PointerValue<'ctx>> {
+        let i64t = e.context.i64_type();
+        let rows = i64t.const_int(self.rows.into(), false);
+        let row = e.builder.build_int_mul(word, rows, "")?;
+        let at = e.builder.build_int_add(row, t, "")?;
+        // SAFETY: (of the GEP) `t` is a step of the dot and `word` below `words`: inside the
+        // caller's scratch of `words * rows` (`NativeReplica`'s `tail` checks its length).
+        Ok(unsafe {
+            e.builder
+                .build_in_bounds_gep(i64t, self.at, &[at], "mask")?
         })
     }
 }
