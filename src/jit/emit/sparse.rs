@@ -554,7 +554,7 @@ impl<'ctx> Emitter<'ctx, '_> {
     }
 
     /// Per carried value, a phi of its `arms` (values, and the block each comes from).
-    fn join(
+    pub(super) fn join(
         &self,
         arms: &[(&[VectorValue<'ctx>], BasicBlock<'ctx>)],
     ) -> Emit<Vec<VectorValue<'ctx>>> {
@@ -595,15 +595,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         self.builder.build_unconditional_branch(done)?;
 
         self.builder.position_at_end(done);
-        carried
-            .iter()
-            .zip(&after)
-            .map(|(init, next)| {
-                let phi = self.builder.build_phi(init.get_type(), "after")?;
-                phi.add_incoming(&[(init, entry), (next, looped_end)]);
-                Ok(phi.as_basic_value().into_vector_value())
-            })
-            .collect()
+        self.join(&[(carried, entry), (&after, looped_end)])
     }
 
     /// Whether every lane of every vector of `xs` is finite (`x - x` is 0 exactly then).

@@ -498,15 +498,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         }
 
         self.builder.position_at_end(done);
-        carried
-            .iter()
-            .zip(&next)
-            .map(|(init, next)| {
-                let phi = self.builder.build_phi(init.get_type(), "after")?;
-                phi.add_incoming(&[(init, entry), (next, latch)]);
-                Ok(phi.as_basic_value().into_vector_value())
-            })
-            .collect()
+        self.join(&[(carried, entry), (&next, latch)])
     }
 
     /// Steps `first..end` of `dot` as [`Rows`] (the caller passes `first <= end <= len`).
