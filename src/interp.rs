@@ -4,9 +4,10 @@
 //! in the order every backend must follow: forward in slot order; backward in reverse slot
 //! order, each node adding its operands' local gradients operand by operand.
 
-use crate::aligned::{AlignedBuf, Spares};
+use crate::aligned::AlignedBuf;
 use crate::error::Result;
 use crate::graph::Graph;
+use crate::minibatch::Workspace;
 use crate::op::F64;
 use crate::program::{initial_buffers, Backend, Replica};
 use crate::tape::Tape;
@@ -18,7 +19,7 @@ pub struct Interpreter {
     grads: Vec<f64>,
     operands: Vec<f64>,
     local: Vec<f64>,
-    spares: Spares,
+    workspace: Workspace,
 }
 
 impl Interpreter {
@@ -35,7 +36,7 @@ impl Interpreter {
             grads,
             operands: Vec::new(),
             local: Vec::new(),
-            spares: Spares::default(),
+            workspace: Workspace::default(),
         }
     }
 }
@@ -72,8 +73,8 @@ impl Backend for Interpreter {
         })
     }
 
-    fn spares(&self) -> &Spares {
-        &self.spares
+    fn workspace(&self) -> &Workspace {
+        &self.workspace
     }
 
     fn run_update(&mut self, lr: f64) {

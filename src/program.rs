@@ -180,8 +180,8 @@ mod backend {
         /// A copy of the buffers that runs forward and backward as this backend does, on
         /// another thread if need be ([`crate::minibatch`]); after `prepare_replicas`.
         fn replica(&self) -> Box<dyn Replica + '_>;
-        /// Buffers kept from one `train_minibatches` to the next.
-        fn spares(&self) -> &crate::aligned::Spares;
+        /// What `train_minibatches` keeps from one call to the next.
+        fn workspace(&self) -> &crate::minibatch::Workspace;
         /// Whether replicas have [`Stages`] (after `prepare_replicas`).
         fn has_stages(&self) -> bool {
             false

@@ -40,6 +40,7 @@ use super::emit::{
 use super::{JitBuilder, JitStats};
 use crate::aligned::{AlignedBuf, Spares};
 use crate::error::Result;
+use crate::minibatch::Workspace;
 use crate::op::MathFn;
 use crate::plan::split::SplitRows;
 use crate::plan::{Buffers, Plan, GUARD_FINITE, GUARD_NO_NEGATIVE_ZERO};
@@ -119,8 +120,8 @@ pub struct Native {
     in_slot_order: UnsafeCell<(Vec<f64>, Vec<f64>)>,
     /// Whether `in_slot_order` holds the buffers as they are.
     in_slot_order_fresh: Cell<bool>,
-    /// Buffers kept between minibatch calls (replicas' values among them).
-    spares: Spares,
+    /// What minibatch calls keep (replicas' values among the buffers).
+    workspace: Workspace,
     /// Whether `step` defers any gradient.
     defers: bool,
     /// The numbers per sample `train` reads: the tape's `num_inputs`, which the code was
@@ -439,7 +440,7 @@ impl Native {
             layout,
             in_slot_order: UnsafeCell::new((Vec::new(), Vec::new())),
             in_slot_order_fresh: Cell::new(false),
-            spares: Spares::default(),
+            workspace: Workspace::default(),
             defers: plan.step.as_ref().is_some_and(|s| !s.deferred.is_empty()),
             sample_width: tape.num_inputs(),
             guard: ZeroSkipGuard {
@@ -707,15 +708,15 @@ impl Native {
                 fresh: false,
                 ..self.guard.clone()
             },
-            vals: self.spares.copy_of(&self.vals),
+            vals: self.workspace.spares.copy_of(&self.vals),
             masks: Vec::new(),
-            spares: &self.spares,
+            spares: &self.workspace.spares,
         }
     }
 
-    /// Buffers kept between minibatch calls.
-    pub fn spares(&self) -> &Spares {
-        &self.spares
+    /// What minibatch calls keep.
+    pub fn workspace(&self) -> &Workspace {
+        &self.workspace
     }
 
     /// Whether replicas have stages (once `accumulate` is linked).

@@ -659,8 +659,8 @@ impl Backend for Jit {
     fn replica(&self) -> Box<dyn crate::program::Replica + '_> {
         Box::new(self.native.replica())
     }
-    fn spares(&self) -> &crate::aligned::Spares {
-        self.native.spares()
+    fn workspace(&self) -> &crate::minibatch::Workspace {
+        self.native.workspace()
     }
     fn has_stages(&self) -> bool {
         self.native.has_stages()

@@ -40,6 +40,9 @@
 //! thread has passed the barrier after which they were last read.
 
 mod stages;
+mod workspace;
+
+pub(crate) use workspace::Workspace;
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -85,7 +88,8 @@ pub(crate) fn train<B: Backend + ?Sized>(
     } = shape;
     let chunks_per_batch = shape.batch.div_ceil(CHUNK);
     let workers = threads.clamp(1, chunks_per_batch);
-    let spares = b.spares();
+    let workspace = b.workspace();
+    let spares = &workspace.spares;
     let mut replicas: Vec<Box<dyn Replica + '_>> = (0..workers).map(|_| b.replica()).collect();
     // Each chunk's gradients (every slot's: backward needs them all), accumulated in place.
     let chunk_grads: Vec<RwLock<AlignedBuf>> = (0..chunks_per_batch)
@@ -150,7 +154,7 @@ pub(crate) fn train<B: Backend + ?Sized>(
     };
     let mut means = split(&mut mean, &ranges);
     let jobs: Vec<_> = replicas.iter_mut().zip(means.iter_mut()).collect();
-    let done = on_threads(jobs, |w, (r, m)| work(w, r, m));
+    let done = workspace.on_threads(jobs, |w, (r, m)| work(w, r, m));
     let losses = in_order(done, non_finite.into_inner(), samples)?;
     let (chunks, last) = last_chunk(&minibatches, width, workers);
     let vals = replicas.swap_remove(last).into_values();
@@ -164,7 +168,7 @@ pub(crate) fn train<B: Backend + ?Sized>(
     let kept = chunk_grads
         .into_iter()
         .chain(updated.into_iter().map(into_inner));
-    keep(b.spares(), kept.chain([vals, mean]));
+    keep(&b.workspace().spares, kept.chain([vals, mean]));
     Ok(losses)
 }
 
@@ -203,22 +207,6 @@ impl<'i> Shape<'i> {
             params: b.params_len(),
         }
     }
-}
-
-/// `work(w, job)` for job `w` of `jobs`, the first on this thread and each other on a
-/// thread of its own; the results in order.
-fn on_threads<J: Send, R: Send>(jobs: Vec<J>, work: impl Fn(usize, J) -> R + Sync) -> Vec<R> {
-    std::thread::scope(|s| {
-        let work = &work;
-        let mut jobs = jobs.into_iter().enumerate();
-        let (_, first) = jobs.next().expect("at least one worker");
-        let others: Vec<_> = jobs.map(|(w, j)| s.spawn(move || work(w, j))).collect();
-        let mut done = vec![work(0, first)];
-        // A worker that panicked (it cannot: the hooks assume only what `Program` checked)
-        // would leave its barrier waiting forever, so a join never sees one.
-        done.extend(others.into_iter().filter_map(|h| h.join().ok()));
-        done
-    })
 }
 
 /// The losses of `samples` samples from the workers' `(sample, loss)` pairs, or the first

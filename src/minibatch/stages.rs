@@ -27,8 +27,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, RwLock};
 
 use super::{
-    in_order, into_inner, keep, last_chunk, on_threads, read, step, write, Shape, SpinBarrier,
-    CHUNK, SPINS,
+    in_order, into_inner, keep, last_chunk, read, step, write, Shape, SpinBarrier, CHUNK, SPINS,
 };
 use crate::aligned::AlignedBuf;
 use crate::plan::split::SplitRows;
@@ -130,7 +129,8 @@ pub(super) fn train<B: Backend + ?Sized>(
         params,
     } = *shape;
     let chunks_per_batch = batch.div_ceil(CHUNK);
-    let spares = b.spares();
+    let workspace = b.workspace();
+    let spares = &workspace.spares;
     let mut replicas: Vec<Box<dyn Replica + '_>> = (0..threads).map(|_| b.replica()).collect();
     let layout = match replicas[0].stages() {
         Some(stages) => stages.layout().clone(),
@@ -250,7 +250,7 @@ pub(super) fn train<B: Backend + ?Sized>(
         spares.keep(row_grads);
         losses
     };
-    let done = on_threads(replicas.iter_mut().collect(), work);
+    let done = workspace.on_threads(replicas.iter_mut().collect(), work);
     let [even, odd] = non_finite.map(AtomicUsize::into_inner);
     let losses = in_order(done, even.min(odd), samples)?;
     // The last sample ran on the thread of the last minibatch's last chunk; each thread's
@@ -274,6 +274,6 @@ pub(super) fn train<B: Backend + ?Sized>(
     own_vals.copy_from_slice(&vals);
     own_grads.copy_from_slice(grads);
     let kept = chunk_grads.into_iter().chain(values);
-    keep(b.spares(), kept.chain([vals, mean]));
+    keep(&b.workspace().spares, kept.chain([vals, mean]));
     Ok(losses)
 }
