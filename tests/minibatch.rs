@@ -109,7 +109,7 @@ fn every_backend_and_thread_count_follows_the_documented_order() {
                     bits(&want_mean),
                     "{at}: mean gradient"
                 );
-                // The last sample's values, as after its forward.
+                // The last sample's values and gradients, as after its forward and backward.
                 let kept = common::kept_slots(&reference, p);
                 let mut last = Interpreter::new(&g).unwrap();
                 let before: Vec<f64> = {
@@ -123,6 +123,7 @@ fn every_backend_and_thread_count_follows_the_documented_order() {
                 last.set_params(&before).unwrap();
                 last.set_inputs(&inputs[inputs.len() - WIDTH..]).unwrap();
                 last.forward();
+                last.backward().unwrap();
                 let params = reference.params().len();
                 let values: Vec<usize> = kept.iter().copied().filter(|&s| s >= params).collect();
                 for s in values {
@@ -130,6 +131,12 @@ fn every_backend_and_thread_count_follows_the_documented_order() {
                         p.values()[s].to_bits(),
                         last.values()[s].to_bits(),
                         "{at}: value {s}"
+                    );
+                    // And its gradients, but the params'.
+                    assert_eq!(
+                        p.grads()[s].to_bits(),
+                        last.grads()[s].to_bits(),
+                        "{at}: gradient {s}"
                     );
                 }
             }

@@ -9,7 +9,9 @@
 //!    previous thread's rows left them (the first thread from the biases) and hands them
 //!    on: a pipeline, each thread a sample behind the one before;
 //! 2. runs the rest of each sample of its chunks (as in `super::train`) from the finished
-//!    sums, into the chunk's gradients, and publishes the sample's gradient of the sums;
+//!    sums, into its own buffer of every slot's gradients, publishes the sample's gradient
+//!    of the sums, and at the chunk's end copies out the chunk's gradients of the other
+//!    params (only those: a minibatch of many chunks keeps a few numbers per chunk);
 //! 3. after one barrier, makes its rows' gradients of the minibatch, row by row (per chunk
 //!    a sum from 0, the chunks' sums added in chunk order, in registers, stored once), then
 //!    updates its rows from them, and every other param (the same in every thread's copy)
@@ -140,11 +142,19 @@ pub(super) fn train<B: Backend + ?Sized>(
     let bounds = cut_rows(&layout, minibatches[0], width, threads);
     let block = layout.weights(0..layout.rows);
     let others = [0..block.start, block.end..params];
+    // Where each range of `others` starts in a chunk's gradients of them, side by side.
+    let packed = [
+        0..block.start,
+        block.start..block.start + params - block.end,
+    ];
     // Step 1's sums, per thread; step 2's gradients of the finished sums.
     let partial: Vec<Handoff> = (0..threads).map(|_| Handoff::new(batch, sums)).collect();
     let sums_grads = Handoff::new(batch, sums);
+    // Each chunk's gradients of the other params (a thread's buffer of every slot's
+    // gradients serves each of its chunks in turn: so a minibatch of many chunks keeps a few
+    // numbers per chunk, not a buffer).
     let chunk_grads: Vec<RwLock<AlignedBuf>> = (0..chunks_per_batch)
-        .map(|_| RwLock::new(spares.zeros(buffer_len)))
+        .map(|_| RwLock::new(spares.any(packed[1].end)))
         .collect();
     let mean = Mutex::new(spares.zeros(params));
     let barrier = SpinBarrier::new(threads);
@@ -158,6 +168,8 @@ pub(super) fn train<B: Backend + ?Sized>(
         // The minibatch's gradients of its own rows (stored by `tail`, the gaps between
         // rows 0; nothing else is read).
         let mut row_grads = spares.any(buffer_len);
+        // Every slot's gradients for `rest`, a chunk at a time.
+        let mut grads = spares.zeros(buffer_len);
         row_grads[own.clone()].fill(0.0);
         let (mut numbers, mut losses) = (vec![0.0; HANDED_ON * sums], Vec::new());
         // A chunk's finished sums, and the minibatch's gradients of the sums.
@@ -203,7 +215,6 @@ pub(super) fn train<B: Backend + ?Sized>(
                 // last thread has begun this one (see the module's outline).
                 let finished = &mut chunk_sums[..in_chunk.len() * sums];
                 partial[threads - 1].take(in_chunk.clone(), generation, finished);
-                let mut grads = write(&chunk_grads[c]);
                 for r in &others {
                     grads[r.clone()].fill(0.0);
                 }
@@ -211,6 +222,10 @@ pub(super) fn train<B: Backend + ?Sized>(
                     let loss = stages.rest(sample(s), sums, &mut grads);
                     losses.push((first + s, loss));
                     sums_grads.put(s, generation, &grads[layout.sums.clone()]);
+                }
+                let mut of_chunk = write(&chunk_grads[c]);
+                for (r, at) in others.iter().zip(&packed) {
+                    of_chunk[at.clone()].copy_from_slice(&grads[r.clone()]);
                 }
             }
             barrier.wait();
@@ -232,13 +247,13 @@ pub(super) fn train<B: Backend + ?Sized>(
                 own_mean,
             );
             let guards: Vec<_> = chunk_grads[..chunks].iter().map(read).collect();
-            let chunk_sums: Vec<&[f64]> = guards.iter().map(|g| &g[..]).collect();
-            for r in &others {
+            for (r, at) in others.iter().zip(&packed) {
+                let chunk_sums: Vec<&[f64]> = guards.iter().map(|g| &g[at.clone()]).collect();
                 let mean = mean
                     .as_deref_mut()
                     .filter(|_| w == 0)
                     .map(|m| &mut m[r.clone()]);
-                step(&chunk_sums, r.clone(), (lr, m), &mut vals[r.clone()], mean);
+                step(&chunk_sums, 0..r.len(), (lr, m), &mut vals[r.clone()], mean);
             }
             drop(guards);
             replica
@@ -248,14 +263,21 @@ pub(super) fn train<B: Backend + ?Sized>(
             first += m;
         }
         spares.keep(row_grads);
-        losses
+        (losses, grads)
     };
-    let done = workspace.on_threads(replicas.iter_mut().collect(), work);
+    let (done, mut grads): (Vec<_>, Vec<_>) = workspace
+        .on_threads(replicas.iter_mut().collect(), work)
+        .into_iter()
+        .unzip();
     let [even, odd] = non_finite.map(AtomicUsize::into_inner);
-    let losses = in_order(done, even.min(odd), samples)?;
+    let losses = in_order(done, even.min(odd), samples);
+    let Ok(losses) = losses else {
+        keep(spares, grads);
+        return losses;
+    };
     // The last sample ran on the thread of the last minibatch's last chunk; each thread's
     // own rows are the new ones.
-    let (chunks, last) = last_chunk(minibatches, width, threads);
+    let (_, last) = last_chunk(minibatches, width, threads);
     let mut values: Vec<AlignedBuf> = replicas.into_iter().map(|r| r.into_values()).collect();
     let mut vals = std::mem::take(&mut values[last]);
     for (w, of_thread) in values.iter().enumerate().filter(|&(w, _)| w != last) {
@@ -266,14 +288,17 @@ pub(super) fn train<B: Backend + ?Sized>(
     // side after the params.)
     let last_sample = minibatches.last().map(|m| &m[m.len() - width..]);
     vals[params..params + width].copy_from_slice(last_sample.expect("at least one sample"));
-    let mut chunk_grads: Vec<AlignedBuf> = chunk_grads.into_iter().map(into_inner).collect();
     let mean = mean.into_inner().unwrap_or_else(|e| e.into_inner());
-    let grads = &mut chunk_grads[chunks - 1];
-    grads[..params].copy_from_slice(&mean);
+    let last_grads = &mut grads[last];
+    last_grads[..params].copy_from_slice(&mean);
     let (own_vals, own_grads) = b.buffers_mut();
     own_vals.copy_from_slice(&vals);
-    own_grads.copy_from_slice(grads);
-    let kept = chunk_grads.into_iter().chain(values);
+    own_grads.copy_from_slice(last_grads);
+    let kept = chunk_grads
+        .into_iter()
+        .map(into_inner)
+        .chain(values)
+        .chain(grads);
     keep(&b.workspace().spares, kept.chain([vals, mean]));
     Ok(losses)
 }
