@@ -1,7 +1,9 @@
 //! What a program keeps from one `train_minibatches` call to the next.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+use super::SPINS;
 use crate::aligned::Spares;
 
 /// What a program keeps from one `train_minibatches` call to the next: buffers, and the
@@ -34,13 +36,25 @@ impl Workspace {
         let mut done: Vec<Option<R>> = jobs.iter().map(|_| None).collect();
         let mut jobs = jobs.into_iter().zip(done.iter_mut()).enumerate();
         let (_, (first, first_done)) = jobs.next().expect("at least one worker");
+        let finished = AtomicUsize::new(0);
         match pool.as_ref().filter(|_| helpers > 0) {
-            // Each job gets a thread of the pool: it has one per helper, all idle.
+            // Each job gets a thread of the pool: it has one per helper, all idle. This thread
+            // waits for them spinning before the scope's end: asleep there, it took some 20 us
+            // to wake.
             Some(pool) => pool.in_place_scope(|s| {
+                let finished = &finished;
                 for (w, (job, done)) in jobs {
-                    s.spawn(move |_| *done = Some(work(w, job)));
+                    s.spawn(move |_| {
+                        *done = Some(work(w, job));
+                        finished.fetch_add(1, Ordering::Release);
+                    });
                 }
                 *first_done = Some(work(0, first));
+                let mut spins = 0u32;
+                while finished.load(Ordering::Acquire) < helpers && spins < SPINS {
+                    spins += 1;
+                    std::hint::spin_loop();
+                }
             }),
             // (No threads to keep, or none could be made: scoped ones, each started now.)
             None => std::thread::scope(|s| {
