@@ -183,10 +183,9 @@ pub struct JitStats {
     /// Loop operands that read one constant wherever they run (`x * 0.5` made at every use,
     /// a node per repetition), which the code uses as a number instead of loading them.
     pub constant_operands: usize,
-    /// Rows (inputs) of the first layer that [`crate::Program::train_minibatches`] on
-    /// several threads cuts into one range per thread (each thread's rows of weights never
-    /// leave it), for minibatches of up to 64 samples; 0 where the threads always share out
-    /// the samples instead.
+    /// Rows (inputs) of the first layer that [`crate::Program::train_minibatches`] cuts into
+    /// one range per thread (each thread's rows of weights never leave it; one thread runs
+    /// the same stages over every row); 0 where the threads share out the samples instead.
     pub split_rows: usize,
     /// The repeated structure loop recovery found: each outermost nest in tape order (a
     /// batch written as copies, a rollout's steps, a layer's neurons), with the nests in it.

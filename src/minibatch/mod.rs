@@ -160,16 +160,21 @@ pub(crate) fn train<B: Backend + ?Sized>(
     let vals = replicas.swap_remove(last).into_values();
     drop(replicas);
     let mut chunk_grads: Vec<AlignedBuf> = chunk_grads.into_iter().map(into_inner).collect();
-    let grads = &mut chunk_grads[chunks - 1];
-    grads[..params].copy_from_slice(&mean);
-    let (own_vals, own_grads) = b.buffers_mut();
-    own_vals.copy_from_slice(&vals);
-    own_grads.copy_from_slice(grads);
+    write_back(b, &vals, &mut chunk_grads[chunks - 1], &mean);
     let kept = chunk_grads
         .into_iter()
         .chain(updated.into_iter().map(into_inner));
     keep(&b.workspace().spares, kept.chain([vals, mean]));
     Ok(losses)
+}
+
+/// Into `b`'s buffers: the last sample's values `vals` and gradients `grads`, but params'
+/// gradients the last minibatch's `mean` (written over `grads`' params).
+fn write_back<B: Backend + ?Sized>(b: &mut B, vals: &[f64], grads: &mut [f64], mean: &[f64]) {
+    grads[..mean.len()].copy_from_slice(mean);
+    let (own_vals, own_grads) = b.buffers_mut();
+    own_vals.copy_from_slice(vals);
+    own_grads.copy_from_slice(grads);
 }
 
 /// Hands `bufs` to `spares` for the next call.

@@ -29,7 +29,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, RwLock};
 
 use super::{
-    in_order, into_inner, keep, last_chunk, read, step, write, Shape, SpinBarrier, CHUNK, SPINS,
+    in_order, into_inner, keep, last_chunk, read, step, write, write_back, Shape, SpinBarrier,
+    CHUNK, SPINS,
 };
 use crate::aligned::AlignedBuf;
 use crate::plan::split::SplitRows;
@@ -142,11 +143,9 @@ pub(super) fn train<B: Backend + ?Sized>(
     let bounds = cut_rows(&layout, minibatches[0], width, threads);
     let block = layout.weights(0..layout.rows);
     let others = [0..block.start, block.end..params];
-    // Where each range of `others` starts in a chunk's gradients of them, side by side.
-    let packed = [
-        0..block.start,
-        block.start..block.start + params - block.end,
-    ];
+    // Where each range of `others` lies in a chunk's gradients of them: the params with the
+    // block taken out.
+    let packed = [0..block.start, block.start..params - block.len()];
     // Step 1's sums, per thread; step 2's gradients of the finished sums.
     let partial: Vec<Handoff> = (0..threads).map(|_| Handoff::new(batch, sums)).collect();
     let sums_grads = Handoff::new(batch, sums);
@@ -270,11 +269,7 @@ pub(super) fn train<B: Backend + ?Sized>(
         .into_iter()
         .unzip();
     let [even, odd] = non_finite.map(AtomicUsize::into_inner);
-    let losses = in_order(done, even.min(odd), samples);
-    let Ok(losses) = losses else {
-        keep(spares, grads);
-        return losses;
-    };
+    let losses = in_order(done, even.min(odd), samples)?;
     // The last sample ran on the thread of the last minibatch's last chunk; each thread's
     // own rows are the new ones.
     let (_, last) = last_chunk(minibatches, width, threads);
@@ -289,11 +284,7 @@ pub(super) fn train<B: Backend + ?Sized>(
     let last_sample = minibatches.last().map(|m| &m[m.len() - width..]);
     vals[params..params + width].copy_from_slice(last_sample.expect("at least one sample"));
     let mean = mean.into_inner().unwrap_or_else(|e| e.into_inner());
-    let last_grads = &mut grads[last];
-    last_grads[..params].copy_from_slice(&mean);
-    let (own_vals, own_grads) = b.buffers_mut();
-    own_vals.copy_from_slice(&vals);
-    own_grads.copy_from_slice(last_grads);
+    write_back(b, &vals, &mut grads[last], &mean);
     let kept = chunk_grads
         .into_iter()
         .map(into_inner)

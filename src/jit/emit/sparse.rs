@@ -209,13 +209,6 @@ impl<'ctx> Emitter<'ctx, '_> {
         let count = self.entry_alloca(i64t.into(), "count")?;
         self.builder.build_store(count, i64t.const_zero())?;
         let unit_stride = inputs.iter().all(|&(_, a)| a.stride == 1);
-        let chunk = i64t.const_int(CHUNK.into(), false);
-        let vectorized = match unit_stride {
-            true => self
-                .builder
-                .build_int_unsigned_div(rows.count, chunk, "chunks")?,
-            false => i64t.const_zero(),
-        };
         // Steps `first..first + width`, each appended to the list if not 0 in some input.
         let append = |this: &Self, first: IntValue<'ctx>, width: u32| -> Emit<()> {
             let ty = this.f64_type.vec_type(width);
@@ -282,26 +275,51 @@ impl<'ctx> Emitter<'ctx, '_> {
             }
             Ok(())
         };
-        self.counted_loop(vectorized, &[], |this, c, _| {
-            let offset = this.builder.build_int_mul(c, chunk, "")?;
-            let first = this.builder.build_int_add(rows.first, offset, "first")?;
-            if let Some(ahead) = ahead {
-                // (A chunk of 8 inputs is a line.)
+        self.in_lines(rows, unit_stride, |this, first, width| {
+            if let (Some(ahead), CHUNK) = (ahead, width) {
                 this.prefetch(this.address_ptr(ahead, inputs[0].1, first, &[])?, 3)?;
             }
-            append(this, first, CHUNK)?;
-            Ok(Vec::new())
-        })?;
-        let done = self.builder.build_int_mul(vectorized, chunk, "")?;
-        let rest = self.builder.build_int_sub(rows.count, done, "rest")?;
-        let first = self.builder.build_int_add(rows.first, done, "")?;
-        self.counted_loop(rest, &[], |this, u, _| {
-            // One input at a time (a vector of one lane, whatever the stride).
-            append(this, this.builder.build_int_add(first, u, "t")?, 1)?;
-            Ok(Vec::new())
+            // (Past the whole lines, one input at a time: a vector of one lane, whatever
+            // the stride.)
+            append(this, first, width)
         })?;
         let n = self.builder.build_load(i64t, count, "n")?.into_int_value();
         Ok((steps, n))
+    }
+
+    /// `body(first, width)` over the steps `rows`: [`CHUNK`] at a time (a line of inputs at
+    /// unit stride) where `lines`, then one at a time.
+    pub(super) fn in_lines(
+        &self,
+        rows: Rows<'ctx>,
+        lines: bool,
+        mut body: impl FnMut(&Self, IntValue<'ctx>, u32) -> Emit<()>,
+    ) -> Emit<()> {
+        let i64t = self.context.i64_type();
+        let chunk = i64t.const_int(CHUNK.into(), false);
+        let whole = match lines {
+            true => self
+                .builder
+                .build_int_unsigned_div(rows.count, chunk, "lines")?,
+            false => i64t.const_zero(),
+        };
+        self.counted_loop(whole, &[], |this, c, _| {
+            let offset = this.builder.build_int_mul(c, chunk, "")?;
+            body(
+                this,
+                this.builder.build_int_add(rows.first, offset, "first")?,
+                CHUNK,
+            )?;
+            Ok(Vec::new())
+        })?;
+        let done = self.builder.build_int_mul(whole, chunk, "")?;
+        let rest = self.builder.build_int_sub(rows.count, done, "rest")?;
+        let first = self.builder.build_int_add(rows.first, done, "")?;
+        self.counted_loop(rest, &[], |this, u, _| {
+            body(this, this.builder.build_int_add(first, u, "t")?, 1)?;
+            Ok(Vec::new())
+        })?;
+        Ok(())
     }
 
     /// Appends the steps `first..first + CHUNK` whose lane of `mask` is set to the list
@@ -435,8 +453,11 @@ impl<'ctx> Emitter<'ctx, '_> {
     }
 
     /// `accumulate`'s backward of `train`'s dot `dot`: the sums' gradients (added into the
-    /// biases' where the sum starts from a param), then the weights' ([`Emitter::dot_rows_backward`]
-    /// over every row).
+    /// biases' where the sum starts from a param), then the weights' over the steps whose
+    /// input is not 0, where every product's gradient is finite (so each skipped addition is
+    /// of a signed 0, to a gradient that `accumulate` started from +0 and that sums of +0 and
+    /// numbers never make -0: it changes nothing). Each weight takes one term, so the order
+    /// of the steps is free.
     pub(super) fn sparse_dot_backward(
         &self,
         frame: Frame<'ctx>,
@@ -444,26 +465,9 @@ impl<'ctx> Emitter<'ctx, '_> {
         reps: &Reps<'ctx>,
         skip: &ZeroSkip,
     ) -> Emit<()> {
+        let (map, rows) = (&dot.products, self.every_row(dot));
         let gs = self.sum_grads::<VectorValue>(frame, &dot.sum, reps)?;
-        self.dot_rows_backward(frame, dot, reps, skip, self.every_row(dot), &gs)
-    }
-
-    /// The gradients of the weights of `train`'s dot `dot` at the steps `rows`, from the sums'
-    /// gradients `gs`: over the steps whose input is not 0, where every product's gradient
-    /// is finite (so each skipped addition is of a signed 0, to a gradient that `accumulate`
-    /// started from +0 and that sums of +0 and numbers never make -0: it changes nothing).
-    /// Each weight takes one term, so the order of the steps is free.
-    pub(super) fn dot_rows_backward(
-        &self,
-        frame: Frame<'ctx>,
-        dot: &DotLoop,
-        reps: &Reps<'ctx>,
-        skip: &ZeroSkip,
-        rows: Rows<'ctx>,
-        gs: &[VectorValue<'ctx>],
-    ) -> Emit<()> {
-        let map = &dot.products;
-        let g_products = self.fresh(gs)?;
+        let g_products = self.fresh(&gs)?;
         let step = |this: &Self, t| -> Emit<Vec<VectorValue<'ctx>>> {
             let locals = this.products_locals(frame, map, t, reps, &g_products)?;
             this.accumulate_args(frame, map, t, reps, &locals)?;

@@ -306,7 +306,7 @@ impl<'ctx> Emitter<'ctx, '_> {
     /// whose term the weights' gradients take (bit `s % 64` of word `s / 64` for sample
     /// `s`): those whose input `t` is not 0, and every row of a sample whose sums' gradients
     /// (at `sums_grads`) are not all finite (there `0 * g` is NaN). Rows a chunk of 8 inputs
-    /// at a time (a line), then one at a time.
+    /// at a time ([`Emitter::in_lines`]).
     fn sample_masks(
         &self,
         dot: &DotLoop,
@@ -316,7 +316,6 @@ impl<'ctx> Emitter<'ctx, '_> {
         (sums_grads, count): (PointerValue<'ctx>, u64),
         masks: Masks<'ctx>,
     ) -> Emit<()> {
-        const CHUNK: u32 = 8;
         let i64t = self.context.i64_type();
         self.counted_loop(rows.count, &[], |this, k, _| {
             let t = this.builder.build_int_add(rows.first, k, "t")?;
@@ -329,10 +328,6 @@ impl<'ctx> Emitter<'ctx, '_> {
         })?;
         let input = self.sample_affine(dot.products.args[skip.input]);
         let width = self.tape.num_inputs() as u64;
-        let chunk = i64t.const_int(CHUNK.into(), false);
-        let vectorized = self.builder.build_int_unsigned_div(rows.count, chunk, "")?;
-        let done = self.builder.build_int_mul(vectorized, chunk, "")?;
-        let rest = self.builder.build_int_sub(rows.count, done, "rest")?;
         self.counted_loop(m, &[], |this, s, _| {
             let sample = this.element_at(samples, s, width)?;
             let gs = this.element_at(sums_grads, s, count)?;
@@ -347,8 +342,8 @@ impl<'ctx> Emitter<'ctx, '_> {
             let every = this
                 .builder
                 .build_select(finite, i64t.const_zero(), bit, "every")?;
-            // Rows `first..first + width` of this sample marked.
-            let mark = |this: &Self, first: IntValue<'ctx>, width: u32| -> Emit<()> {
+            // Rows `first..first + width` of this sample marked, a line of inputs at a time.
+            this.in_lines(rows, true, |this, first, width| {
                 let ty = this.f64_type.vec_type(width);
                 let x = this.load_vector(this.address_ptr(sample, input, first, &[])?, ty)?;
                 let test = this.builder.build_float_compare(
@@ -368,20 +363,6 @@ impl<'ctx> Emitter<'ctx, '_> {
                     .build_or(before, marks.into_vector_value(), "")?;
                 let _ = this.builder.build_store(at, after)?.set_alignment(8);
                 Ok(())
-            };
-            this.counted_loop(vectorized, &[], |this, v, _| {
-                let offset = this.builder.build_int_mul(v, chunk, "")?;
-                mark(
-                    this,
-                    this.builder.build_int_add(rows.first, offset, "t")?,
-                    CHUNK,
-                )?;
-                Ok(Vec::new())
-            })?;
-            let first = this.builder.build_int_add(rows.first, done, "")?;
-            this.counted_loop(rest, &[], |this, u, _| {
-                mark(this, this.builder.build_int_add(first, u, "t")?, 1)?;
-                Ok(Vec::new())
             })?;
             Ok(Vec::new())
         })?;
