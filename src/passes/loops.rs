@@ -22,6 +22,7 @@
 
 use std::ops::Range;
 
+use super::copies;
 use crate::op::Op;
 use crate::tape::{Slot, Tape};
 
@@ -439,15 +440,27 @@ pub fn schedule(tape: &Tape, recover: bool) -> Schedule {
         out.items.push(Item::Straight(first..end));
         return out;
     }
-    let mut straight = first;
-    let mut s = first;
-    while s < end {
+    let recovered = |range| recovered(tape, range);
+    out.items = copies::find(tape)
+        .and_then(|c| copies::items(tape, &c, recovered))
+        .unwrap_or_else(|| recovered(first..end));
+    out.loops = out.items.iter().map(Item::loops).sum();
+    out.loop_nodes = out.items.iter().map(Item::loop_nodes).sum();
+    out
+}
+
+/// The slots of `range` as loops, nested where they repeat, and straight-line ranges.
+pub(super) fn recovered(tape: &Tape, range: Range<u32>) -> Vec<Item> {
+    let mut items = Vec::new();
+    let mut straight = range.start;
+    let mut s = range.start;
+    while s < range.end {
         let slot = Slot(s);
         if tape.op(slot).is_leaf() {
             s += 1;
             continue;
         }
-        let (item, next) = if let Some(run) = map_run_at(tape, slot) {
+        let (item, next) = if let Some(run) = map_run_at(tape, slot, range.end) {
             let next = run.out.at(run.len - 1).0 + 1;
             (Item::Map(run), next)
         } else if let Some(sum) = sum_loop_at(tape, slot) {
@@ -457,20 +470,16 @@ pub fn schedule(tape: &Tape, recover: bool) -> Schedule {
             continue;
         };
         if straight < s {
-            out.items.push(Item::Straight(straight..s));
+            items.push(Item::Straight(straight..s));
         }
-        out.items.push(item);
+        items.push(item);
         s = next;
         straight = s;
     }
-    if straight < end {
-        out.items.push(Item::Straight(straight..end));
+    if straight < range.end {
+        items.push(Item::Straight(straight..range.end));
     }
-    let fused = fuse_dots(tape, std::mem::take(&mut out.items));
-    out.items = super::nest::recover(tape, fused);
-    out.loops = out.items.iter().map(Item::loops).sum();
-    out.loop_nodes = out.items.iter().map(Item::loop_nodes).sum();
-    out
+    super::nest::recover(tape, fuse_dots(tape, items))
 }
 
 impl Item {
@@ -694,15 +703,14 @@ pub fn iteration(item: &Item, j: i64) -> Item {
     item.map_affines(&mut |a, _| a.unnested(j))
 }
 
-/// The next non-leaf slot after `s`, if only leaves lie between.
-fn next_node(tape: &Tape, s: Slot) -> Option<Slot> {
-    ((s.0 + 1)..tape.len() as u32)
-        .map(Slot)
-        .find(|&n| !tape.op(n).is_leaf())
+/// The next non-leaf slot after `s` and before `end`, if only leaves lie between.
+fn next_node(tape: &Tape, s: Slot, end: u32) -> Option<Slot> {
+    ((s.0 + 1)..end).map(Slot).find(|&n| !tape.op(n).is_leaf())
 }
 
-/// The longest run of nodes isomorphic to `s` with affine slots, if at least [`MIN_RUN`].
-fn map_run_at(tape: &Tape, s: Slot) -> Option<MapLoop> {
+/// The longest run of nodes isomorphic to `s` with affine slots before `end`, if at least
+/// [`MIN_RUN`].
+fn map_run_at(tape: &Tape, s: Slot, end: u32) -> Option<MapLoop> {
     let op = tape.op(s);
     op.arity()?;
     // (Compared with `s` itself, so that the nodes that start no run, most of a
@@ -713,7 +721,7 @@ fn map_run_at(tape: &Tape, s: Slot) -> Option<MapLoop> {
             && (tape.args(n).iter().zip(tape.args(s)))
                 .all(|(&a, &b)| tape.takes_grad(a) == tape.takes_grad(b))
     };
-    let second = next_node(tape, s).filter(|&n| same_kind(n))?;
+    let second = next_node(tape, s, end).filter(|&n| same_kind(n))?;
     let grad_args: Vec<bool> = tape.args(s).iter().map(|&a| tape.takes_grad(a)).collect();
     let out = Affine::through(s, second);
     let args: Vec<Affine> = tape
@@ -724,7 +732,7 @@ fn map_run_at(tape: &Tape, s: Slot) -> Option<MapLoop> {
         .collect();
     let mut len = 2;
     // Member `len` must be the very next node after member `len - 1`.
-    while let Some(n) = next_node(tape, out.at(len - 1)) {
+    while let Some(n) = next_node(tape, out.at(len - 1), end) {
         let fits = n == out.at(len)
             && same_kind(n)
             && tape.args(n).iter().zip(&args).all(|(&a, f)| a == f.at(len));

@@ -246,7 +246,7 @@ fn singles(tape: &Tape, items: Vec<Item>) -> Vec<Unit> {
 }
 
 /// Node `s` as a map of one node.
-fn single(tape: &Tape, s: Slot) -> Item {
+pub fn single(tape: &Tape, s: Slot) -> Item {
     Item::Map(MapLoop {
         op: tape.op(s),
         out: Affine::fixed(s),
