@@ -106,6 +106,11 @@ impl Copies {
                         }
                         continue;
                     }
+                    // (A slot of the copy's own is compared as its node; one before the
+                    // copies may differ in taking a gradient: an input with and one without.)
+                    if tape.takes_grad(a) != tape.takes_grad(m) {
+                        return false;
+                    }
                     let by = m.0 as i64 - a.0 as i64;
                     let stride = &mut self.strides[a.index()];
                     if *stride == UNREAD {
@@ -331,6 +336,24 @@ mod tests {
             6,
             |b, y, _| if b == 4 { y.powf(-0.0) } else { y.powf(0.0) },
         );
+        assert_eq!(copies_of(&g), None);
+    }
+
+    #[test]
+    fn copies_whose_inputs_differ_in_taking_a_gradient_are_left_to_the_general_recovery() {
+        let g = Graph::new();
+        let mut rng = StdRng::seed_from_u64(7);
+        let neuron = Layer::new(&g, 12, 1, Activation::Tanh, &mut rng);
+        let outs: Vec<Value<'_>> = (0..5)
+            .map(|b| {
+                let x = match b {
+                    3 => g.inputs(12),
+                    _ => g.inputs_without_grad(12),
+                };
+                neuron.call(&x).unwrap()[0]
+            })
+            .collect();
+        g.set_loss(g.sum(&outs)).unwrap();
         assert_eq!(copies_of(&g), None);
     }
 
