@@ -122,7 +122,7 @@ fn backward(
         let (out, g) = (values[s.index()], grads[s.index()]);
         op.local_grads(&mut F64, operands, out, g, local);
         for (a, d) in args.iter().zip(local.iter()) {
-            if tape.needs_grad(*a) {
+            if tape.needs_grad(a) {
                 grads[a.index()] += d;
             }
         }

@@ -550,7 +550,7 @@ impl<B: Backend> Program for B {
             let (out, g) = (values[s.index()], grads[s.index()]);
             op.local_grads(&mut F64, &operands, out, g, &mut local);
             for (a, d) in args.iter().zip(&local) {
-                if missing[a.index()] && tape.needs_grad(*a) {
+                if missing[a.index()] && tape.needs_grad(a) {
                     grads[a.index()] += d;
                 }
             }

@@ -1,173 +1,23 @@
-//! Copies: a batch written as copies of one subgraph, found without scanning every copy.
+//! Copies: a batch written as copies of one subgraph, nested without scanning every copy.
 //!
 //! micrograd's demo builds its MLP once per point and sums the points' losses; a minibatch
 //! written the same way is B copies of a whole network. Structure recovery ([`super::nest`])
 //! finds those copies too, but only after making items of every copy's nodes: at B = 128
 //! copies of MNIST's 784-50-10 that is 5 million nodes scanned to learn what one copy says.
-//! This pass finds the copies from the sum that joins them, checks node by node that every
-//! copy is the first one moved, recovers the first copy's structure alone and nests it:
+//! Linearization found the copies already and checked that each is the first one moved
+//! ([`Tape::copies`]); this pass recovers the first copy's structure alone and nests it over
+//! the copies, each of its [`Affine`]s moving by the stride of the slots it reaches (all of
+//! which must agree), the items before and after the copies recovered on their own. A dot
+//! fused in the first copy must fuse in every copy (nothing else reads any copy's
+//! products). Where that fails, the general recovery finds whatever repeats.
 //!
-//! 1. **The hint**: a `sum` among the loss's first few operands whose operands (one per copy,
-//!    a copy's loss) lie at equal distances `period` apart. Copy `b` is the `period` slots
-//!    up to and including its operand.
-//! 2. **The check**: every node of copy `b` is the node `b * period` slots back (the same
-//!    op, a constant aside, and gradient flags), and each of its operands either lies in its
-//!    own copy (`period` further on) or before the copies, moved by `b` times a stride of
-//!    that slot's own (0 for the params every copy shares, the sample's width for its
-//!    inputs): the same stride wherever the first copy reads the slot, and never reaching
-//!    into the copies. So no copy reads another, and a slot's stride is one number.
-//! 3. **The nest**: the first copy's items, each of its [`Affine`]s moving by the stride of
-//!    the slots it reaches (all of which must agree), repeated `count` times; the items
-//!    before and after the copies recovered on their own. A dot fused in the first copy must
-//!    fuse in every copy (nothing else reads any copy's products).
-//!
-//! Anything else (a copy that reads its neighbour, copies that differ, a first copy that
-//! starts before its hint says) is left to the general recovery, which finds whatever
-//! repeats. The result is the nest the general recovery would make, in time linear in the
-//! tape with a small constant (the check) plus one copy's recovery.
+//! [`Affine`]: super::loops::Affine
 
 use std::ops::Range;
 
 use super::loops::{every_rep, Item, Nest, MAX_NEST_DEPTH};
-use super::nest::{single, MIN_NEST, MIN_NEST_NODES};
-use crate::op::Op;
-use crate::tape::{Slot, Tape};
-
-/// How deep below the loss the hint is looked for (`loss = sum(copies) * (1 / B) + l2`:
-/// two levels).
-const HINT_DEPTH: usize = 3;
-
-/// `count` copies of `period` slots from `first`, and how far each slot before the copies
-/// that the first copy reads moves per copy.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Copies {
-    pub first: u32,
-    pub period: u32,
-    pub count: u32,
-    /// Per slot before `first`: its stride per copy, or [`UNREAD`].
-    strides: Vec<i64>,
-}
-
-/// A slot before the copies that the first copy does not read.
-const UNREAD: i64 = i64::MIN;
-
-impl Copies {
-    /// The slots the copies cover.
-    pub fn range(&self) -> Range<u32> {
-        self.first..self.first + self.period * self.count
-    }
-
-    /// How far slot `s`, read or written by the first copy, moves per copy: the copy's own
-    /// nodes by `period`, the slots before it by their stride; `None` for any other slot.
-    pub fn stride(&self, s: Slot) -> Option<i64> {
-        if (self.first..self.first + self.period).contains(&s.0) {
-            return Some(self.period as i64);
-        }
-        let stride = *self.strides.get(s.index())?;
-        (stride != UNREAD).then_some(stride)
-    }
-}
-
-/// The copies of `tape`, if its loss joins at least [`MIN_NEST`] copies that are each the
-/// first one moved (the module docs' check).
-pub fn find(tape: &Tape) -> Option<Copies> {
-    let ends = hint(tape)?;
-    let period = ends[1].0 - ends[0].0;
-    let count = ends.len() as u32;
-    let leaves = (tape.num_params() + tape.num_inputs()) as u32;
-    let first = (ends[0].0 + 1).checked_sub(period)?;
-    if first < leaves {
-        return None;
-    }
-    let mut copies = Copies {
-        first,
-        period,
-        count,
-        strides: vec![UNREAD; first as usize],
-    };
-    copies.check(tape).then_some(copies)
-}
-
-impl Copies {
-    /// The module docs' check, filling in the strides from the second copy.
-    fn check(&mut self, tape: &Tape) -> bool {
-        let (first, period) = (self.first, self.period);
-        for b in 1..self.count {
-            let shift = b * period;
-            for s in (first..first + period).map(Slot) {
-                let moved = Slot(s.0 + shift);
-                if !alike(tape, s, moved) {
-                    return false;
-                }
-                for (&a, &m) in tape.args(s).iter().zip(tape.args(moved)) {
-                    if a.0 >= first {
-                        if m.0 != a.0 + shift {
-                            return false;
-                        }
-                        continue;
-                    }
-                    // (A slot of the copy's own is compared as its node; one before the
-                    // copies may differ in taking a gradient: an input with and one without.)
-                    if tape.takes_grad(a) != tape.takes_grad(m) {
-                        return false;
-                    }
-                    let by = m.0 as i64 - a.0 as i64;
-                    let stride = &mut self.strides[a.index()];
-                    if *stride == UNREAD {
-                        // (Copy 1 reads every slot copy 0 reads, so this is copy 1.) The
-                        // last copy's read must lie before the copies too.
-                        let last = a.0 as i64 + by * (self.count as i64 - 1);
-                        if !(0..first as i64).contains(&last) {
-                            return false;
-                        }
-                        *stride = by;
-                    } else if *stride * b as i64 != by {
-                        return false;
-                    }
-                }
-            }
-        }
-        true
-    }
-}
-
-/// Whether nodes `a` and `b` do the same (a constant's value aside: the copies only read
-/// it) with the same gradient flags and as many operands.
-fn alike(tape: &Tape, a: Slot, b: Slot) -> bool {
-    let same_op = match (tape.op(a), tape.op(b)) {
-        (Op::Const(_), Op::Const(_)) => true,
-        (Op::Powf(x), Op::Powf(y)) => x.to_bits() == y.to_bits(),
-        (x, y) => x == y,
-    };
-    same_op
-        && tape.needs_grad(a) == tape.needs_grad(b)
-        && tape.takes_grad(a) == tape.takes_grad(b)
-        && tape.args(a).len() == tape.args(b).len()
-}
-
-/// The operands of a `sum` near the loss that lie at equal distances (more than one slot)
-/// apart, at least [`MIN_NEST`] of them: one per copy.
-fn hint(tape: &Tape) -> Option<Vec<Slot>> {
-    let mut level = vec![tape.loss()?];
-    for _ in 0..HINT_DEPTH {
-        let mut next = Vec::new();
-        for &s in &level {
-            let args = tape.args(s);
-            if tape.op(s) == Op::Sum && args.len() >= MIN_NEST as usize {
-                let period = args[1].0.wrapping_sub(args[0].0);
-                let spaced = args
-                    .windows(2)
-                    .all(|w| w[1].0.wrapping_sub(w[0].0) == period);
-                if spaced && period > 1 {
-                    return Some(args.to_vec());
-                }
-            }
-            next.extend(args.iter().copied().filter(|a| !tape.op(*a).is_leaf()));
-        }
-        level = next;
-    }
-    None
-}
+use super::nest::{single, MIN_NEST_NODES};
+use crate::tape::{Copies, Slot, Tape};
 
 /// The items of `tape` with its `copies` as one nest: `recovered(range)` the items of the
 /// slots before the copies, one copy, and the slots after, each recovered alone. `None`
@@ -287,7 +137,7 @@ mod tests {
     /// recovery finds.
     fn copies_of(g: &Graph) -> Option<Copies> {
         let tape = Tape::from_graph(g).unwrap();
-        let copies = find(&tape)?;
+        let copies = tape.copies()?.clone();
         let leaves = (tape.num_params() + tape.num_inputs()) as u32;
         let items = items(&tape, &copies, |range| recovered(&tape, range));
         let general = recovered(&tape, leaves..tape.len() as u32);
@@ -326,21 +176,32 @@ mod tests {
     }
 
     #[test]
-    fn copies_that_differ_are_left_to_the_general_recovery() {
-        let g = Graph::new();
-        batch(&g, 6, |b, y, _| if b == 4 { y.relu() } else { y.tanh() });
-        assert_eq!(copies_of(&g), None);
+    fn a_copy_that_differs_ends_the_copies() {
+        for (differs, copies) in [(4, Some(4)), (3, Some(3)), (2, None), (0, None)] {
+            let g = Graph::new();
+            batch(
+                &g,
+                6,
+                |b, y, _| if b == differs { y.relu() } else { y.tanh() },
+            );
+            assert_eq!(
+                copies_of(&g).map(|c| c.count),
+                copies,
+                "copy {differs} differs"
+            );
+        }
+        // So does a constant (of a different sign of zero).
         let g = Graph::new();
         batch(
             &g,
             6,
             |b, y, _| if b == 4 { y.powf(-0.0) } else { y.powf(0.0) },
         );
-        assert_eq!(copies_of(&g), None);
+        assert_eq!(copies_of(&g).map(|c| c.count), Some(4));
     }
 
     #[test]
-    fn copies_whose_inputs_differ_in_taking_a_gradient_are_left_to_the_general_recovery() {
+    fn a_copy_whose_inputs_take_a_gradient_where_the_first_copys_do_not_ends_the_copies() {
         let g = Graph::new();
         let mut rng = StdRng::seed_from_u64(7);
         let neuron = Layer::new(&g, 12, 1, Activation::Tanh, &mut rng);
@@ -354,7 +215,7 @@ mod tests {
             })
             .collect();
         g.set_loss(g.sum(&outs)).unwrap();
-        assert_eq!(copies_of(&g), None);
+        assert_eq!(copies_of(&g).map(|c| c.count), Some(3));
     }
 
     #[test]
@@ -363,19 +224,38 @@ mod tests {
         let w: Vec<Value<'_>> = (0..12).map(|k| g.param(k as f64)).collect();
         let bias = g.param(0.5);
         let mut outs = Vec::new();
+        let mut read_elsewhere = None;
         for b in 0..5 {
             let x = g.inputs_without_grad(12);
             let products: Vec<Value<'_>> = w.iter().zip(&x).map(|(&w, &x)| w * x).collect();
             outs.push(g.sum(std::iter::once(&bias).chain(&products)).tanh());
             if b == 3 {
-                g.add_output(products[5]).unwrap();
+                read_elsewhere = Some(products[5]);
             }
         }
-        g.set_loss(g.sum(&outs)).unwrap();
+        g.set_loss(g.sum(&outs) + read_elsewhere.unwrap()).unwrap();
         let tape = Tape::from_graph(&g).unwrap();
-        let copies = find(&tape).expect("alike copies");
+        let copies = tape.copies().expect("alike copies");
         assert_eq!((copies.count, copies.period), (5, 14));
-        let items = items(&tape, &copies, |range| recovered(&tape, range));
+        let items = items(&tape, copies, |range| recovered(&tape, range));
         assert_eq!(items, None, "copy 3's dot cannot fuse");
+    }
+
+    #[test]
+    fn a_copy_that_shows_a_value_is_a_copy() {
+        let g = Graph::new();
+        let mut rng = StdRng::seed_from_u64(7);
+        let neuron = Layer::new(&g, 12, 1, Activation::Tanh, &mut rng);
+        let outs: Vec<Value<'_>> = (0..6)
+            .map(|b| {
+                let y = neuron.call(&g.inputs_without_grad(12)).unwrap()[0];
+                if b == 4 {
+                    g.add_output(y).unwrap();
+                }
+                y
+            })
+            .collect();
+        g.set_loss(g.sum(&outs)).unwrap();
+        assert_eq!(copies_of(&g).map(|c| c.count), Some(6));
     }
 }

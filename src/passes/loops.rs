@@ -441,8 +441,8 @@ pub fn schedule(tape: &Tape, recover: bool) -> Schedule {
         return out;
     }
     let recovered = |range| recovered(tape, range);
-    out.items = copies::find(tape)
-        .and_then(|c| copies::items(tape, &c, recovered))
+    out.items = (tape.copies())
+        .and_then(|c| copies::items(tape, c, recovered))
         .unwrap_or_else(|| recovered(first..end));
     out.loops = out.items.iter().map(Item::loops).sum();
     out.loop_nodes = out.items.iter().map(Item::loop_nodes).sum();
@@ -719,23 +719,23 @@ fn map_run_at(tape: &Tape, s: Slot, end: u32) -> Option<MapLoop> {
         tape.op(n) == op
             && tape.takes_grad(n) == tape.takes_grad(s)
             && (tape.args(n).iter().zip(tape.args(s)))
-                .all(|(&a, &b)| tape.takes_grad(a) == tape.takes_grad(b))
+                .all(|(a, b)| tape.takes_grad(a) == tape.takes_grad(b))
     };
     let second = next_node(tape, s, end).filter(|&n| same_kind(n))?;
-    let grad_args: Vec<bool> = tape.args(s).iter().map(|&a| tape.takes_grad(a)).collect();
+    let grad_args: Vec<bool> = tape.args(s).iter().map(|a| tape.takes_grad(a)).collect();
     let out = Affine::through(s, second);
     let args: Vec<Affine> = tape
         .args(s)
         .iter()
         .zip(tape.args(second))
-        .map(|(&a, &b)| Affine::through(a, b))
+        .map(|(a, b)| Affine::through(a, b))
         .collect();
     let mut len = 2;
     // Member `len` must be the very next node after member `len - 1`.
     while let Some(n) = next_node(tape, out.at(len - 1), end) {
         let fits = n == out.at(len)
             && same_kind(n)
-            && tape.args(n).iter().zip(&args).all(|(&a, f)| a == f.at(len));
+            && tape.args(n).iter().zip(&args).all(|(a, f)| a == f.at(len));
         if !fits {
             break;
         }
@@ -759,23 +759,23 @@ fn sum_loop_at(tape: &Tape, s: Slot) -> Option<SumLoop> {
         return None;
     }
     let args = tape.args(s);
-    let tail = &args[1..];
+    let tail = args.slice(1..args.len());
     if (tail.len() as u32) < MIN_RUN {
         return None;
     }
-    let affine = Affine::through(tail[0], tail[1]);
-    let grad_tail = tape.takes_grad(tail[0]);
+    let affine = Affine::through(tail.get(0), tail.get(1));
+    let grad_tail = tape.takes_grad(tail.get(0));
     let all_fit = tail
         .iter()
         .enumerate()
-        .all(|(t, &a)| a == affine.at(t as u32) && tape.takes_grad(a) == grad_tail);
+        .all(|(t, a)| a == affine.at(t as u32) && tape.takes_grad(a) == grad_tail);
     all_fit.then(|| SumLoop {
         slot: Affine::fixed(s),
-        first: Affine::fixed(args[0]),
+        first: Affine::fixed(args.get(0)),
         tail: affine,
         tail_len: tail.len() as u32,
         needs_grad: tape.takes_grad(s),
-        grad_first: tape.takes_grad(args[0]),
+        grad_first: tape.takes_grad(args.get(0)),
         grad_tail,
     })
 }

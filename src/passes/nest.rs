@@ -134,7 +134,7 @@ impl Unit {
         match self {
             Unit::Node(s) => {
                 f(&Affine::fixed(*s));
-                tape.args(*s).iter().for_each(|&a| f(&Affine::fixed(a)));
+                tape.args(*s).iter().for_each(|a| f(&Affine::fixed(a)));
             }
             Unit::Item(item) => item.for_each_affine(f),
         }
@@ -152,7 +152,7 @@ impl Unit {
                     && m.grad_args
                         .iter()
                         .zip(tape.args(*s))
-                        .all(|(&g, &a)| g == tape.takes_grad(a))
+                        .all(|(&g, a)| g == tape.takes_grad(a))
             }
             (Unit::Node(_), _) => false,
         }
@@ -250,10 +250,10 @@ pub fn single(tape: &Tape, s: Slot) -> Item {
     Item::Map(MapLoop {
         op: tape.op(s),
         out: Affine::fixed(s),
-        args: tape.args(s).iter().map(|&a| Affine::fixed(a)).collect(),
+        args: tape.args(s).iter().map(Affine::fixed).collect(),
         len: 1,
         needs_grad: tape.takes_grad(s),
-        grad_args: tape.args(s).iter().map(|&a| tape.takes_grad(a)).collect(),
+        grad_args: tape.args(s).iter().map(|a| tape.takes_grad(a)).collect(),
         operands_from_last: false,
     })
 }
@@ -587,7 +587,7 @@ fn is_repetition(tape: &Tape, unit: &Unit, b: &Item, j: i64, slots: &mut Vec<Aff
             && m.args
                 .iter()
                 .zip(tape.args(*s))
-                .all(|(a, &x)| fixed_at(a, x));
+                .all(|(a, x)| fixed_at(a, x));
     }
     slots.clear();
     unit.for_each_affine(tape, &mut |a| slots.push(*a));
@@ -624,12 +624,12 @@ fn unit_shape_key(tape: &Tape, unit: &Unit) -> Option<u64> {
     let args = tape.args(s);
     let mut grads = [false; 8];
     let grad_args: std::borrow::Cow<[bool]> = if args.len() <= grads.len() {
-        for (g, &a) in grads.iter_mut().zip(args) {
+        for (g, a) in grads.iter_mut().zip(args) {
             *g = tape.takes_grad(a);
         }
         std::borrow::Cow::Borrowed(&grads[..args.len()])
     } else {
-        std::borrow::Cow::Owned(args.iter().map(|&a| tape.takes_grad(a)).collect())
+        std::borrow::Cow::Owned(args.iter().map(|a| tape.takes_grad(a)).collect())
     };
     (1u32, tape.takes_grad(s), &*grad_args).hash(&mut h);
     for _ in 0..=args.len() {
@@ -650,7 +650,7 @@ fn node_keys_memoized(tape: &Tape, units: &[Unit]) -> Vec<Option<u64>> {
         };
         let args = tape.args(s);
         (args.len() < 64).then(|| {
-            let grads = args.iter().fold(tape.takes_grad(s) as u64, |mask, &a| {
+            let grads = args.iter().fold(tape.takes_grad(s) as u64, |mask, a| {
                 mask << 1 | tape.takes_grad(a) as u64
             });
             (std::mem::discriminant(&op), constant, grads, args.len())

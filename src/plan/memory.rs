@@ -119,7 +119,7 @@ impl GradMemory {
                         continue;
                     }
                     touch(s);
-                    for &a in tape.args(s).iter().filter(|&&a| tape.takes_grad(a)) {
+                    for a in tape.args(s).iter().filter(|&a| tape.takes_grad(a)) {
                         touch(a);
                     }
                 }
@@ -419,10 +419,12 @@ fn mark_stored_whole(
                     // operands, a sum's first and (unless the tail moves) its tail's earlier
                     // iterations.
                     let first_position = || match add.per_step {
-                        true => !tape.args(consumer)[..add.position as usize].contains(&s),
+                        true => !(tape.args(consumer))
+                            .slice(0..add.position as usize)
+                            .contains(s),
                         false => {
                             add.position == 0
-                                || (tape.args(consumer)[0] != s
+                                || (tape.args(consumer).get(0) != s
                                     && (add.operand.stride != 0 || t == 0))
                         }
                     };

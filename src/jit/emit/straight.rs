@@ -13,7 +13,7 @@ use inkwell::values::{FloatValue, InstructionOpcode, Operand, PointerValue};
 use super::{Emit, Emitter, Frame};
 use crate::op::Op;
 use crate::plan::memory::GradStart;
-use crate::tape::Slot;
+use crate::tape::{Args, Slot};
 
 /// A forward function's values in registers.
 #[derive(Default)]
@@ -53,11 +53,9 @@ impl<'ctx> Emitter<'ctx, '_> {
         &self,
         cache: &mut HashMap<Slot, FloatValue<'ctx>>,
         vals: PointerValue<'ctx>,
-        args: &[Slot],
+        args: Args<'_>,
     ) -> Emit<Vec<FloatValue<'ctx>>> {
-        args.iter()
-            .map(|&a| self.value_of(cache, vals, a))
-            .collect()
+        args.iter().map(|a| self.value_of(cache, vals, a)).collect()
     }
 
     /// Each node's value from its operands' registers, stored once (through `out`).
@@ -94,7 +92,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         slot: Slot,
         args: &Range<u32>,
     ) -> Emit<()> {
-        let operands = &self.tape.args(slot)[args.start as usize..args.end as usize];
+        let operands = (self.tape.args(slot)).slice(args.start as usize..args.end as usize);
         let x = self.operands(&mut chunk.values, vals, operands)?;
         let (mut total, rest) = if args.start == 0 {
             (x[0], &x[1..])
@@ -131,7 +129,7 @@ impl<'ctx> Emitter<'ctx, '_> {
             let mut ar = self.scalar_arith();
             op.local_grads(&mut ar, &x, out, g, &mut local);
             ar.finish()?;
-            for (&a, &d) in self.tape.args(slot).iter().zip(&local) {
+            for (a, &d) in self.tape.args(slot).iter().zip(&local) {
                 self.add_grad(chunk, frame, a, d)?;
             }
         }
@@ -154,7 +152,7 @@ impl<'ctx> Emitter<'ctx, '_> {
             return Ok(());
         }
         let g = self.grad_of(chunk, frame, slot)?;
-        for &a in self.tape.args(slot) {
+        for a in self.tape.args(slot) {
             self.add_grad(chunk, frame, a, g)?;
         }
         Ok(())

@@ -20,10 +20,19 @@
 //!   (`Tape::takes_grad`) exactly where it needs one, but for a constant that is neither an
 //!   output nor the loss (`Tape::drops_grad`).
 
+mod args;
+mod consumers;
+mod copies;
+mod linearize;
+
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Value};
 use crate::op::Op;
 use std::sync::OnceLock;
+
+pub use args::{Args, ArgsIter};
+pub(crate) use consumers::Consumers;
+pub(crate) use copies::Copies;
 
 /// A position in the tape and in its value and gradient buffers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -36,11 +45,11 @@ impl Slot {
 }
 
 /// One slot of a tape, as [`Tape::node`] shows it.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct TapeNodeView<'t> {
+#[derive(Clone, Debug, PartialEq)]
+pub struct TapeNodeView {
     pub op: Op,
     /// The operands' slots, in operand order.
-    pub args: &'t [Slot],
+    pub args: Vec<Slot>,
     /// Whether backward computes a gradient for this slot (the loss depends on it).
     pub needs_grad: bool,
 }
@@ -122,6 +131,8 @@ pub struct Tape {
     slot_of: Vec<u32>,
     /// Counted on first use ([`Tape::consumers`]).
     consumers: OnceLock<Consumers>,
+    /// A batch's copies, whose nodes past the first copy's are not stored.
+    copies: Option<Copies>,
 }
 
 const DROPPED: u32 = u32::MAX;
@@ -135,52 +146,6 @@ fn move_params<T: Copy>(per_slot: &mut [T], from: &[u32]) {
     }
 }
 
-/// Who reads each slot: what several planning passes ask of every slot, counted in one walk
-/// over the operands ([`Tape::consumers`]).
-#[derive(Clone, Debug)]
-pub(crate) struct Consumers {
-    /// Per slot: the operand positions that read it, plus one per output or loss that names
-    /// it (at most 255 counted).
-    pub uses: Vec<u8>,
-    /// Per slot that takes a gradient ([`Tape::takes_grad`]): the additions compiled backward
-    /// makes into it, one per operand position of a node it visits (at most 255 counted); 0
-    /// for any other slot.
-    pub grad_additions: Vec<u8>,
-    /// Per slot: the last node that adds into its gradient (backward's first, in the
-    /// interpreter's order), or [`Consumers::NONE`].
-    pub last_grad_consumer: Vec<u32>,
-}
-
-impl Consumers {
-    pub const NONE: u32 = u32::MAX;
-
-    fn of(tape: &Tape) -> Consumers {
-        let n = tape.len();
-        let mut uses = vec![0u8; n];
-        let mut grad_additions = vec![0u8; n];
-        let mut last_grad_consumer = vec![Consumers::NONE; n];
-        for s in tape.slots() {
-            let grad = tape.takes_grad(s);
-            for &a in tape.args(s) {
-                let i = a.index();
-                uses[i] = uses[i].saturating_add(1);
-                if grad && tape.takes_grad(a) {
-                    grad_additions[i] = grad_additions[i].saturating_add(1);
-                    last_grad_consumer[i] = s.0;
-                }
-            }
-        }
-        for o in tape.outputs.iter().chain(&tape.loss) {
-            uses[o.index()] = uses[o.index()].saturating_add(1);
-        }
-        Consumers {
-            uses,
-            grad_additions,
-            last_grad_consumer,
-        }
-    }
-}
-
 impl Tape {
     /// Linearizes `graph`: keeps what an output or the loss depends on (and every param and
     /// input), lays out params, then inputs, then the rest in build order.
@@ -189,79 +154,16 @@ impl Tape {
         if let Some(e) = &g.poison {
             return Err(e.clone());
         }
-        let n = g.nodes.len();
-        // Per node: whether it is kept, and whether backward reaches it from the loss.
-        const LIVE: u8 = 1;
-        const GRAD: u8 = 2;
-        // (An output or the loss: its gradient is shown.)
-        const SHOWN: u8 = 4;
-        let mut flags = vec![0u8; n];
-        for &o in &g.outputs {
-            flags[o as usize] |= LIVE | SHOWN;
-        }
-        if let Some(l) = g.loss {
-            flags[l as usize] |= LIVE | GRAD | SHOWN;
-        }
-        // The arena is topologically ordered, so one reverse sweep propagates both.
-        for (i, node) in g.nodes.iter().enumerate().rev() {
-            let f = flags[i];
-            if f & LIVE != 0 && !node.op.is_leaf() {
-                for &a in g.args_of(node) {
-                    flags[a as usize] |= LIVE | (f & GRAD);
-                }
-            }
-        }
-
-        // Params, then inputs (each created in index order: param `k` is the `k`-th), then
-        // the rest in build order: one forward sweep assigns slots and copies the nodes, whose
-        // operands it has already placed.
+        let flags = linearize::liveness(&g);
+        let linear = linearize::sweep(&g, &flags);
+        let slot_of = linear.slot_of;
         let num_params = g.param_init.len();
-        let num_inputs = g.num_inputs as usize;
-        let leaves = (num_params + num_inputs) as u32;
-        let leaf = |op: Op, grad: Grad| TapeNode::new(op, 0, 0, grad);
-        let mut nodes = vec![leaf(Op::Const(0.0), Grad::NONE); leaves as usize];
-        nodes.reserve(n - leaves as usize);
-        let mut args = Vec::with_capacity(g.args.len());
-        let mut slot_of = vec![DROPPED; n];
-        let is_loss = |i: usize| g.loss.is_some_and(|l| l as usize == i);
-        for (i, node) in g.nodes.iter().enumerate() {
-            let needs_grad = flags[i] & GRAD != 0;
-            slot_of[i] = match node.op {
-                Op::Param(k) => {
-                    nodes[k as usize] = leaf(node.op, Grad::both(needs_grad));
-                    k
-                }
-                Op::Input(k) => {
-                    // An input without a gradient takes none from its users (it may still
-                    // be the loss itself).
-                    let differentiable = g.input_grad[k as usize] || is_loss(i);
-                    let grad = Grad::both(needs_grad && differentiable);
-                    nodes[num_params + k as usize] = leaf(node.op, grad);
-                    num_params as u32 + k
-                }
-                _ if flags[i] & LIVE == 0 => DROPPED,
-                op => {
-                    let args_start = args.len() as u32;
-                    args.extend(g.args_of(node).iter().map(|&a| Slot(slot_of[a as usize])));
-                    // A constant's gradient feeds nothing: compiled code adds into it only
-                    // where it is shown.
-                    let takes =
-                        needs_grad && (!matches!(op, Op::Const(_)) || flags[i] & SHOWN != 0);
-                    let grad = Grad {
-                        needs: needs_grad,
-                        takes,
-                    };
-                    nodes.push(TapeNode::new(op, args_start, node.args_len, grad));
-                    nodes.len() as u32 - 1
-                }
-            };
-        }
         let tape = Tape {
             graph_id: graph.id(),
-            nodes,
-            args,
+            nodes: linear.nodes,
+            args: linear.args,
             num_params,
-            num_inputs,
+            num_inputs: g.num_inputs as usize,
             param_init: g.param_init.clone(),
             param_slots: (0..num_params as u32).map(Slot).collect(),
             outputs: g
@@ -272,6 +174,7 @@ impl Tape {
             loss: g.loss.map(|l| Slot(slot_of[l as usize])),
             slot_of,
             consumers: OnceLock::new(),
+            copies: linear.copies,
         };
         tape.verify()?;
         Ok(tape)
@@ -291,7 +194,7 @@ impl Tape {
                 format!("{} initial values for {p} params", self.param_init.len()),
             ));
         }
-        if self.nodes.len() < p + i {
+        if self.len() < p + i {
             return Err(bad(0, "fewer slots than params and inputs".into()));
         }
         if self.param_slots.len() != p {
@@ -300,7 +203,11 @@ impl Tape {
                 format!("{} param slots for {p} params", self.param_slots.len()),
             ));
         }
-        for (s, node) in self.nodes.iter().enumerate() {
+        // The copies past the first are the first's moved: checked as that, below.
+        let unstored = (self.copies.as_ref()).map_or(0..0, |c| c.first + c.period..c.range().end);
+        let stored = (0..unstored.start).chain(unstored.end..self.len() as u32);
+        for s in stored.map(|s| s as usize) {
+            let node = self.entry(Slot(s as u32));
             match node.op {
                 Op::Param(k)
                     if s < p && self.param_slots.get(k as usize) == Some(&Slot(s as u32)) => {}
@@ -339,7 +246,7 @@ impl Tape {
                         format!("operand slot {} does not precede its user", a.0),
                     ));
                 }
-                let operand = self.nodes[a.index()];
+                let operand = self.entry(a);
                 let exempt = matches!(operand.op, Op::Input(_));
                 if node.needs_grad() && !operand.needs_grad() && !exempt {
                     return Err(bad(
@@ -349,8 +256,11 @@ impl Tape {
                 }
             }
         }
+        if let Some(c) = &self.copies {
+            self.verify_copies(c)?;
+        }
         for &o in self.outputs.iter().chain(&self.loss) {
-            if o.index() >= self.nodes.len() {
+            if o.index() >= self.len() {
                 return Err(bad(o.index(), "output or loss beyond the tape".into()));
             }
             if self.drops_grad(o) {
@@ -361,7 +271,7 @@ impl Tape {
             }
         }
         if let Some(l) = self.loss {
-            if !self.nodes[l.index()].needs_grad() {
+            if !self.entry(l).needs_grad() {
                 return Err(bad(
                     l.index(),
                     "the loss is outside the gradient cone".into(),
@@ -371,17 +281,67 @@ impl Tape {
         Ok(())
     }
 
+    /// That every copy past the first is the first moved, and so keeps the invariants the
+    /// first copy keeps: each of its operands in its own copy (moved by `period`, still
+    /// before its user) or before the copies in every copy, needing a gradient as the first
+    /// copy's operand does.
+    fn verify_copies(&self, c: &Copies) -> Result<()> {
+        let bad = |slot: u32, what: &str| Error::InvalidTape {
+            slot,
+            what: format!("copies: {what}"),
+        };
+        let range = c.range();
+        if c.first < (self.num_params + self.num_inputs) as u32
+            || c.period < 2
+            || c.count < copies::MIN_COPIES
+            || range.end as usize > self.len()
+        {
+            return Err(bad(c.first, "not a run of copies after the leaves"));
+        }
+        let first_copy = (c.first..c.first + c.period).map(Slot);
+        let args: Vec<Slot> = first_copy.clone().flat_map(|s| self.args(s)).collect();
+        if args.len() != c.moves.len() {
+            return Err(bad(c.first, "a move per operand of the first copy"));
+        }
+        for (&a, &by) in args.iter().zip(&c.moves) {
+            if a.0 >= c.first {
+                if by != c.period as i64 {
+                    return Err(bad(a.0, "the copy's own node does not move with it"));
+                }
+                continue;
+            }
+            if by == 0 {
+                // (A param every copy shares.)
+                continue;
+            }
+            let needs = self.entry(a).needs_grad();
+            for b in 1..c.count as i64 {
+                let moved = a.0 as i64 + b * by;
+                if !(0..c.first as i64).contains(&moved) {
+                    return Err(bad(a.0, "a read moves into the copies"));
+                }
+                if self.entry(Slot(moved as u32)).needs_grad() != needs {
+                    return Err(bad(
+                        moved as u32,
+                        "a read needs a gradient in one copy only",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Number of slots (= nodes).
     pub fn len(&self) -> usize {
-        self.nodes.len()
+        self.nodes.len() + self.copies.as_ref().map_or(0, |c| c.unstored() as usize)
     }
 
     pub fn is_empty(&self) -> bool {
-        self.nodes.is_empty()
+        self.len() == 0
     }
 
     /// What slot `s` holds, or [`Error::NoSuchSlot`] past the end of the tape.
-    pub fn node(&self, s: Slot) -> Result<TapeNodeView<'_>> {
+    pub fn node(&self, s: Slot) -> Result<TapeNodeView> {
         if s.index() >= self.len() {
             return Err(Error::NoSuchSlot {
                 slot: s.0,
@@ -390,24 +350,41 @@ impl Tape {
         }
         Ok(TapeNodeView {
             op: self.op(s),
-            args: self.args(s),
+            args: self.args(s).to_vec(),
             needs_grad: self.needs_grad(s),
         })
     }
 
     // The unchecked accessors the passes and backends use: every slot they hold comes from
     // this tape (`Tape::verify`, `Plan::verify`).
+    #[inline]
     pub(crate) fn op(&self, s: Slot) -> Op {
-        self.nodes[s.index()].op
+        self.entry(s).op
     }
 
-    pub(crate) fn args(&self, s: Slot) -> &[Slot] {
-        let n = self.nodes[s.index()];
-        &self.args[n.args_start as usize..(n.args_start + n.args_len()) as usize]
+    #[inline]
+    pub(crate) fn args(&self, s: Slot) -> Args<'_> {
+        let (n, copy) = self.locate(s);
+        self.args_of(n, copy)
     }
 
+    /// The operands of `node`, stored or (in `copy` past the first) the first copy's.
+    #[inline]
+    fn args_of(&self, node: TapeNode, copy: u32) -> Args<'_> {
+        let range = node.args_start as usize..(node.args_start + node.args_len()) as usize;
+        match &self.copies {
+            Some(c) if copy > 0 => {
+                let first = c.first_args as usize;
+                let moves = &c.moves[range.start - first..range.end - first];
+                Args::moved(&self.args[range], moves, copy)
+            }
+            _ => Args::stored(&self.args[range]),
+        }
+    }
+
+    #[inline]
     pub(crate) fn needs_grad(&self, s: Slot) -> bool {
-        self.nodes[s.index()].needs_grad()
+        self.entry(s).needs_grad()
     }
 
     /// Whether compiled code adds into `s`'s gradient: where it needs one, but for a
@@ -417,20 +394,23 @@ impl Tape {
     /// interpreter still adds into it, as micrograd does; a compiled program does not keep
     /// it ([`crate::Program::is_kept`]) and recomputes it where every gradient is asked for
     /// ([`crate::Program::every_value_and_grad`]).
+    #[inline]
     pub(crate) fn takes_grad(&self, s: Slot) -> bool {
-        self.nodes[s.index()].takes_grad()
+        self.entry(s).takes_grad()
     }
 
     /// Whether `s` needs a gradient that compiled code never adds into ([`Tape::takes_grad`]):
     /// one a compiled program does not keep, so nothing needs to write it (false past the
     /// tape's end). The one place that says so.
     pub(crate) fn drops_grad(&self, s: Slot) -> bool {
-        (self.nodes.get(s.index())).is_some_and(|n| n.needs_grad() && !n.takes_grad())
+        (s.index() < self.len())
+            .then(|| self.entry(s))
+            .is_some_and(|n| n.needs_grad() && !n.takes_grad())
     }
 
     /// All slots in forward order.
     pub fn slots(&self) -> impl DoubleEndedIterator<Item = Slot> + ExactSizeIterator {
-        (0..self.nodes.len() as u32).map(Slot)
+        (0..self.len() as u32).map(Slot)
     }
 
     pub fn num_params(&self) -> usize {
@@ -486,6 +466,12 @@ impl Tape {
                 }
             }
         }
+        if let Some(c) = &self.copies {
+            if !c.keeps_strides(&to) {
+                // Copies that read params of their own at a stride the move breaks.
+                self = self.without_copies();
+            }
+        }
         let moved = |s: Slot| {
             if s.index() < p {
                 Slot(to[s.index()])
@@ -494,6 +480,10 @@ impl Tape {
             }
         };
         move_params(&mut self.nodes, from);
+        if let Some(c) = &mut self.copies {
+            // (A param any copy reads moves as every copy's read of it.)
+            move_params(&mut c.strides, from);
+        }
         for a in self
             .args
             .iter_mut()
@@ -518,6 +508,56 @@ impl Tape {
         // node's gradient cone changes. So the tape is not walked again.
         debug_assert!(self.verify().is_ok());
         Ok(self)
+    }
+
+    /// The same tape with every node stored.
+    fn without_copies(self) -> Tape {
+        if self.copies.is_none() {
+            return self;
+        }
+        let mut nodes = Vec::with_capacity(self.len());
+        let mut args = Vec::with_capacity(self.args.len());
+        for s in self.slots() {
+            let mut node = self.entry(s);
+            node.args_start = args.len() as u32;
+            args.extend(self.args(s));
+            nodes.push(node);
+        }
+        Tape {
+            nodes,
+            args,
+            copies: None,
+            ..self
+        }
+    }
+
+    /// Slot `s`'s node: stored, or the first copy's moved to the copy's operands.
+    #[inline]
+    fn entry(&self, s: Slot) -> TapeNode {
+        self.locate(s).0
+    }
+
+    /// Slot `s`'s stored node and its copy (0 for a stored node's slot).
+    #[inline]
+    fn locate(&self, s: Slot) -> (TapeNode, u32) {
+        match &self.copies {
+            Some(c) if s.0 >= c.first + c.period => {
+                if s.0 < c.range().end {
+                    let (b, first) = c.split(s.0);
+                    (self.nodes[first as usize], b)
+                } else {
+                    (self.nodes[(s.0 - c.unstored()) as usize], 0)
+                }
+            }
+            _ => (self.nodes[s.index()], 0),
+        }
+    }
+
+    /// The batch's copies, if linearization found some: their nodes are the first copy's
+    /// (ops and gradient flags), their operands the first copy's moved by
+    /// [`Copies::stride`].
+    pub(crate) fn copies(&self) -> Option<&Copies> {
+        self.copies.as_ref()
     }
 
     /// Who reads each slot, counted on the first call.
@@ -573,7 +613,7 @@ mod tests {
         for (n, sum) in (1..=7).zip(&sums) {
             let node = tape.node(tape.slot(*sum).unwrap()).unwrap();
             let want: Vec<Slot> = xs[..n].iter().map(|x| tape.slot(*x).unwrap()).collect();
-            assert_eq!((node.op, node.args), (Op::Sum, &want[..]));
+            assert_eq!((node.op, node.args), (Op::Sum, want));
         }
         let node = tape.node(tape.slot(p).unwrap()).unwrap();
         assert_eq!(node.op, Op::Powf(-1.5));
@@ -613,5 +653,52 @@ mod tests {
         // A node other than such a constant that drops its gradient is an invalid tape.
         tape.nodes[x.index()].args_len_and_grad &= !TAKES_GRAD_BIT;
         assert!(tape.verify().is_err());
+    }
+
+    /// A tape whose copies are stored once reads back, slot by slot, as the same tape
+    /// storing every node: ops, operands, gradient flags, and every value's slot.
+    #[test]
+    fn copies_stored_once_read_back_as_every_node_stored() {
+        use crate::nn::{Activation, Layer};
+        use rand::SeedableRng;
+        // 7 copies of a 3-5-1 MLP on inputs of their own, reading a value computed before
+        // them; copy 5 differs (the copies end before it); a mean loss.
+        let g = Graph::new();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let hidden = Layer::new(&g, 3, 5, Activation::Tanh, &mut rng);
+        let readout = Layer::new(&g, 5, 1, Activation::Linear, &mut rng);
+        let scale = g.param(0.5).exp();
+        let outs: Vec<Value<'_>> = (0..7)
+            .map(|b| {
+                let x = g.inputs_without_grad(3);
+                let h = hidden.call(&x).unwrap();
+                let y = readout.call(&h).unwrap()[0] * scale;
+                (y - 0.5).powf(if b == 5 { 3.0 } else { 2.0 })
+            })
+            .collect();
+        g.set_loss(g.sum(&outs) * (1.0 / 7.0)).unwrap();
+        let tape = Tape::from_graph(&g).unwrap();
+        let copies = tape.copies().expect("copies 0 to 4");
+        assert_eq!(copies.count, 5);
+        let data = g.data.borrow();
+        let all = linearize::sweep_storing_all(&data, &linearize::liveness(&data));
+        assert_eq!(tape.len(), all.nodes.len());
+        assert_eq!(tape.slot_of, all.slot_of);
+        for s in tape.slots() {
+            let (node, stored) = (tape.entry(s), all.nodes[s.index()]);
+            assert_eq!(
+                format!("{:?}", node.op),
+                format!("{:?}", stored.op),
+                "slot {}",
+                s.0
+            );
+            assert_eq!(
+                node.args_len_and_grad, stored.args_len_and_grad,
+                "slot {}",
+                s.0
+            );
+            let args = &all.args[stored.args_start as usize..][..stored.args_len() as usize];
+            assert_eq!(tape.args(s).to_vec(), args, "slot {}", s.0);
+        }
     }
 }
