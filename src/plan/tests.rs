@@ -7,7 +7,7 @@ use rand::SeedableRng;
 use super::{lanes::lane_group, GradMemory, Plan, PlanOptions, ZeroSkipping};
 use crate::nn::{Activation, Classifier, Layer};
 use crate::passes::layout;
-use crate::passes::loops::{schedule, Item};
+use crate::passes::loops::{schedule, Item, Nest};
 use crate::tape::Slot;
 use crate::{Graph, Tape, Value};
 
@@ -951,4 +951,51 @@ fn a_first_layer_on_inputs_is_cut_by_rows() {
     g.set_loss(loss).unwrap();
     let (_, plan) = planned(&g);
     assert!(plan.split.is_none(), "inputs that take a gradient");
+}
+
+/// A nest over a batch's copies is checked in its first two repetitions (the others follow,
+/// [`super::verify`]): a read or write moved wrongly per copy, or a copy too many, is found
+/// all the same.
+#[test]
+fn a_nest_over_copies_that_misses_a_copy_is_refused() {
+    let g = Graph::new();
+    let mut rng = StdRng::seed_from_u64(2);
+    let layer = Layer::new(&g, 3, 6, Activation::Tanh, &mut rng);
+    let outs: Vec<_> = (0..7)
+        .map(|_| g.sum(&layer.call(&g.inputs_without_grad(3)).unwrap()))
+        .collect();
+    g.set_loss(g.sum(&outs) * (1.0 / 7.0)).unwrap();
+    let (tape, plan) = planned(&g);
+    let copies = tape.copies().expect("seven copies").clone();
+    let tampered = |change: &dyn Fn(&mut Nest)| {
+        let mut plan = plan.clone();
+        let nest = (plan.functions.iter_mut().flatten())
+            .find_map(|i| match i {
+                Item::Nest(n) if n.count == copies.count => Some(n),
+                _ => None,
+            })
+            .expect("the copies' nest");
+        change(nest);
+        plan.verify(&tape)
+    };
+    assert!(tampered(&|_| {}).is_ok());
+    // A read of the inputs moving one slot too few per copy (a copy reads its neighbour's).
+    let read_wrongly = |n: &mut Nest| {
+        let mut inputs = 0;
+        n.body = (n.body.iter())
+            .map(|b| {
+                b.map_affines(&mut |mut a, _| {
+                    if a.outer[0] == 3 && inputs == 0 {
+                        inputs += 1;
+                        a.outer[0] = 2;
+                    }
+                    a
+                })
+            })
+            .collect();
+    };
+    assert!(tampered(&read_wrongly).is_err());
+    // One copy too few, or too many.
+    assert!(tampered(&|n| n.count -= 1).is_err());
+    assert!(tampered(&|n| n.count += 1).is_err());
 }

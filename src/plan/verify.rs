@@ -2,7 +2,9 @@
 
 use crate::error::{Error, Result};
 use crate::op::Op;
-use crate::passes::loops::{Affine, Item, Lanes, MapLoop, SumLoop, MAX_NEST_DEPTH};
+use crate::passes::loops::{
+    AccessKind, Affine, Item, Lanes, MapLoop, Nest, SumLoop, MAX_NEST_DEPTH,
+};
 use crate::plan::Plan;
 use crate::tape::{Slot, Tape};
 
@@ -70,13 +72,48 @@ fn verify_items<'a>(items: impl IntoIterator<Item = &'a Item>, tape: &Tape) -> R
     for item in items {
         check_shape(item, 0).map_err(|what| bad(next.expected, what))?;
         check_bounds(item, tape).map_err(|(slot, what)| bad(slot, what))?;
+        let (item, skipped) = match over_copies(item, tape) {
+            Some(first_two) => (std::borrow::Cow::Owned(first_two.0), first_two.1),
+            None => (std::borrow::Cow::Borrowed(item), 0),
+        };
         item.try_for_each_flat(&mut |flat, js| {
             next.cover(flat, js)
                 .map_err(|what| bad(next.expected, what))
         })?;
+        next.expected += skipped;
     }
     next.advance_to(tape.len() as u32)
         .map_err(|what| bad(next.expected, what))
+}
+
+/// A nest whose repetitions are copies of the tape's ([`Tape::copies`]) as its first two
+/// repetitions, and the slots the others cover. Every repetition's slots are the first's
+/// moved by the nest's strides, and every copy's nodes and operands the first copy's moved
+/// by the copies' strides: both affine in the repetition, so two that match the tape, each
+/// writing in the copies, make every one match (the writes move by a copy per repetition
+/// and stay in the copies).
+fn over_copies(item: &Item, tape: &Tape) -> Option<(Item, u32)> {
+    let (Item::Nest(n), Some(c)) = (item, tape.copies()) else {
+        return None;
+    };
+    if n.count < 3 {
+        return None;
+    }
+    let copies = c.range();
+    let writes_copies = item.nested_accesses().iter().all(|(access, counts)| {
+        let AccessKind::Writes { .. } = access.kind else {
+            return true;
+        };
+        let (lo, hi) = access.at.bounds(access.len, counts);
+        access.at.outer[0] == c.period as i64 && lo >= copies.start as i64 && hi < copies.end as i64
+    });
+    writes_copies.then(|| {
+        let first_two = Nest {
+            count: 2,
+            ..n.clone()
+        };
+        (Item::Nest(first_two), (n.count - 2) * c.period)
+    })
 }
 
 /// Loop bodies hold only what the emitter lowers: nests of at most [`MAX_NEST_DEPTH`]
@@ -192,7 +229,7 @@ impl Coverage<'_> {
         let same = self.sum_args == 0
             && self.tape.op(slot) == op
             && tape_args.len() == args.len()
-            && args.zip(tape_args).all(|(a, &s)| a == s);
+            && args.zip(tape_args).all(|(a, s)| a == s);
         if !same {
             return Err(format!(
                 "slot {} is not the {} the plan says",

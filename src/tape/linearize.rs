@@ -79,6 +79,25 @@ struct Sweep<'g> {
     slot_of: Vec<u32>,
     /// The copies so far: `count` of them checked.
     copies: Option<Copies>,
+    reads: Reads,
+}
+
+/// How copy 1 read each of the first copy's operands: from copy 2 on, a read of the copy's
+/// own (the first copy's node moved by whole copies, as graph nodes) or of the node the first
+/// copy reads is checked as just that.
+struct Reads {
+    /// The first copy's graph nodes: (start, how many).
+    span: (usize, usize),
+    /// Per operand of the first copy, in slot order.
+    kinds: Vec<Read>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Read {
+    Unseen,
+    Own,
+    Shared,
+    Other,
 }
 
 impl<'g> Sweep<'g> {
@@ -93,6 +112,10 @@ impl<'g> Sweep<'g> {
             args: Vec::with_capacity(g.args.len()),
             slot_of: vec![DROPPED; g.nodes.len()],
             copies: None,
+            reads: Reads {
+                span: (0, 0),
+                kinds: Vec::new(),
+            },
         }
     }
 
@@ -165,6 +188,10 @@ impl<'g> Sweep<'g> {
             return Some(self.finish());
         }
         self.copies = Some(Copies::new(first, slots, first_args as u32));
+        self.reads = Reads {
+            span: (start, period),
+            kinds: vec![Read::Unseen; self.args.len() - first_args],
+        };
         let mut end = n;
         'copies: for b in 1..count {
             let copy = start + b as usize * period;
@@ -188,9 +215,15 @@ impl<'g> Sweep<'g> {
     /// Places node `i` of copy `b` as node `like` of the first copy moved, without storing
     /// it; false (nothing placed) if it is not that.
     fn place_copy(&mut self, i: usize, like: usize, b: u32, last_copy: u32) -> bool {
-        let (g, node) = (self.g, self.g.nodes[i]);
-        if !copies::alike(node.op, g.nodes[like].op, self.flags[i], self.flags[like]) {
+        let (g, node, first) = (self.g, self.g.nodes[i], self.g.nodes[like]);
+        if !copies::alike(node.op, first.op, self.flags[i], self.flags[like]) {
             return false;
+        }
+        if let (Op::Input(k), Op::Input(k_first)) = (node.op, first.op) {
+            // (Whether an input takes a gradient is the user's to say, input by input.)
+            if g.input_grad[k as usize] != g.input_grad[k_first as usize] {
+                return false;
+            }
         }
         if node.op.is_leaf() && !matches!(node.op, Op::Const(_)) || self.flags[i] & LIVE == 0 {
             self.place(i);
@@ -201,17 +234,38 @@ impl<'g> Sweep<'g> {
             args,
             slot_of,
             copies,
+            reads,
             ..
         } = self;
         let copies = copies.as_mut().expect("copies");
+        let (copy_start, copy_nodes) = reads.span;
         let first_slot = slot_of[like];
         let first_node = nodes[first_slot as usize];
-        for (k, &a) in g.args_of(&node).iter().enumerate() {
+        let position = (first_node.args_start - copies.first_args) as usize;
+        let operands = g.args_of(&node).iter().zip(g.args_of(&first));
+        for (k, (&a, &a_first)) in operands.enumerate() {
+            let read = &mut reads.kinds[position + k];
+            // Most reads are checked as graph nodes: of the copy's own (the first copy's
+            // moved by whole copies) or the very node the first copy reads.
+            let own = a_first as usize >= copy_start;
+            match *read {
+                Read::Own if a as usize == a_first as usize + b as usize * copy_nodes => continue,
+                Read::Shared if a == a_first => continue,
+                Read::Own | Read::Shared => return false,
+                Read::Unseen | Read::Other => {}
+            }
             let moved = Slot(slot_of[a as usize]);
             let of_first = args[first_node.args_start as usize + k];
             let takes_grad = |s: Slot| nodes[s.index()].takes_grad();
             if !copies.moves(of_first, moved, b, last_copy, takes_grad) {
                 return false;
+            }
+            if *read == Read::Unseen {
+                *read = match (own, a as i64 - a_first as i64) {
+                    (true, by) if by == copy_nodes as i64 => Read::Own,
+                    (false, 0) => Read::Shared,
+                    _ => Read::Other,
+                };
             }
         }
         slot_of[i] = first_slot + b * copies.period;
