@@ -29,6 +29,9 @@ impl Interpreter {
     }
 
     pub fn from_tape(tape: Tape) -> Interpreter {
+        // (The oracle walks every node, each as stored: as fast with a batch's copies as
+        // without.)
+        let tape = tape.without_copies();
         let (values, grads) = initial_buffers(&tape);
         Interpreter {
             tape,
@@ -88,13 +91,13 @@ impl Backend for Interpreter {
 /// Forward over `values`, in slot order.
 fn forward(tape: &Tape, values: &mut [f64], operands: &mut Vec<f64>) {
     for s in tape.slots() {
-        let op = tape.op(s);
-        if op.is_leaf() {
+        let node = tape.stored(s);
+        if node.op().is_leaf() {
             continue;
         }
         operands.clear();
-        operands.extend(tape.args(s).iter().map(|a| values[a.index()]));
-        values[s.index()] = op.forward(&mut F64, operands);
+        operands.extend(node.args().iter().map(|a| values[a.index()]));
+        values[s.index()] = node.op().forward(&mut F64, operands);
     }
 }
 
@@ -112,17 +115,17 @@ fn backward(
     grads[tape.num_params()..].fill(0.0);
     grads[loss.index()] = 1.0;
     for s in tape.slots().rev() {
-        let op = tape.op(s);
-        if op.is_leaf() || !tape.needs_grad(s) {
+        let node = tape.stored(s);
+        if node.op().is_leaf() || !node.needs_grad() {
             continue;
         }
-        let args = tape.args(s);
+        let args = node.args();
         operands.clear();
         operands.extend(args.iter().map(|a| values[a.index()]));
         let (out, g) = (values[s.index()], grads[s.index()]);
-        op.local_grads(&mut F64, operands, out, g, local);
-        for (a, d) in args.iter().zip(local.iter()) {
-            if tape.needs_grad(a) {
+        node.op().local_grads(&mut F64, operands, out, g, local);
+        for (&a, d) in args.iter().zip(local.iter()) {
+            if tape.stored(a).needs_grad() {
                 grads[a.index()] += d;
             }
         }

@@ -756,11 +756,7 @@ pub(crate) fn for_each_initial_value(tape: &Tape, mut f: impl FnMut(Slot, f64)) 
     for (&s, &p) in tape.param_slots().iter().zip(tape.param_init()) {
         f(s, p);
     }
-    for s in tape.slots() {
-        if let crate::op::Op::Const(c) = tape.op(s) {
-            f(s, c);
-        }
-    }
+    tape.for_each_constant(f);
 }
 
 /// Fresh value and gradient buffers for a tape, in slot order: [`for_each_initial_value`],

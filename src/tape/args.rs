@@ -63,9 +63,9 @@ impl<'t> Args<'t> {
 
     pub fn iter(&self) -> ArgsIter<'t> {
         ArgsIter {
-            args: *self,
-            next: 0,
-            end: self.len(),
+            slots: self.slots.iter(),
+            moves: self.moves.iter(),
+            copy: self.copy,
         }
     }
 
@@ -90,9 +90,20 @@ impl<'t> IntoIterator for Args<'t> {
 /// [`Args::iter`]: the operands in order.
 #[derive(Clone, Debug)]
 pub struct ArgsIter<'t> {
-    args: Args<'t>,
-    next: usize,
-    end: usize,
+    slots: std::slice::Iter<'t, Slot>,
+    /// Empty for stored operands: as fast as the slice's own iterator then.
+    moves: std::slice::Iter<'t, i64>,
+    copy: i64,
+}
+
+impl ArgsIter<'_> {
+    #[inline]
+    fn moved(&self, s: Slot, by: Option<&i64>) -> Slot {
+        match by {
+            None => s,
+            Some(&by) => Slot((s.0 as i64 + self.copy * by) as u32),
+        }
+    }
 }
 
 impl Iterator for ArgsIter<'_> {
@@ -100,25 +111,24 @@ impl Iterator for ArgsIter<'_> {
 
     #[inline]
     fn next(&mut self) -> Option<Slot> {
-        (self.next < self.end).then(|| {
-            self.next += 1;
-            self.args.get(self.next - 1)
-        })
+        let s = *self.slots.next()?;
+        let by = self.moves.next();
+        Some(self.moved(s, by))
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        (self.end - self.next, Some(self.end - self.next))
+        self.slots.size_hint()
     }
 }
 
 impl ExactSizeIterator for ArgsIter<'_> {}
 
 impl DoubleEndedIterator for ArgsIter<'_> {
+    #[inline]
     fn next_back(&mut self) -> Option<Slot> {
-        (self.next < self.end).then(|| {
-            self.end -= 1;
-            self.args.get(self.end)
-        })
+        let s = *self.slots.next_back()?;
+        let by = self.moves.next_back();
+        Some(self.moved(s, by))
     }
 }
 

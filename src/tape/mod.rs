@@ -54,6 +54,30 @@ pub struct TapeNodeView {
     pub needs_grad: bool,
 }
 
+/// A node of a tape that stores every node ([`Tape::stored`]).
+pub(crate) struct Stored<'t> {
+    tape: &'t Tape,
+    node: TapeNode,
+}
+
+impl<'t> Stored<'t> {
+    #[inline]
+    pub fn op(&self) -> Op {
+        self.node.op
+    }
+
+    #[inline]
+    pub fn needs_grad(&self) -> bool {
+        self.node.needs_grad()
+    }
+
+    #[inline]
+    pub fn args(&self) -> &'t [Slot] {
+        let start = self.node.args_start as usize;
+        &self.tape.args[start..start + self.node.args_len() as usize]
+    }
+}
+
 /// A node of the tape in 24 bytes (a compile streams millions of them): its op, where its
 /// operands start in [`Tape::args`], and their count with, in the top two bits, whether it
 /// needs a gradient and whether compiled code adds into it ([`Tape::takes_grad`]; a node of
@@ -368,6 +392,17 @@ impl Tape {
         self.args_of(n, copy)
     }
 
+    /// Slot `s`'s node, of a tape that stores every node ([`Tape::without_copies`]): what a
+    /// walk over every node reads, without asking where it is stored.
+    #[inline]
+    pub(crate) fn stored(&self, s: Slot) -> Stored<'_> {
+        debug_assert!(self.copies.is_none());
+        Stored {
+            tape: self,
+            node: self.nodes[s.index()],
+        }
+    }
+
     /// The operands of `node`, stored or (in `copy` past the first) the first copy's.
     #[inline]
     fn args_of(&self, node: TapeNode, copy: u32) -> Args<'_> {
@@ -510,8 +545,9 @@ impl Tape {
         Ok(self)
     }
 
-    /// The same tape with every node stored.
-    fn without_copies(self) -> Tape {
+    /// The same tape with every node stored (what a walk over every node, such as the
+    /// interpreter's, reads fastest: [`Tape::stored_args`]).
+    pub(crate) fn without_copies(self) -> Tape {
         if self.copies.is_none() {
             return self;
         }
@@ -550,6 +586,36 @@ impl Tape {
                 }
             }
             _ => (self.nodes[s.index()], 0),
+        }
+    }
+
+    /// Calls `f(slot, c)` on every constant `c`, in slot order (a copy's as the first
+    /// copy's, without locating every slot).
+    pub(crate) fn for_each_constant(&self, mut f: impl FnMut(Slot, f64)) {
+        let constant = |n: &TapeNode| match n.op {
+            Op::Const(c) => Some(c),
+            _ => None,
+        };
+        let Some(c) = &self.copies else {
+            for (s, n) in self.nodes.iter().enumerate() {
+                constant(n).into_iter().for_each(|x| f(Slot(s as u32), x));
+            }
+            return;
+        };
+        let first_copy_end = (c.first + c.period) as usize;
+        for (s, n) in self.nodes[..first_copy_end].iter().enumerate() {
+            constant(n).into_iter().for_each(|x| f(Slot(s as u32), x));
+        }
+        let first_copy = &self.nodes[c.first as usize..first_copy_end];
+        for b in 1..c.count {
+            for (k, n) in first_copy.iter().enumerate() {
+                let s = Slot(c.first + b * c.period + k as u32);
+                constant(n).into_iter().for_each(|x| f(s, x));
+            }
+        }
+        for (k, n) in self.nodes[first_copy_end..].iter().enumerate() {
+            let s = Slot(c.range().end + k as u32);
+            constant(n).into_iter().for_each(|x| f(s, x));
         }
     }
 
@@ -700,5 +766,14 @@ mod tests {
             let args = &all.args[stored.args_start as usize..][..stored.args_len() as usize];
             assert_eq!(tape.args(s).to_vec(), args, "slot {}", s.0);
         }
+        let constants = |t: &Tape| {
+            let mut out = Vec::new();
+            t.for_each_constant(|s, c| out.push((s, c.to_bits())));
+            out
+        };
+        let stored = tape.clone().without_copies();
+        assert!(stored.copies().is_none());
+        assert_eq!(constants(&tape), constants(&stored));
+        assert_eq!(constants(&tape).len(), 7 + 1, "0.5 per copy, then 1 / 7");
     }
 }
