@@ -29,6 +29,9 @@ use super::Slot;
 
 /// The fewest copies stored once.
 pub const MIN_COPIES: u32 = 3;
+/// The fewest slots a copy stored once takes: fewer (a loss's terms, such as micrograd's
+/// `relu(1 - y * score)` per point) save little and cost every slot's accessor a question.
+pub const MIN_COPY_SLOTS: u32 = 8;
 
 /// How deep below the loss the hint is looked for (`loss = sum(copies) * (1 / B) + l2`:
 /// two levels).

@@ -182,8 +182,9 @@ impl<'g> Sweep<'g> {
         let (first, first_args) = (self.nodes.len() as u32, self.args.len());
         (start..start + period).for_each(|i| self.place(i));
         let slots = self.nodes.len() as u32 - first;
-        if slots < 2 {
-            // Copies of a node or none are no copies worth storing once.
+        if slots < copies::MIN_COPY_SLOTS {
+            // Copies of a few nodes (a loss's terms) are no copies worth storing once: the
+            // tape's accessors would ask where every node is stored for nothing.
             (start + period..n).for_each(|i| self.place(i));
             return Some(self.finish());
         }

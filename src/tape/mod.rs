@@ -316,7 +316,7 @@ impl Tape {
         };
         let range = c.range();
         if c.first < (self.num_params + self.num_inputs) as u32
-            || c.period < 2
+            || c.period < copies::MIN_COPY_SLOTS
             || c.count < copies::MIN_COPIES
             || range.end as usize > self.len()
         {
