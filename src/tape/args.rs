@@ -73,7 +73,7 @@ impl<'t> Args<'t> {
         self.iter().any(|a| a == s)
     }
 
-    pub fn to_vec(&self) -> Vec<Slot> {
+    pub fn to_vec(self) -> Vec<Slot> {
         self.iter().collect()
     }
 }

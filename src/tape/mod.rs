@@ -30,7 +30,7 @@ use crate::graph::{Graph, Value};
 use crate::op::Op;
 use std::sync::OnceLock;
 
-pub use args::{Args, ArgsIter};
+pub(crate) use args::Args;
 pub(crate) use consumers::Consumers;
 pub(crate) use copies::Copies;
 
@@ -546,7 +546,7 @@ impl Tape {
     }
 
     /// The same tape with every node stored (what a walk over every node, such as the
-    /// interpreter's, reads fastest: [`Tape::stored_args`]).
+    /// interpreter's, reads fastest: [`Tape::stored`]).
     pub(crate) fn without_copies(self) -> Tape {
         if self.copies.is_none() {
             return self;
