@@ -48,13 +48,12 @@ pub fn items(
     if nodes * (copies.count as usize) < MIN_NEST_NODES {
         return None;
     }
-    let mut uneven = false;
+    // Each sequence moves as its first slot does; `strides_agree` checks every other slot.
     let body: Vec<Item> = body
         .iter()
         .map(|item| {
             item.map_affines(&mut |a, _| {
                 let stride = copies.stride(Slot(a.base as u32));
-                uneven |= stride.is_none();
                 a.nested(stride.unwrap_or(0))
             })
         })
@@ -66,7 +65,7 @@ pub fn items(
         shared_grads: Vec::new(),
         forward_order: Vec::new(),
     });
-    if uneven || !strides_agree(copies, &nest) || !dots_fuse_everywhere(tape, &nest) {
+    if !strides_agree(copies, &nest) || !dots_fuse_everywhere(tape, &nest) {
         return None;
     }
     let end = tape.len() as u32;

@@ -46,17 +46,18 @@ impl Consumers {
     fn count(&mut self, tape: &Tape, s: Slot) {
         let grad = tape.takes_grad(s);
         for a in tape.args(s) {
-            self.read(a, grad && tape.takes_grad(a), s.0, 1);
+            let adds = grad && tape.takes_grad(a);
+            self.read(a, 1, adds as u32, s.0);
         }
     }
 
-    /// `times` reads of `a`, each adding into its gradient if `adds`, the last by `by`.
-    fn read(&mut self, a: Slot, adds: bool, by: u32, times: u32) {
+    /// `reads` reads of `a`, `adds` of which add into its gradient, the last of those by `by`.
+    fn read(&mut self, a: Slot, reads: u32, adds: u32, by: u32) {
         let i = a.index();
-        let times = times.min(255) as u8;
-        self.uses[i] = self.uses[i].saturating_add(times);
-        if adds {
-            self.grad_additions[i] = self.grad_additions[i].saturating_add(times);
+        let saturated = |n: u32| n.min(255) as u8;
+        self.uses[i] = self.uses[i].saturating_add(saturated(reads));
+        if adds > 0 {
+            self.grad_additions[i] = self.grad_additions[i].saturating_add(saturated(adds));
             let last = &mut self.last_grad_consumer[i];
             // (A copy past the first may come after a later copy's read of the same slot.)
             if *last == Consumers::NONE || *last < by {
@@ -78,7 +79,7 @@ impl Consumers {
             let grad = tape.takes_grad(s);
             for a in tape.args(s) {
                 let adds = grad && tape.takes_grad(a);
-                self.read(a, adds, s.0, 1);
+                self.read(a, 1, adds as u32, s.0);
                 if a.0 < c.first {
                     let k = &mut index_of[a.index()];
                     if *k == u32::MAX {
@@ -87,9 +88,7 @@ impl Consumers {
                     }
                     let entry = &mut before[*k as usize];
                     entry.1 += 1;
-                    if adds {
-                        entry.2 += 1;
-                    }
+                    entry.2 += adds as u32;
                     // (The last adding read lies in `last_grad_consumer` already.)
                 }
             }
@@ -112,27 +111,17 @@ impl Consumers {
         for &(a, reads, adds) in &before {
             let stride = c.stride(Slot(a)).expect("the first copy reads it");
             let last = self.last_grad_consumer[a as usize];
+            let others = c.count - 1;
             if stride == 0 {
                 // A shared slot: every other copy's reads at once.
-                let i = a as usize;
-                let more = |n: u32| n.saturating_mul(c.count - 1).min(255) as u8;
-                self.uses[i] = self.uses[i].saturating_add(more(reads));
-                if adds > 0 {
-                    let last_copy = last + (c.count - 1) * c.period;
-                    self.read(Slot(a), true, last_copy, 0);
-                    self.grad_additions[i] = self.grad_additions[i].saturating_add(more(adds));
-                }
+                let last_copy = last.wrapping_add(others * c.period);
+                let times = |n: u32| n.saturating_mul(others);
+                self.read(Slot(a), times(reads), times(adds), last_copy);
                 continue;
             }
             for b in 1..c.count {
                 let moved = Slot((a as i64 + b as i64 * stride) as u32);
-                self.read(moved, false, 0, reads);
-                if adds > 0 {
-                    self.read(moved, true, last + b * c.period, 0);
-                    let i = moved.index();
-                    self.grad_additions[i] =
-                        self.grad_additions[i].saturating_add(adds.min(255) as u8);
-                }
+                self.read(moved, reads, adds, last.wrapping_add(b * c.period));
             }
         }
     }

@@ -6,8 +6,8 @@
 //! them ([`hint`]: among the loss's first few operands, a sum whose operands lie at equal
 //! distances in the graph, one per copy, each copy the stretch up to its operand), checks
 //! while it places them that every copy is the first one moved, and stores the first copy's
-//! nodes only: the others' ops and gradient flags are the first's, their operands (which
-//! the tape keeps for every slot) the first's moved by [`Copies::stride`].
+//! nodes and operands only: the others' ops and gradient flags are the first's, their
+//! operands the first's moved by [`Copies::stride`] ([`super::Args`]).
 //!
 //! A copy is the first one moved when every node is the node `period` slots back (the same
 //! op, constants included, and gradient flags) and each of its operands either lies in its
@@ -18,7 +18,8 @@
 //! stride is one number: structure recovery nests the first copy's items over the copies
 //! without looking at the others ([`crate::passes::copies`]). The first copy that is not
 //! ends the copies (at least [`MIN_COPIES`] of them, or none); it and everything after are
-//! stored as they are.
+//! stored as they are. Copies of fewer than [`MIN_COPY_SLOTS`] slots are stored as they
+//! are too.
 
 use crate::graph::GraphData;
 use crate::op::Op;
@@ -61,7 +62,7 @@ pub(super) const UNREAD: i64 = i64::MIN;
 
 impl Copies {
     pub(super) fn new(first: u32, period: u32, first_args: u32) -> Copies {
-        debug_assert!(period > 1);
+        debug_assert!(period >= MIN_COPY_SLOTS);
         Copies {
             first,
             period,
@@ -91,6 +92,13 @@ impl Copies {
         }
         let stride = *self.strides.get(s.index())?;
         (stride != UNREAD).then_some(stride)
+    }
+
+    /// The slots before the copies that the copies read at a stride other than 0, with it.
+    pub(super) fn strided_reads(&self) -> impl Iterator<Item = (Slot, i64)> + '_ {
+        (self.strides.iter().enumerate())
+            .filter(|&(_, &d)| d != UNREAD && d != 0)
+            .map(|(a, &d)| (Slot(a as u32), d))
     }
 
     /// Records each of the first copy's operands' (`args`) moves, once the copies are known.

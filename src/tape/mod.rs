@@ -327,20 +327,19 @@ impl Tape {
         if args.len() != c.moves.len() {
             return Err(bad(c.first, "a move per operand of the first copy"));
         }
-        for (&a, &by) in args.iter().zip(&c.moves) {
-            if a.0 >= c.first {
-                if by != c.period as i64 {
-                    return Err(bad(a.0, "the copy's own node does not move with it"));
-                }
-                continue;
-            }
-            if by == 0 {
-                // (A param every copy shares.)
-                continue;
-            }
+        // Each operand moves by its slot's stride: the copy's own by `period`.
+        if (args.iter().zip(&c.moves)).any(|(&a, &by)| c.stride(a) != Some(by)) {
+            return Err(bad(
+                c.first,
+                "an operand does not move by its slot's stride",
+            ));
+        }
+        // A slot read at a stride stays before the copies in every copy, and needs a
+        // gradient there as in the first.
+        for (a, stride) in c.strided_reads() {
             let needs = self.entry(a).needs_grad();
             for b in 1..c.count as i64 {
-                let moved = a.0 as i64 + b * by;
+                let moved = a.0 as i64 + b * stride;
                 if !(0..c.first as i64).contains(&moved) {
                     return Err(bad(a.0, "a read moves into the copies"));
                 }
