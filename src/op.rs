@@ -122,6 +122,17 @@ impl Op {
         matches!(self, Op::Input(_) | Op::Param(_) | Op::Const(_))
     }
 
+    /// Whether `other` is this op as a copy of its node would have it: the same op, to the
+    /// bit for a constant or an exponent, but any input for an input and any param for a
+    /// param (a copy reads its own).
+    pub(crate) fn repeated_as(self, other: Op) -> bool {
+        match (self, other) {
+            (Op::Input(_), Op::Input(_)) | (Op::Param(_), Op::Param(_)) => true,
+            (Op::Const(x), Op::Const(y)) | (Op::Powf(x), Op::Powf(y)) => x.to_bits() == y.to_bits(),
+            (x, y) => x == y,
+        }
+    }
+
     /// A short name for dumps and errors.
     pub fn name(self) -> &'static str {
         match self {

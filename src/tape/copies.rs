@@ -5,7 +5,9 @@
 //! 784-50-10, 5 million nodes). Linearization finds such copies from the `sum` that joins
 //! them ([`hint`]: among the loss's first few operands, a sum whose operands lie at equal
 //! distances in the graph, one per copy, each copy the stretch up to its operand), checks
-//! while it places them that every copy is the first one moved, and stores the first copy's
+//! while it places them that every copy is the first one moved (where the graph proved the
+//! copies past the second the first moved as far as the second is, [`crate::graph::Repeats`],
+//! it checks the second and what the graph does not prove), and stores the first copy's
 //! nodes and operands only: the others' ops and gradient flags are the first's, their
 //! operands the first's moved by [`Copies::stride`] ([`super::Args`]).
 //!
@@ -166,11 +168,7 @@ impl Copies {
 /// the same op to the bit), both kept or not, both needing a gradient or not, and (for a
 /// constant, whose gradient compiled code adds into only if it is shown) both shown or not.
 pub(super) fn alike(a: Op, b: Op, flags_a: u8, flags_b: u8) -> bool {
-    let same_op = match (a, b) {
-        (Op::Input(_), Op::Input(_)) | (Op::Param(_), Op::Param(_)) => true,
-        (Op::Const(x), Op::Const(y)) | (Op::Powf(x), Op::Powf(y)) => x.to_bits() == y.to_bits(),
-        (x, y) => x == y,
-    };
+    let same_op = a.repeated_as(b);
     let compared = match a {
         Op::Const(_) => LIVE | GRAD | SHOWN,
         _ => LIVE | GRAD,

@@ -7,9 +7,11 @@
 //! order, every node's operands already placed.
 
 use super::copies::{self, Copies, MIN_COPIES};
+use super::slot_of::SlotOf;
 use super::{Grad, Slot, TapeNode, DROPPED};
 use crate::graph::GraphData;
 use crate::op::Op;
+use std::ops::Range;
 
 /// A node is kept.
 pub(super) const LIVE: u8 = 1;
@@ -21,22 +23,103 @@ pub(super) const SHOWN: u8 = 4;
 /// Per node of `g`: [`LIVE`], [`GRAD`], [`SHOWN`].
 pub(super) fn liveness(g: &GraphData) -> Vec<u8> {
     let mut flags = vec![0u8; g.nodes.len()];
+    flag_ends(g, &mut flags, |_| {});
+    flag_operands(g, &mut flags, 0..g.nodes.len(), |_| {});
+    flags
+}
+
+/// The outputs and the loss flagged; `flagged` is told of each.
+fn flag_ends(g: &GraphData, flags: &mut [u8], mut flagged: impl FnMut(u32)) {
     for &o in &g.outputs {
         flags[o as usize] |= LIVE | SHOWN;
+        flagged(o);
     }
     if let Some(l) = g.loss {
         flags[l as usize] |= LIVE | GRAD | SHOWN;
+        flagged(l);
     }
-    // The arena is topologically ordered, so one reverse sweep propagates both.
-    for (i, node) in g.nodes.iter().enumerate().rev() {
-        let f = flags[i];
+}
+
+/// The operands of nodes `nodes` flagged from them, walked backward (the arena is
+/// topologically ordered, so one sweep propagates both): kept if a kept node reads them,
+/// needing a gradient if one that needs it does. `flagged` is told of each.
+fn flag_operands(
+    g: &GraphData,
+    flags: &mut [u8],
+    nodes: Range<usize>,
+    mut flagged: impl FnMut(u32),
+) {
+    for i in nodes.rev() {
+        let (node, f) = (&g.nodes[i], flags[i]);
         if f & LIVE != 0 && !node.op.is_leaf() {
             for &a in g.args_of(node) {
                 flags[a as usize] |= LIVE | (f & GRAD);
+                flagged(a);
             }
         }
     }
-    flags
+}
+
+/// [`liveness`] where copies `1..count` of the `period` graph nodes at `start` are the first
+/// moved ([`crate::graph::Repeats`]): if the nodes after the copies (and the outputs, and the
+/// loss) flag every copy alike, every copy's flags are the first's. So the first copy is
+/// flagged and its flags given to the second, and the others' left 0 (but where a node after
+/// them reads them). `None` if the copies are not flagged alike, or a copy reads another or
+/// (the last copy) a node past the copies' start.
+fn liveness_over_copies(g: &GraphData, start: usize, period: usize, count: u32) -> Option<Vec<u8>> {
+    let n = g.nodes.len();
+    let copies = start..start + count as usize * period;
+    let mut flags = vec![0u8; n];
+    // The copies' nodes flagged from outside them.
+    let mut roots = Vec::new();
+    let mut root = |a: u32| {
+        if copies.contains(&(a as usize)) {
+            roots.push(a);
+        }
+    };
+    flag_ends(g, &mut flags, &mut root);
+    flag_operands(g, &mut flags, copies.end..n, &mut root);
+    roots.sort_unstable();
+    roots.dedup();
+    let in_first = roots.partition_point(|&a| (a as usize) < start + period);
+    if roots.len() != in_first * count as usize {
+        return None;
+    }
+    if in_first > 0 {
+        let (first, _) = roots.split_at(in_first);
+        for (b, copy) in roots.chunks(in_first).enumerate() {
+            let moved = (b * period) as u32;
+            let alike = |(&a, &a_first): (&u32, &u32)| {
+                a == a_first + moved && flags[a as usize] == flags[a_first as usize]
+            };
+            if !copy.iter().zip(first).all(alike) {
+                return None;
+            }
+        }
+    }
+    // The first copy, whose reads before the copies stand for every copy's.
+    for i in (start..start + period).rev() {
+        let (node, f) = (&g.nodes[i], flags[i]);
+        if f & LIVE == 0 || node.op.is_leaf() {
+            continue;
+        }
+        let second = g.args_of(&g.nodes[i + period]);
+        for (&a, &a_second) in g.args_of(node).iter().zip(second) {
+            let by = a_second as i64 - a as i64;
+            let own = a as usize >= start;
+            let last = a as i64 + by * (count as i64 - 1);
+            if own && by != period as i64 || !own && !(0..start as i64).contains(&last) {
+                return None;
+            }
+            let reads = if own || by == 0 { 1 } else { count as i64 };
+            for b in 0..reads {
+                flags[(a as i64 + b * by) as usize] |= LIVE | (f & GRAD);
+            }
+        }
+    }
+    flags.copy_within(start..start + period, start + period);
+    flag_operands(g, &mut flags, 0..start, |_| {});
+    Some(flags)
 }
 
 /// What the forward sweep makes of the arena.
@@ -46,27 +129,68 @@ pub(super) struct Linear {
     /// Every slot's operands, in slot order.
     pub args: Vec<Slot>,
     /// Graph node -> slot, [`DROPPED`] for nodes not kept.
-    pub slot_of: Vec<u32>,
+    pub slot_of: SlotOf,
     pub copies: Option<Copies>,
 }
 
-/// The forward sweep over `g` (with `flags` from [`liveness`]), its copies stored once where
-/// [`copies::hint`] finds them and they check out.
-pub(super) fn sweep(g: &GraphData, flags: &[u8]) -> Linear {
-    if let Some((start, period, count)) = copies::hint(g) {
-        if let Some(linear) = Sweep::new(g, flags).with_copies(start, period, count) {
-            return linear;
-        }
+/// `g` linearized: liveness, then the forward sweep, a batch's copies stored once where
+/// [`copies::hint`] finds them and they check out: on the first two copies only where the
+/// graph proved the others ([`crate::graph::Repeats`]).
+pub(super) fn linearize(g: &GraphData) -> Linear {
+    let Some((start, period, count)) = copies::hint(g) else {
+        return sweep_storing_all(g, &liveness(g));
+    };
+    if let Some(linear) = proven_copies(g, start, period, count) {
+        return linear;
     }
-    let mut sweep = Sweep::new(g, flags);
-    (0..g.nodes.len()).for_each(|i| sweep.place(i));
-    sweep.finish()
+    let flags = liveness(g);
+    (Sweep::new(g, &flags, SlotOf::new(g.nodes.len())).with_copies(start, period, count))
+        .unwrap_or_else(|| sweep_storing_all(g, &flags))
 }
 
-/// [`sweep`] storing every node: what a tape with copies must read back as.
-#[cfg(test)]
+/// The sweep with graph nodes `start + b * period..` (for `b < count`) as copies of the
+/// first, as far as the graph proved them the first moved as far as the second is
+/// ([`crate::graph::Repeats`]): only the first two copies are read. `None` if it proved
+/// fewer than [`MIN_COPIES`], or they are not copies the tape can store once (or the copies
+/// make params of their own).
+pub(super) fn proven_copies(
+    g: &GraphData,
+    start: usize,
+    period: usize,
+    count: u32,
+) -> Option<Linear> {
+    let count = (g.repeats).copies_from(g.arena(), start as u32, period as u32, count);
+    if count < MIN_COPIES {
+        return None;
+    }
+    let first_copy = &g.nodes[start..start + period];
+    if first_copy
+        .iter()
+        .any(|node| matches!(node.op, Op::Param(_)))
+    {
+        return None;
+    }
+    let flags = liveness_over_copies(g, start, period, count)?;
+    let n = g.nodes.len();
+    let slot_of = SlotOf::with_copies(n, start as u32, period as u32, count);
+    let mut sweep = Sweep::new(g, &flags, slot_of);
+    if !sweep.first_copy(start, period) {
+        return None;
+    }
+    for i in start + period..start + 2 * period {
+        if !sweep.place_copy(i, i - period, 1, count - 1) {
+            return None;
+        }
+    }
+    sweep.slot_of.rule();
+    sweep.place_proven_copies(start, period, count)?;
+    (start + count as usize * period..n).for_each(|i| sweep.place(i));
+    Some(sweep.finish())
+}
+
+/// The forward sweep storing every node: what a tape with copies must read back as.
 pub(super) fn sweep_storing_all(g: &GraphData, flags: &[u8]) -> Linear {
-    let mut sweep = Sweep::new(g, flags);
+    let mut sweep = Sweep::new(g, flags, SlotOf::new(g.nodes.len()));
     (0..g.nodes.len()).for_each(|i| sweep.place(i));
     sweep.finish()
 }
@@ -76,7 +200,7 @@ struct Sweep<'g> {
     flags: &'g [u8],
     nodes: Vec<TapeNode>,
     args: Vec<Slot>,
-    slot_of: Vec<u32>,
+    slot_of: SlotOf,
     /// The copies so far: `count` of them checked.
     copies: Option<Copies>,
     reads: Reads,
@@ -101,7 +225,7 @@ enum Read {
 }
 
 impl<'g> Sweep<'g> {
-    fn new(g: &'g GraphData, flags: &'g [u8]) -> Sweep<'g> {
+    fn new(g: &'g GraphData, flags: &'g [u8], slot_of: SlotOf) -> Sweep<'g> {
         let leaves = g.param_init.len() + g.num_inputs as usize;
         let mut nodes = vec![leaf(Op::Const(0.0), Grad::NONE); leaves];
         nodes.reserve(g.nodes.len() - leaves);
@@ -110,7 +234,7 @@ impl<'g> Sweep<'g> {
             flags,
             nodes,
             args: Vec::with_capacity(g.args.len()),
-            slot_of: vec![DROPPED; g.nodes.len()],
+            slot_of,
             copies: None,
             reads: Reads {
                 span: (0, 0),
@@ -136,10 +260,16 @@ impl<'g> Sweep<'g> {
 
     /// Places node `i` and stores it.
     fn place(&mut self, i: usize) {
+        let slot = self.slot(i, self.flags[i]);
+        self.slot_of.set(i as u32, slot);
+    }
+
+    /// Node `i`'s slot, its flags `flags`; stores it where it takes one past the leaves.
+    fn slot(&mut self, i: usize, flags: u8) -> u32 {
         let (g, node) = (self.g, self.g.nodes[i]);
-        let needs_grad = self.flags[i] & GRAD != 0;
+        let needs_grad = flags & GRAD != 0;
         let num_params = g.param_init.len();
-        self.slot_of[i] = match node.op {
+        match node.op {
             Op::Param(k) => {
                 self.nodes[k as usize] = leaf(node.op, Grad::both(needs_grad));
                 k
@@ -152,14 +282,14 @@ impl<'g> Sweep<'g> {
                 self.nodes[num_params + k as usize] = leaf(node.op, grad);
                 num_params as u32 + k
             }
-            _ if self.flags[i] & LIVE == 0 => DROPPED,
+            _ if flags & LIVE == 0 => DROPPED,
             op => {
                 let args_start = self.args.len() as u32;
                 let slot_of = &self.slot_of;
-                (self.args).extend(g.args_of(&node).iter().map(|&a| Slot(slot_of[a as usize])));
+                (self.args).extend(g.args_of(&node).iter().map(|&a| Slot(slot_of.get(a))));
                 // A constant's gradient feeds nothing: compiled code adds into it only where
                 // it is shown.
-                let shown = self.flags[i] & SHOWN != 0;
+                let shown = flags & SHOWN != 0;
                 let takes = needs_grad && (!matches!(op, Op::Const(_)) || shown);
                 let grad = Grad {
                     needs: needs_grad,
@@ -171,13 +301,12 @@ impl<'g> Sweep<'g> {
                     .push(TapeNode::new(op, args_start, node.args_len, grad));
                 slot
             }
-        };
+        }
     }
 
-    /// The sweep with graph nodes `start + b * period..` (for `b < count`) as copies of the
-    /// first: `None` if fewer than [`MIN_COPIES`] of them check out.
-    fn with_copies(mut self, start: usize, period: usize, count: u32) -> Option<Linear> {
-        let n = self.g.nodes.len();
+    /// Places the nodes before the copies at `start` and the first copy, storing them, and
+    /// starts the copies: false (no copies) if a copy takes too few slots to store once.
+    fn first_copy(&mut self, start: usize, period: usize) -> bool {
         (0..start).for_each(|i| self.place(i));
         let (first, first_args) = (self.nodes.len() as u32, self.args.len());
         (start..start + period).for_each(|i| self.place(i));
@@ -185,14 +314,24 @@ impl<'g> Sweep<'g> {
         if slots < copies::MIN_COPY_SLOTS {
             // Copies of a few nodes (a loss's terms) are no copies worth storing once: the
             // tape's accessors would ask where every node is stored for nothing.
-            (start + period..n).for_each(|i| self.place(i));
-            return Some(self.finish());
+            return false;
         }
         self.copies = Some(Copies::new(first, slots, first_args as u32));
         self.reads = Reads {
             span: (start, period),
             kinds: vec![Read::Unseen; self.args.len() - first_args],
         };
+        true
+    }
+
+    /// The sweep with graph nodes `start + b * period..` (for `b < count`) as copies of the
+    /// first: `None` if fewer than [`MIN_COPIES`] of them check out.
+    fn with_copies(mut self, start: usize, period: usize, count: u32) -> Option<Linear> {
+        let n = self.g.nodes.len();
+        if !self.first_copy(start, period) {
+            (start + period..n).for_each(|i| self.place(i));
+            return Some(self.finish());
+        }
         let mut end = n;
         'copies: for b in 1..count {
             let copy = start + b as usize * period;
@@ -211,6 +350,59 @@ impl<'g> Sweep<'g> {
         let rest = end.min(start + count as usize * period);
         (rest..n).for_each(|i| self.place(i));
         Some(self.finish())
+    }
+
+    /// Copies `2..count` of the `period` graph nodes at `start`, which the graph proved the
+    /// first moved as far as the second is, once the first two are placed: their inputs
+    /// placed (taking a gradient as the first copy's do) and their reads of nodes before the
+    /// copies checked to move by their slots' strides, their own nodes left to the rule
+    /// ([`SlotOf::rule`]). `None` if a read or an input does not.
+    fn place_proven_copies(&mut self, start: usize, period: usize, count: u32) -> Option<()> {
+        let g = self.g;
+        let first_copy = start..start + period;
+        let inputs: Vec<usize> = (first_copy.clone())
+            .filter(|&i| matches!(g.nodes[i].op, Op::Input(_)))
+            .collect();
+        // (graph node, how far it moves per copy, its slot's stride)
+        let mut strided = Vec::new();
+        let copies = self.copies.as_ref().expect("copies");
+        for i in first_copy.filter(|&i| self.flags[i] & LIVE != 0) {
+            let second = g.args_of(&g.nodes[i + period]);
+            for (&a, &a_second) in g.args_of(&g.nodes[i]).iter().zip(second) {
+                if (a as usize) < start && a != a_second {
+                    let stride = copies.stride(Slot(self.slot_of.get(a)))?;
+                    strided.push((a, a_second as i64 - a as i64, stride));
+                }
+            }
+        }
+        let takes_grad = |s: u32| self.nodes[s as usize].takes_grad();
+        for b in 2..count as i64 {
+            for &(a, by, stride) in &strided {
+                let (slot, moved) = (
+                    self.slot_of.get(a),
+                    self.slot_of.get((a as i64 + b * by) as u32),
+                );
+                if moved as i64 != slot as i64 + b * stride || takes_grad(slot) != takes_grad(moved)
+                {
+                    return None;
+                }
+            }
+        }
+        for b in 2..count as usize {
+            for &like in &inputs {
+                let i = like + b * period;
+                let (Op::Input(k), Op::Input(k_first)) = (g.nodes[i].op, g.nodes[like].op) else {
+                    unreachable!("the graph proved node {i} an input as node {like} is");
+                };
+                if g.input_grad[k as usize] != g.input_grad[k_first as usize] {
+                    return None;
+                }
+                let slot = self.slot(i, self.flags[like]);
+                debug_assert_eq!(slot, self.slot_of.get(i as u32));
+            }
+        }
+        self.copies.as_mut().expect("copies").count = count;
+        Some(())
     }
 
     /// Places node `i` of copy `b` as node `like` of the first copy moved, without storing
@@ -240,7 +432,7 @@ impl<'g> Sweep<'g> {
         } = self;
         let copies = copies.as_mut().expect("copies");
         let (copy_start, copy_nodes) = reads.span;
-        let first_slot = slot_of[like];
+        let first_slot = slot_of.get(like as u32);
         let first_node = nodes[first_slot as usize];
         let position = (first_node.args_start - copies.first_args) as usize;
         let operands = g.args_of(&node).iter().zip(g.args_of(&first));
@@ -255,7 +447,7 @@ impl<'g> Sweep<'g> {
                 Read::Own | Read::Shared => return false,
                 Read::Unseen | Read::Other => {}
             }
-            let moved = Slot(slot_of[a as usize]);
+            let moved = Slot(slot_of.get(a));
             let of_first = args[first_node.args_start as usize + k];
             let takes_grad = |s: Slot| nodes[s.index()].takes_grad();
             if !copies.moves(of_first, moved, b, last_copy, takes_grad) {
@@ -269,7 +461,7 @@ impl<'g> Sweep<'g> {
                 };
             }
         }
-        slot_of[i] = first_slot + b * copies.period;
+        slot_of.set(i as u32, first_slot + b * copies.period);
         true
     }
 
@@ -278,21 +470,16 @@ impl<'g> Sweep<'g> {
     fn store_copy_until(&mut self, copy: usize, end: usize, b: u32, period: usize) {
         let unstored = self.copies.as_ref().expect("copies").unstored();
         for i in copy..end {
-            let taken = self.slot_of[i];
+            let taken = self.slot_of.get(i as u32);
             let node = self.g.nodes[i];
             if taken == DROPPED || node.op.is_leaf() && !matches!(node.op, Op::Const(_)) {
                 continue;
             }
-            let first_slot = self.slot_of[i - b as usize * period];
+            let first_slot = self.slot_of.get((i - b as usize * period) as u32);
             let mut stored = self.nodes[first_slot as usize];
             stored.args_start = self.args.len() as u32;
             let slot_of = &self.slot_of;
-            (self.args).extend(
-                self.g
-                    .args_of(&node)
-                    .iter()
-                    .map(|&a| Slot(slot_of[a as usize])),
-            );
+            (self.args).extend(self.g.args_of(&node).iter().map(|&a| Slot(slot_of.get(a))));
             debug_assert_eq!(self.nodes.len() as u32 + unstored, taken);
             self.nodes.push(stored);
         }

@@ -24,6 +24,7 @@ mod args;
 mod consumers;
 mod copies;
 mod linearize;
+mod slot_of;
 
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Value};
@@ -152,7 +153,7 @@ pub struct Tape {
     outputs: Vec<Slot>,
     loss: Option<Slot>,
     /// Graph node id -> slot, `u32::MAX` for nodes that were dropped.
-    slot_of: Vec<u32>,
+    slot_of: slot_of::SlotOf,
     /// Counted on first use ([`Tape::consumers`]).
     consumers: OnceLock<Consumers>,
     /// A batch's copies, whose nodes past the first copy's are not stored.
@@ -178,8 +179,7 @@ impl Tape {
         if let Some(e) = &g.poison {
             return Err(e.clone());
         }
-        let flags = linearize::liveness(&g);
-        let linear = linearize::sweep(&g, &flags);
+        let linear = linearize::linearize(&g);
         let slot_of = linear.slot_of;
         let num_params = g.param_init.len();
         let tape = Tape {
@@ -190,12 +190,8 @@ impl Tape {
             num_inputs: g.num_inputs as usize,
             param_init: g.param_init.clone(),
             param_slots: (0..num_params as u32).map(Slot).collect(),
-            outputs: g
-                .outputs
-                .iter()
-                .map(|&o| Slot(slot_of[o as usize]))
-                .collect(),
-            loss: g.loss.map(|l| Slot(slot_of[l as usize])),
+            outputs: g.outputs.iter().map(|&o| Slot(slot_of.get(o))).collect(),
+            loss: g.loss.map(|l| Slot(slot_of.get(l))),
             slot_of,
             consumers: OnceLock::new(),
             copies: linear.copies,
@@ -527,7 +523,8 @@ impl Tape {
         {
             *a = moved(*a);
         }
-        for s in self.slot_of.iter_mut().filter(|s| **s != DROPPED) {
+        // (A batch's copies have no params of their own: the slots their rule gives stay.)
+        for s in self.slot_of.entries_mut().filter(|s| **s != DROPPED) {
             *s = moved(Slot(*s)).0;
         }
         if let Some(c) = self.consumers.get_mut() {
@@ -652,8 +649,9 @@ impl Tape {
                 context: "tape lookup",
             });
         }
-        match self.slot_of.get(v.id() as usize) {
-            Some(&s) if s != DROPPED => Ok(Slot(s)),
+        let on_graph = (v.id() as usize) < self.slot_of.len();
+        match on_graph.then(|| self.slot_of.get(v.id())) {
+            Some(s) if s != DROPPED => Ok(Slot(s)),
             _ => Err(Error::NotOnTape { node: v.id() }),
         }
     }
@@ -720,35 +718,14 @@ mod tests {
         assert!(tape.verify().is_err());
     }
 
-    /// A tape whose copies are stored once reads back, slot by slot, as the same tape
-    /// storing every node: ops, operands, gradient flags, and every value's slot.
-    #[test]
-    fn copies_stored_once_read_back_as_every_node_stored() {
-        use crate::nn::{Activation, Layer};
-        use rand::SeedableRng;
-        // 7 copies of a 3-5-1 MLP on inputs of their own, reading a value computed before
-        // them; copy 5 differs (the copies end before it); a mean loss.
-        let g = Graph::new();
-        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
-        let hidden = Layer::new(&g, 3, 5, Activation::Tanh, &mut rng);
-        let readout = Layer::new(&g, 5, 1, Activation::Linear, &mut rng);
-        let scale = g.param(0.5).exp();
-        let outs: Vec<Value<'_>> = (0..7)
-            .map(|b| {
-                let x = g.inputs_without_grad(3);
-                let h = hidden.call(&x).unwrap();
-                let y = readout.call(&h).unwrap()[0] * scale;
-                (y - 0.5).powf(if b == 5 { 3.0 } else { 2.0 })
-            })
-            .collect();
-        g.set_loss(g.sum(&outs) * (1.0 / 7.0)).unwrap();
-        let tape = Tape::from_graph(&g).unwrap();
-        let copies = tape.copies().expect("copies 0 to 4");
-        assert_eq!(copies.count, 5);
+    /// `g`'s tape, checked to read back, slot by slot, as the same tape storing every node:
+    /// ops, operands, gradient flags, constants, and every value's slot.
+    fn reads_back_as_every_node_stored(g: &Graph) -> Tape {
+        let tape = Tape::from_graph(g).unwrap();
         let data = g.data.borrow();
         let all = linearize::sweep_storing_all(&data, &linearize::liveness(&data));
         assert_eq!(tape.len(), all.nodes.len());
-        assert_eq!(tape.slot_of, all.slot_of);
+        assert_eq!(tape.slot_of.to_vec(), all.slot_of.to_vec());
         for s in tape.slots() {
             let (node, stored) = (tape.entry(s), all.nodes[s.index()]);
             assert_eq!(
@@ -773,6 +750,144 @@ mod tests {
         let stored = tape.clone().without_copies();
         assert!(stored.copies().is_none());
         assert_eq!(constants(&tape), constants(&stored));
-        assert_eq!(constants(&tape).len(), 7 + 1, "0.5 per copy, then 1 / 7");
+        tape
+    }
+
+    /// Whether linearizing `g` takes its copies as the graph proved them, reading the first
+    /// two only.
+    fn takes_proven_copies(g: &Graph) -> bool {
+        let data = g.data.borrow();
+        let (start, period, count) = copies::hint(&data).expect("copies joined by a sum");
+        linearize::proven_copies(&data, start, period, count).is_some()
+    }
+
+    /// A tape whose copies are stored once reads back as every node stored.
+    #[test]
+    fn copies_stored_once_read_back_as_every_node_stored() {
+        use crate::nn::{Activation, Layer};
+        use rand::SeedableRng;
+        // 7 copies of a 3-5-1 MLP on inputs of their own, reading a value computed before
+        // them; copy 5 differs (the copies end before it); a mean loss.
+        let g = Graph::new();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let hidden = Layer::new(&g, 3, 5, Activation::Tanh, &mut rng);
+        let readout = Layer::new(&g, 5, 1, Activation::Linear, &mut rng);
+        let scale = g.param(0.5).exp();
+        let outs: Vec<Value<'_>> = (0..7)
+            .map(|b| {
+                let x = g.inputs_without_grad(3);
+                let h = hidden.call(&x).unwrap();
+                let y = readout.call(&h).unwrap()[0] * scale;
+                (y - 0.5).powf(if b == 5 { 3.0 } else { 2.0 })
+            })
+            .collect();
+        g.set_loss(g.sum(&outs) * (1.0 / 7.0)).unwrap();
+        assert!(takes_proven_copies(&g));
+        let tape = reads_back_as_every_node_stored(&g);
+        let copies = tape.copies().expect("copies 0 to 4");
+        assert_eq!(copies.count, 5);
+        let mut constants = 0;
+        tape.for_each_constant(|_, _| constants += 1);
+        assert_eq!(constants, 7 + 1, "0.5 per copy, then 1 / 7");
+    }
+
+    /// How a batch's copies may differ from the first beyond what the graph proves as it is
+    /// built (the ops and how operands move), and what the copies read.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum Batch {
+        /// Copies alike, inputs of their own.
+        Alike,
+        /// Inputs all made before the copies, each copy reading its own.
+        InputsFirst,
+        /// The same, the last copy reading the first inputs.
+        InputsFirstBackward,
+        /// Copy 4's inputs take a gradient, the others' do not.
+        OneCopysInputsTakeGradient,
+        /// A value of copy 2 that the loss does not read is an output.
+        OutputInOneCopy,
+        /// That value is an output in every copy.
+        OutputInEveryCopy,
+        /// Each copy reads a value of its own made before the copies (an input taking a
+        /// gradient); copy 3's takes none.
+        ValuesFirstOneWithoutGradient,
+        /// Each copy reads its neighbour's activation (the first, a value before them).
+        ReadsNeighbour,
+    }
+
+    fn batch(g: &Graph, batch: Batch) {
+        use crate::nn::{Activation, Layer};
+        use rand::SeedableRng;
+        const COPIES: usize = 6;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        let hidden = Layer::new(g, 3, 4, Activation::Tanh, &mut rng);
+        let readout = Layer::new(g, 4, 1, Activation::Linear, &mut rng);
+        let inputs = g.inputs_without_grad(3 * COPIES);
+        let values: Vec<_> = (0..COPIES)
+            .map(|b| match (batch, b) {
+                (Batch::ValuesFirstOneWithoutGradient, 3) => g.input_without_grad(),
+                _ => g.input(),
+            })
+            .collect();
+        let mut before = values[0] * 0.5;
+        let outs: Vec<Value<'_>> = (0..COPIES)
+            .map(|b| {
+                let x = match batch {
+                    Batch::InputsFirst => inputs[3 * b..3 * b + 3].to_vec(),
+                    Batch::InputsFirstBackward => {
+                        inputs[3 * (COPIES - 1 - b)..3 * (COPIES - b)].to_vec()
+                    }
+                    Batch::OneCopysInputsTakeGradient if b == 4 => g.inputs(3),
+                    _ => g.inputs_without_grad(3),
+                };
+                let h = hidden.call(&x).unwrap();
+                let mut y = readout.call(&h).unwrap()[0];
+                // (Kept only where it is an output.)
+                let shown = h[1] * 2.0;
+                match batch {
+                    Batch::OutputInOneCopy if b == 2 => {
+                        g.add_output(shown).unwrap();
+                    }
+                    Batch::OutputInEveryCopy => {
+                        g.add_output(shown).unwrap();
+                    }
+                    Batch::ValuesFirstOneWithoutGradient => y *= values[b],
+                    Batch::ReadsNeighbour => {
+                        y += before;
+                        before = h[0];
+                    }
+                    _ => {}
+                }
+                (y - 0.5).powf(2.0)
+            })
+            .collect();
+        g.set_loss(g.sum(&outs) * (1.0 / COPIES as f64)).unwrap();
+    }
+
+    /// Copies the graph proved as it was built are linearized from the first two and read
+    /// back as every node stored; where they differ in what the graph does not prove
+    /// (gradient flags, outputs, reads of values before them), linearization checks every
+    /// copy instead.
+    #[test]
+    fn proven_copies_read_back_as_every_node_stored() {
+        use Batch::*;
+        let cases = [
+            (Alike, true),
+            (InputsFirst, true),
+            (InputsFirstBackward, true),
+            (OneCopysInputsTakeGradient, false),
+            (OutputInOneCopy, false),
+            (OutputInEveryCopy, true),
+            (ValuesFirstOneWithoutGradient, false),
+            (ReadsNeighbour, false),
+        ];
+        for (case, proven) in cases {
+            let g = Graph::new();
+            batch(&g, case);
+            assert_eq!(takes_proven_copies(&g), proven, "{case:?}");
+            let tape = reads_back_as_every_node_stored(&g);
+            if proven {
+                assert_eq!(tape.copies().map(|c| c.count), Some(6), "{case:?}");
+            }
+        }
     }
 }

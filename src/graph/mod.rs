@@ -2,7 +2,10 @@
 //!
 //! A [`Value`] is a cheap `Copy` handle (graph reference + node id). Building a value appends a
 //! node to its graph's arena, so operands always precede their users: the arena is already in
-//! topological order, and nothing here (or later) needs recursion.
+//! topological order, and nothing here (or later) needs recursion. As nodes are appended, the
+//! graph notes where they repeat the ones before them ([`repeats`]).
+
+mod repeats;
 
 use std::borrow::Borrow;
 use std::cell::RefCell;
@@ -12,6 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{Error, Result};
 use crate::op::Op;
+pub(crate) use repeats::{Arena, Repeats};
 
 /// Index of a node in its graph's arena.
 pub type NodeId = u32;
@@ -38,11 +42,20 @@ pub(crate) struct GraphData {
     /// The first misuse seen while building through operators (which cannot return errors);
     /// reported by compilation.
     pub poison: Option<Error>,
+    /// Where the arena repeats itself.
+    pub repeats: Repeats,
 }
 
 impl GraphData {
     pub fn args_of(&self, node: &Node) -> &[NodeId] {
         &self.args[node.args_start as usize..(node.args_start + node.args_len) as usize]
+    }
+
+    pub fn arena(&self) -> Arena<'_> {
+        Arena {
+            nodes: &self.nodes,
+            args: &self.args,
+        }
     }
 }
 
@@ -241,8 +254,20 @@ impl Graph {
     }
 
     fn push(&self, op: Op, args: &[Value<'_>]) -> Value<'_> {
-        let ids: Vec<NodeId> = args.iter().map(|v| self.own_id(*v, op.name())).collect();
-        self.push_ids(op, &ids)
+        // (Most ops take one or two operands: their ids need no allocation.)
+        let mut few = [0; 2];
+        let mut many = Vec::new();
+        let ids = match few.get_mut(..args.len()) {
+            Some(ids) => ids,
+            None => {
+                many.resize(args.len(), 0);
+                &mut many
+            }
+        };
+        for (id, &v) in ids.iter_mut().zip(args) {
+            *id = self.own_id(v, op.name());
+        }
+        self.push_ids(op, ids)
     }
 
     fn push_ids(&self, op: Op, ids: &[NodeId]) -> Value<'_> {
@@ -255,6 +280,13 @@ impl Graph {
             args_start,
             args_len: ids.len() as u32,
         });
+        let GraphData {
+            nodes,
+            args,
+            repeats,
+            ..
+        } = &mut *d;
+        repeats.push(Arena { nodes, args }, id);
         Value { graph: self, id }
     }
 }
