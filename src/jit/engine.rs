@@ -16,7 +16,7 @@ use std::cell::{Cell, UnsafeCell};
 use std::ffi::{CStr, CString};
 use std::ops::Range;
 use std::ptr::NonNull;
-use std::sync::Once;
+use std::sync::{Arc, Once};
 use std::time::Instant;
 
 use inkwell::llvm_sys::error::{LLVMDisposeErrorMessage, LLVMErrorRef, LLVMGetErrorMessage};
@@ -114,7 +114,7 @@ pub struct Native {
     /// `step` deferred gradients to `materialize`; nothing has read `grads` since.
     pending: Cell<bool>,
     /// Where each slot lives in the buffers.
-    layout: Buffers,
+    layout: Arc<Buffers>,
     /// The buffers in slot order, for readers of every slot ([`Native::slot_values`]), made
     /// when first asked for after the buffers changed (unless `layout` is in place).
     in_slot_order: UnsafeCell<(Vec<f64>, Vec<f64>)>,

@@ -56,6 +56,16 @@ impl Affine {
         Slot((self.base + self.stride * t as i64) as u32)
     }
 
+    /// `counts` (repetitions of the nests around, outermost first) with each level this
+    /// sequence does not move along cut to one repetition (where it has any): every
+    /// repetition of such a level reaches the same slots (a weight the copies of a batch
+    /// share, read once per copy).
+    pub fn moving_counts(&self, counts: &[u32]) -> Vec<u32> {
+        (counts.iter().zip(&self.outer))
+            .map(|(&count, &step)| if step == 0 { count.min(1) } else { count })
+            .collect()
+    }
+
     /// The sequence in repetition `js` of the nests around (outermost first; missing
     /// levels are 0), those nests removed.
     pub fn in_repetition(self, js: &[u32]) -> Affine {
@@ -347,9 +357,11 @@ pub struct Access {
 }
 
 impl Access {
-    /// Calls `f` on every slot, inside nests of `counts` repetitions (outermost first).
+    /// Calls `f` on every slot the access reaches inside nests of `counts` repetitions
+    /// (outermost first): once per repetition of the nests it moves along
+    /// ([`Affine::moving_counts`]), so a slot every copy of a batch reads is told of once.
     pub fn for_each_slot(&self, counts: &[u32], mut f: impl FnMut(Slot)) {
-        every_rep(counts, self.len, |t, js| {
+        every_rep(&self.at.moving_counts(counts), self.len, |t, js| {
             f(self.at.at_levels(t, js));
             true
         });

@@ -82,8 +82,7 @@ impl Buffers {
         if !leaves_in_place {
             return Buffers::slot_by_slot(tape.len());
         }
-        compact
-            .with_lined_rows(tape, items)
+        (compact.with_lined_rows(tape, items))
             .and_then(|lined| lined.laid_out(kept, items, leaves))
             .or_else(|| compact.laid_out(kept, items, leaves))
             .unwrap_or_else(|| Buffers::slot_by_slot(tape.len()))
@@ -93,7 +92,7 @@ impl Buffers {
     /// where it has them, as far as that keeps every loop affine: a run whose layout breaks
     /// a loop falls back (its boundary elements stay where they were, then so does the run),
     /// until none does. `None` if not even slot order keeps every loop affine.
-    fn laid_out(&self, kept: &[bool], items: &[Item], leaves: usize) -> Option<Buffers> {
+    fn laid_out(mut self, kept: &[bool], items: &[Item], leaves: usize) -> Option<Buffers> {
         let runs = NestRun::all(items);
         let in_runs = self.in_runs(&runs);
         let mut layouts = vec![RunLayout::WithBoundaries; runs.len()];
@@ -101,19 +100,31 @@ impl Buffers {
         // have changed (all, the first time).
         let mut changed = 0..self.address.len();
         loop {
-            let (buffers, mover) = self.item_by_item(&runs, &in_runs, &layouts, leaves);
-            let broken = buffers.unaffine_accesses(kept, items, changed);
+            let (moves, ends) = self.item_by_item(&runs, &in_runs, &layouts, leaves);
+            // (Moved in place, and back if a loop breaks: an address per slot is millions
+            // of them for a batch of copies.)
+            let before: Vec<u32> = (moves.iter())
+                .map(|m| std::mem::replace(&mut self.address[m.slot as usize], m.address))
+                .collect();
+            let broken = self.unaffine_accesses(kept, items, changed);
             if broken.is_empty() {
-                return Some(buffers);
+                self.in_place &= moves.iter().zip(&before).all(|(m, &b)| m.address == b);
+                self.ends = ends;
+                return Some(self);
             }
+            for (m, &b) in moves.iter().zip(&before).rev() {
+                self.address[m.slot as usize] = b;
+            }
+            let mut mover: Vec<(u32, u32)> = moves.iter().map(|m| (m.slot, m.run)).collect();
+            mover.sort_unstable();
+            let mover_of = |s: usize| {
+                let found = mover.binary_search_by_key(&(s as u32), |&(slot, _)| slot);
+                found.ok().map(|k| mover[k].1)
+            };
             let mut movers = Vec::new();
             for slots in broken {
                 let before = movers.len();
-                movers.extend(
-                    (slots.into_iter())
-                        .filter_map(|s| mover.get(s).copied())
-                        .filter(|&r| r != NOT_MOVED),
-                );
+                movers.extend(slots.into_iter().filter_map(mover_of));
                 if movers.len() == before {
                     // No run moved the slots of this loop: slot order breaks it too.
                     return None;
@@ -124,10 +135,12 @@ impl Buffers {
             for &r in &movers {
                 layouts[r as usize] = layouts[r as usize].fallback();
             }
-            let moved_by = |s: &usize| movers.binary_search(&mover[*s]).is_ok();
-            let first = (0..mover.len()).find(moved_by).unwrap_or(0);
-            let last = (0..mover.len()).rev().find(moved_by).unwrap_or(0);
-            changed = first..last + 1;
+            let fell_back = (moves.iter())
+                .filter(|m| movers.binary_search(&m.run).is_ok())
+                .map(|m| m.slot as usize);
+            let (first, last) =
+                fell_back.fold((usize::MAX, 0), |(lo, hi), s| (lo.min(s), hi.max(s)));
+            changed = first.min(last)..last + 1;
         }
     }
 
@@ -205,12 +218,13 @@ impl Buffers {
         }
     }
 
-    /// These buffers with each nest's values laid out item by item as `layouts` says (a
+    /// The moves that lay out each nest's values item by item as `layouts` says (a
     /// nest's repetitions tile a run of slots, one repetition every `stride` slots: its
     /// values, and any leaf the graph made among them, such as a constant written inline;
     /// the run's kept slots take the run's addresses transposed, each offset's slot in
-    /// every repetition side by side, then the next offset's), and per slot the run that
-    /// moved it. So what lanes read and write across repetitions is one vector, and a loop
+    /// every repetition side by side, then the next offset's), each with the run that made
+    /// it, and the addresses of the boundary elements laid out beside runs (below), sorted.
+    /// So what lanes read and write across repetitions is one vector, and a loop
     /// over a nest's outputs (a readout over a layer's activations, a sum over a batch's
     /// losses) reads adjacent numbers, where one repetition after the other puts them
     /// `stride` apart.
@@ -227,10 +241,11 @@ impl Buffers {
         in_runs: &[bool],
         layouts: &[RunLayout],
         leaves: usize,
-    ) -> (Buffers, Vec<u32>) {
+    ) -> (Vec<Move>, Vec<u32>) {
         let slots = self.address.len();
-        let mut address = self.address.clone();
-        let mut mover = vec![NOT_MOVED; slots];
+        let mut moves: Vec<Move> = Vec::new();
+        // Boundary elements moved so far (the slots of runs are `in_runs`).
+        let mut boundaries = std::collections::HashSet::new();
         let mut ends = Vec::new();
         for (r, NestRun { run, count, outer }) in runs.iter().enumerate() {
             if layouts[r] == RunLayout::InPlace {
@@ -249,7 +264,7 @@ impl Buffers {
                             && (0..stride as usize).all(|o| {
                                 let s = start as usize + o;
                                 !in_runs[s]
-                                    && mover[s] == NOT_MOVED
+                                    && !boundaries.contains(&s)
                                     && self.held[s] == self.held[first + o]
                             })
                     })
@@ -277,27 +292,24 @@ impl Buffers {
                 if addresses.windows(2).any(|w| w[0] > w[1]) {
                     addresses.sort_unstable();
                 }
+                // (The repetitions past either end hold the boundary elements.)
+                let inner = first as i64..first as i64 + count * stride;
                 for (&s, a) in moved.iter().zip(addresses) {
-                    address[s] = a;
-                    mover[s] = r as u32;
-                }
-                for rep in [-1, count].into_iter().filter(|rep| reps.contains(rep)) {
-                    let start = (first as i64 + rep * stride) as usize;
-                    let held = (start..start + stride as usize).filter(|&s| self.held[s]);
-                    ends.extend(held.map(|s| address[s]));
+                    if !inner.contains(&(s as i64)) {
+                        boundaries.insert(s);
+                        ends.push(a);
+                    }
+                    moves.push(Move {
+                        slot: s as u32,
+                        address: a,
+                        run: r as u32,
+                    });
                 }
                 true
             });
         }
         ends.sort_unstable();
-        let buffers = Buffers {
-            in_place: self.in_place && address == self.address,
-            address,
-            held: self.held.clone(),
-            len: self.len,
-            ends,
-        };
-        (buffers, mover)
+        (moves, ends)
     }
 
     /// The buffers' length: how many slots they hold.
@@ -446,8 +458,9 @@ impl Buffers {
                     continue;
                 }
                 let (a, mapped) = (access.at, self.affine(access.at));
-                // Slots and addresses computed per repetition, then moved by their strides.
-                every_repetition(&counts, |js| {
+                // Slots and addresses computed per repetition, then moved by their strides;
+                // (a level the slots do not move along has the same ones in every repetition.)
+                every_repetition(&a.moving_counts(&counts), |js| {
                     let (s0, m0) = (
                         a.at_levels(0, js).0 as i64,
                         mapped.at_levels(0, js).0 as i64,
@@ -521,8 +534,12 @@ impl NestRun {
     }
 }
 
-/// In [`Buffers::item_by_item`]'s record of which run moved each slot: none did.
-const NOT_MOVED: u32 = u32::MAX;
+/// A slot [`Buffers::item_by_item`] moves: to `address`, by run `run`.
+struct Move {
+    slot: u32,
+    address: u32,
+    run: u32,
+}
 
 /// How [`Buffers::item_by_item`] lays out a run.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -39,6 +39,7 @@ mod verify;
 mod tests;
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use crate::passes::loops::{Item, Schedule};
 use crate::tape::Tape;
@@ -67,8 +68,9 @@ pub struct Plan {
     pub local_values: local::Locals,
     /// The loop operands that read one constant wherever they run ([`constants`]).
     pub constants: constants::Constants,
-    /// Where each slot lives in the buffers (see [`Buffers`]).
-    pub buffers: Buffers,
+    /// Where each slot lives in the buffers (see [`Buffers`]): shared with the compiled code,
+    /// which keeps it (an address per slot: millions for a batch of copies).
+    pub buffers: Arc<Buffers>,
     /// Where backward's gradients live (see [`GradMemory`]).
     pub grads: GradMemory,
     /// `step`'s own backward, if it pays (else `step` calls the four passes).
@@ -117,7 +119,7 @@ impl Plan {
         let split = split::find(tape, &functions, &buffers, step.as_ref());
         let plan = Plan {
             split,
-            buffers,
+            buffers: Arc::new(buffers),
             kept,
             local_values,
             constants,
