@@ -9,6 +9,7 @@
 //! anything else.
 
 use std::collections::HashSet;
+use std::num::NonZeroU32;
 
 use crate::passes::lanes::{vertical_map, VERTICAL_BLOCK};
 use crate::passes::loops::{
@@ -24,8 +25,9 @@ pub struct GradMemory {
     /// Loops read or accumulate its gradient in memory.
     pub in_loops: Vec<bool>,
     /// The backward function whose straight-line code stores its gradient first (the one
-    /// with the highest index), or [`NONE`].
-    first_store: Vec<u32>,
+    /// with the highest index), plus one (so that `None` is 0: a batch of copies has
+    /// millions of slots, and a page of zeros costs nothing until written).
+    first_store: Vec<Option<NonZeroU32>>,
     /// Whether a loop starts its gradient from 0 itself: then nothing zeroes the slot first.
     whole: Vec<Whole>,
     /// The loop operands that store their first additions ([`Whole::Stored`]).
@@ -34,8 +36,6 @@ pub struct GradMemory {
     /// ([`crate::plan::local`]).
     pub local: Locals,
 }
-
-const NONE: u32 = u32::MAX;
 
 /// How a loop starts a gradient from 0 itself (never a param's, whose gradients accumulate
 /// across `backward` calls, or the loss's).
@@ -98,12 +98,10 @@ impl GradMemory {
                 *m &= !f;
             }
         }
-        let mut first_store = vec![NONE; tape.len()];
+        let mut first_store = vec![None; tape.len()];
         for (k, function) in functions.iter().enumerate().rev() {
             let mut touch = |s: Slot| {
-                if first_store[s.index()] == NONE {
-                    first_store[s.index()] = k as u32;
-                }
+                first_store[s.index()].get_or_insert(NonZeroU32::MIN.saturating_add(k as u32));
             };
             for item in function.iter().rev() {
                 // A sum cut into parts is differentiated whole by its last part.
@@ -175,7 +173,7 @@ impl GradMemory {
     /// Where `s`'s gradient starts in backward function `function` (`step`'s if `step`).
     pub fn start(&self, tape: &Tape, s: Slot, function: usize, step: bool) -> GradStart {
         let stored_before =
-            self.first_store[s.index()] != NONE && self.first_store[s.index()] as usize > function;
+            self.first_store[s.index()].is_some_and(|k| k.get() as usize > function + 1);
         let is_param = s.index() < tape.num_params();
         let accumulated = is_param && !step && Some(s) != tape.loss();
         let in_memory = self.zeroed(tape, s, step) || self.whole[s.index()] != Whole::No;
@@ -199,7 +197,7 @@ impl GradMemory {
         step: Option<&StepPlan>,
     ) -> (bool, Vec<bool>) {
         let stored = |s: usize| {
-            self.in_loops[s] || self.first_store[s] != NONE || step.is_some_and(|p| p.fused[s])
+            self.in_loops[s] || self.first_store[s].is_some() || step.is_some_and(|p| p.fused[s])
         };
         let loss_needs_one = tape.loss().is_some_and(|l| !stored(l.index()));
         let p = if step.is_some() { 0 } else { tape.num_params() };
