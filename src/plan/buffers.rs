@@ -115,16 +115,19 @@ impl Buffers {
             for (m, &b) in moves.iter().zip(&before).rev() {
                 self.address[m.slot as usize] = b;
             }
-            let mut mover: Vec<(u32, u32)> = moves.iter().map(|m| (m.slot, m.run)).collect();
-            mover.sort_unstable();
-            let mover_of = |s: usize| {
-                let found = mover.binary_search_by_key(&(s as u32), |&(slot, _)| slot);
-                found.ok().map(|k| mover[k].1)
-            };
+            // Per slot, the run that moved it.
+            let mut mover = vec![NOT_MOVED; self.address.len()];
+            for m in &moves {
+                mover[m.slot as usize] = m.run;
+            }
             let mut movers = Vec::new();
             for slots in broken {
                 let before = movers.len();
-                movers.extend(slots.into_iter().filter_map(mover_of));
+                movers.extend(
+                    (slots.into_iter())
+                        .filter_map(|s| mover.get(s).copied())
+                        .filter(|&r| r != NOT_MOVED),
+                );
                 if movers.len() == before {
                     // No run moved the slots of this loop: slot order breaks it too.
                     return None;
@@ -243,9 +246,11 @@ impl Buffers {
         leaves: usize,
     ) -> (Vec<Move>, Vec<u32>) {
         let slots = self.address.len();
-        let mut moves: Vec<Move> = Vec::new();
-        // Boundary elements moved so far (the slots of runs are `in_runs`).
-        let mut boundaries = std::collections::HashSet::new();
+        // (At most every held slot moves; pages reserved and not reached cost nothing.)
+        let mut moves: Vec<Move> = Vec::with_capacity(self.len as usize);
+        // Boundary elements moved so far (the slots of runs are `in_runs`): zeros but where
+        // a chain has them.
+        let mut boundaries = vec![false; slots];
         let mut ends = Vec::new();
         for (r, NestRun { run, count, outer }) in runs.iter().enumerate() {
             if layouts[r] == RunLayout::InPlace {
@@ -264,7 +269,7 @@ impl Buffers {
                             && (0..stride as usize).all(|o| {
                                 let s = start as usize + o;
                                 !in_runs[s]
-                                    && !boundaries.contains(&s)
+                                    && !boundaries[s]
                                     && self.held[s] == self.held[first + o]
                             })
                     })
@@ -296,7 +301,7 @@ impl Buffers {
                 let inner = first as i64..first as i64 + count * stride;
                 for (&s, a) in moved.iter().zip(addresses) {
                     if !inner.contains(&(s as i64)) {
-                        boundaries.insert(s);
+                        boundaries[s] = true;
                         ends.push(a);
                     }
                     moves.push(Move {
@@ -533,6 +538,9 @@ impl NestRun {
         runs
     }
 }
+
+/// In [`Buffers::laid_out`]'s record of which run moved each slot: none did.
+const NOT_MOVED: u32 = u32::MAX;
 
 /// A slot [`Buffers::item_by_item`] moves: to `address`, by run `run`.
 struct Move {
