@@ -3,7 +3,7 @@
 //! A [`Value`] is a cheap `Copy` handle (graph reference + node id). Building a value appends a
 //! node to its graph's arena, so operands always precede their users: the arena is already in
 //! topological order, and nothing here (or later) needs recursion. As nodes are appended, the
-//! graph notes where they repeat the ones before them ([`repeats`]).
+//! graph notes where they repeat the ones before them (`repeats.rs`).
 
 mod repeats;
 
