@@ -366,23 +366,27 @@ impl Buffers {
         self.held[s]
     }
 
-    /// Per address, `which` of its slot.
-    pub fn compact(&self, which: &[bool]) -> Vec<bool> {
+    /// Per address, whether `which` holds of its slot, among the first `slots` (asked of
+    /// held slots only: no per-slot array in between, a batch of copies has millions).
+    fn compact(&self, slots: usize, which: impl Fn(usize) -> bool) -> Vec<bool> {
         let mut out = vec![false; self.buffer_len()];
-        for (s, &w) in which.iter().enumerate() {
-            if w && self.holds(s) {
-                out[self.address[s] as usize] = true;
-            }
+        for s in (0..slots).filter(|&s| self.holds(s) && which(s)) {
+            out[self.address[s] as usize] = true;
         }
         out
     }
 
-    /// Per address, `which` of its slot ([`Buffers::compact`]), with every gap among the
-    /// params set where the addresses on both sides of it are: a gap holds a 0 that no code
-    /// reads, so zeroing or updating it with its neighbours changes nothing and keeps their
-    /// run whole (one loop or `memset` over a lined matrix, not one per row).
-    pub fn compact_bridged(&self, tape: &Tape, which: &[bool]) -> Vec<bool> {
-        let mut out = self.compact(which);
+    /// Per address, whether `which` holds of its slot (among the first `slots`), with every
+    /// gap among the params set where the addresses on both sides of it are: a gap holds a
+    /// 0 that no code reads, so zeroing or updating it with its neighbours changes nothing
+    /// and keeps their run whole (one loop or `memset` over a lined matrix, not one per row).
+    pub fn compact_bridged(
+        &self,
+        tape: &Tape,
+        slots: usize,
+        which: impl Fn(usize) -> bool,
+    ) -> Vec<bool> {
+        let mut out = self.compact(slots, which);
         let end = self.params_len(tape).min(out.len());
         let mut held = vec![false; end];
         for &a in &self.address[..tape.num_params()] {

@@ -156,14 +156,10 @@ impl GradMemory {
         self.whole_at(slot) == Whole::Stored
     }
 
-    /// The gradients backward's first function zeroes: those loops accumulate, params
-    /// excepted (they accumulate across `backward` calls) but in `step` (they start at 0;
-    /// `step`'s fused params are not in the loops' set).
-    pub fn zeroed_first(&self, tape: &Tape, step: bool) -> Vec<bool> {
-        tape.slots().map(|s| self.zeroed(tape, s, step)).collect()
-    }
-
-    fn zeroed(&self, tape: &Tape, s: Slot, step: bool) -> bool {
+    /// Whether backward's first function zeroes `s`'s gradient: those loops accumulate,
+    /// params excepted (they accumulate across `backward` calls) but in `step` (they start
+    /// at 0; `step`'s fused params are not in the loops' set).
+    pub fn zeroed(&self, tape: &Tape, s: Slot, step: bool) -> bool {
         self.in_loops[s.index()]
             && self.whole[s.index()] == Whole::No
             && !self.local.is_local(s)
@@ -186,34 +182,30 @@ impl GradMemory {
         }
     }
 
-    /// What backward's last function must still write: whether the loss's gradient needs
-    /// its 1 (a loss no node computes), and the kept gradients nothing stores, which must
-    /// read 0 (params only in `step`; `step`'s fused params are stored by their loops; never
-    /// a dropped one, [`Tape::drops_grad`]).
-    pub fn unstored(
-        &self,
-        tape: &Tape,
-        kept: &[bool],
-        step: Option<&StepPlan>,
-    ) -> (bool, Vec<bool>) {
-        let stored = |s: usize| {
-            self.in_loops[s] || self.first_store[s].is_some() || step.is_some_and(|p| p.fused[s])
-        };
-        let loss_needs_one = tape.loss().is_some_and(|l| !stored(l.index()));
+    /// Whether backward's last function must write the loss's gradient, 1: a loss no node
+    /// computes.
+    pub fn loss_needs_one(&self, tape: &Tape, step: Option<&StepPlan>) -> bool {
+        tape.loss().is_some_and(|l| !self.stored(l.index(), step))
+    }
+
+    /// Whether backward's last function must zero slot `s`'s gradient: a kept gradient
+    /// nothing stores, which must read 0 (params only in `step`; `step`'s fused params are
+    /// stored by their loops; never a dropped one, [`Tape::drops_grad`]).
+    pub fn unstored(&self, tape: &Tape, kept: &[bool], step: Option<&StepPlan>, s: usize) -> bool {
         let p = if step.is_some() { 0 } else { tape.num_params() };
+        let slot = Slot(s as u32);
         // (Not a dropped gradient: the program keeps none, and zeroing one per constant made
         // at every use costs a pass over them per backward.)
-        let zero = (0..tape.len())
-            .map(|s| {
-                let slot = Slot(s as u32);
-                s >= p
-                    && kept[s]
-                    && !stored(s)
-                    && Some(slot) != tape.loss()
-                    && !tape.drops_grad(slot)
-            })
-            .collect();
-        (loss_needs_one, zero)
+        s >= p
+            && kept[s]
+            && !self.stored(s, step)
+            && Some(slot) != tape.loss()
+            && !tape.drops_grad(slot)
+    }
+
+    /// Whether a loop or a function stores slot `s`'s gradient.
+    fn stored(&self, s: usize, step: Option<&StepPlan>) -> bool {
+        self.in_loops[s] || self.first_store[s].is_some() || step.is_some_and(|p| p.fused[s])
     }
 }
 

@@ -415,7 +415,9 @@ fn marked_slots(seed: u64, which: fn(&GradMemory, i64) -> bool) -> (Tape, Vec<us
     let g = Graph::new();
     copies_of_two_layers(&g, seed);
     let (tape, plan) = planned(&g);
-    let zeroed = plan.grads.zeroed_first(&tape, false);
+    let zeroed = (tape.slots())
+        .map(|s| plan.grads.zeroed(&tape, s, false))
+        .collect::<Vec<_>>();
     let marked = (0..tape.len())
         .filter(|&s| which(&plan.grads, s as i64))
         .collect();
@@ -456,7 +458,9 @@ fn a_rollouts_state_is_stored_by_its_first_addition_not_zeroed() {
     let g = Graph::new();
     rollout(&g, 8, 40);
     let (tape, plan) = planned(&g);
-    let zeroed = plan.grads.zeroed_first(&tape, false);
+    let zeroed = (tape.slots())
+        .map(|s| plan.grads.zeroed(&tape, s, false))
+        .collect::<Vec<_>>();
     let in_loops = plan.grads.in_loops.iter().filter(|&&l| l).count();
     let stored: Vec<usize> = (0..tape.len())
         .filter(|&s| plan.grads.stored_slot(s as i64))
@@ -612,12 +616,12 @@ fn a_layers_rows_start_on_cache_lines() {
         }
         // Zeroing or updating every param walks one run, gaps and all; leaving the first
         // layer's weights out leaves their gaps out too.
-        let every = b.compact_bridged(&tape, &vec![true; p]);
+        let every = b.compact_bridged(&tape, p, |_| true);
         let lined_end = at(NIN * hidden - 1) + 1;
         assert!(every[..lined_end].iter().all(|&x| x), "hidden {hidden}");
         let mut but_weights = vec![true; p];
         but_weights[first..first + NIN * hidden].fill(false);
-        let some = b.compact_bridged(&tape, &but_weights);
+        let some = b.compact_bridged(&tape, p, |s| but_weights[s]);
         assert!(
             some[at(0)..lined_end].iter().all(|&x| !x),
             "hidden {hidden}"

@@ -652,9 +652,9 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
     fn backward_init(&self, prefix: &str, steps: bool) -> Emit<FunctionValue<'ctx>> {
         let f = self.begin_function(&format!("{prefix}_init"), &[], false);
         let (_, grads) = self.buffers(f);
-        let zeroed = self.plan.grads.zeroed_first(self.tape, steps);
-        self.zero_grads_where(grads, &zeroed)?;
-        if let Some(loss) = self.tape.loss().filter(|l| zeroed[l.index()]) {
+        let zeroed = |s: usize| self.plan.grads.zeroed(self.tape, Slot(s as u32), steps);
+        self.zero_grads_where(grads, self.tape.len(), zeroed)?;
+        if let Some(loss) = self.tape.loss().filter(|l| zeroed(l.index())) {
             self.store_slot(grads, loss, self.f64_type.const_float(1.0))?;
         }
         self.builder.build_return(None)?;
@@ -667,11 +667,12 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         let f = self.begin_function(&format!("{prefix}_rest"), &[], false);
         let (_, grads) = self.buffers(f);
         let step = self.plan.step.as_ref().filter(|_| steps);
-        let (loss_needs_one, zero) = self.plan.grads.unstored(self.tape, &self.plan.kept, step);
-        if let Some(loss) = self.tape.loss().filter(|_| loss_needs_one) {
+        let memory = &self.plan.grads;
+        if let Some(loss) = (self.tape.loss()).filter(|_| memory.loss_needs_one(self.tape, step)) {
             self.store_slot(grads, loss, self.f64_type.const_float(1.0))?;
         }
-        self.zero_grads_where(grads, &zero)?;
+        let zero = |s| memory.unstored(self.tape, &self.plan.kept, step, s);
+        self.zero_grads_where(grads, self.tape.len(), zero)?;
         self.builder.build_return(None)?;
         Ok(f)
     }
@@ -782,15 +783,20 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         IrArith::new(&self.builder, &self.module, self.f64_type, &self.math)
     }
 
-    /// Zeroes the gradients of the slots where `which` is true, in a loop where runs repeat
-    /// at a stride ([`repeated_runs`]): a run of up to [`INLINE_ZEROS`] slots as stores of
-    /// zero vectors, a longer one as a memset (which code generation makes a call to the C
-    /// library's above a few hundred bytes: in a loop over 100 copies that call cost more
-    /// than the stores).
-    fn zero_grads_where(&self, grads: PointerValue<'ctx>, which: &[bool]) -> Emit<()> {
+    /// Zeroes the gradients of the slots (among the first `slots`) where `which` holds, in
+    /// a loop where runs repeat at a stride ([`repeated_runs`]): a run of up to
+    /// [`INLINE_ZEROS`] slots as stores of zero vectors, a longer one as a memset (which code
+    /// generation makes a call to the C library's above a few hundred bytes: in a loop over
+    /// 100 copies that call cost more than the stores).
+    fn zero_grads_where(
+        &self,
+        grads: PointerValue<'ctx>,
+        slots: usize,
+        which: impl Fn(usize) -> bool,
+    ) -> Emit<()> {
         let zero = self.context.i8_type().const_zero();
         let i64t = self.context.i64_type();
-        for block in repeated_runs(&self.plan.buffers.compact_bridged(self.tape, which)) {
+        for block in repeated_runs(&self.plan.buffers.compact_bridged(self.tape, slots, which)) {
             let stride = i64t.const_int(block.stride as u64, false);
             let no_carried: &[FloatValue<'ctx>] = &[];
             self.emit_loop(block.count, false, no_carried, |this, c, _| {

@@ -545,8 +545,8 @@ impl<'ctx> Emitter<'ctx, '_> {
         let lr = f.get_nth_param(2).unwrap().into_float_value();
         lr.set_name("lr");
         let params = self.tape.num_params();
-        let which: Vec<bool> = (0..params).map(|s| !skip.is_some_and(|k| k[s])).collect();
-        let mut updated = self.plan.buffers.compact_bridged(self.tape, &which);
+        let which = |s: usize| !skip.is_some_and(|k| k[s]);
+        let mut updated = self.plan.buffers.compact_bridged(self.tape, params, which);
         updated.truncate(self.plan.buffers.params_len(self.tape));
         let mut a = 0;
         while a < updated.len() {
@@ -604,9 +604,7 @@ impl<'ctx> Emitter<'ctx, '_> {
     fn zero_param_grads(&self, name: &str) -> Emit<Part<'ctx>> {
         let f = self.begin_function(name, &[], false);
         let (_, grads) = self.buffers(f);
-        let mut params = vec![false; self.tape.len()];
-        params[..self.tape.num_params()].fill(true);
-        self.zero_grads_where(grads, &params)?;
+        self.zero_grads_where(grads, self.tape.num_params(), |_| true)?;
         self.builder.build_return(None)?;
         Ok(Part {
             f,
