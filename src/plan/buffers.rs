@@ -100,25 +100,28 @@ impl Buffers {
         // have changed (all, the first time).
         let mut changed = 0..self.address.len();
         loop {
-            let (moves, ends) = self.item_by_item(&runs, &in_runs, &layouts, leaves);
-            // (Moved in place, and back if a loop breaks: an address per slot is millions
-            // of them for a batch of copies.)
-            let before: Vec<u32> = (moves.iter())
-                .map(|m| std::mem::replace(&mut self.address[m.slot as usize], m.address))
-                .collect();
+            let (mut moves, ends) = self.item_by_item(&runs, &in_runs, &layouts, leaves);
+            // (Moved in place, each move keeping the address it replaced, and back if a loop
+            // breaks: an address per slot is millions of them for a batch of copies.)
+            let mut in_place = self.in_place;
+            for m in &mut moves.moves {
+                let new = m.address;
+                m.address = std::mem::replace(&mut self.address[m.slot as usize], new);
+                in_place &= m.address == new;
+            }
             let broken = self.unaffine_accesses(kept, items, changed);
             if broken.is_empty() {
-                self.in_place &= moves.iter().zip(&before).all(|(m, &b)| m.address == b);
+                self.in_place = in_place;
                 self.ends = ends;
                 return Some(self);
             }
-            for (m, &b) in moves.iter().zip(&before).rev() {
-                self.address[m.slot as usize] = b;
+            for m in moves.moves.iter().rev() {
+                self.address[m.slot as usize] = m.address;
             }
             // Per slot, the run that moved it.
             let mut mover = vec![NOT_MOVED; self.address.len()];
-            for m in &moves {
-                mover[m.slot as usize] = m.run;
+            for (r, run) in moves.by_run().enumerate() {
+                run.iter().for_each(|m| mover[m.slot as usize] = r as u32);
             }
             let mut movers = Vec::new();
             for slots in broken {
@@ -138,9 +141,9 @@ impl Buffers {
             for &r in &movers {
                 layouts[r as usize] = layouts[r as usize].fallback();
             }
-            let fell_back = (moves.iter())
-                .filter(|m| movers.binary_search(&m.run).is_ok())
-                .map(|m| m.slot as usize);
+            let fell_back = (moves.by_run().enumerate())
+                .filter(|&(r, _)| movers.binary_search(&(r as u32)).is_ok())
+                .flat_map(|(_, run)| run.iter().map(|m| m.slot as usize));
             let (first, last) =
                 fell_back.fold((usize::MAX, 0), |(lo, hi), s| (lo.min(s), hi.max(s)));
             changed = first.min(last)..last + 1;
@@ -244,16 +247,20 @@ impl Buffers {
         in_runs: &[bool],
         layouts: &[RunLayout],
         leaves: usize,
-    ) -> (Vec<Move>, Vec<u32>) {
+    ) -> (Moves, Vec<u32>) {
         let slots = self.address.len();
         // (At most every held slot moves; pages reserved and not reached cost nothing.)
-        let mut moves: Vec<Move> = Vec::with_capacity(self.len as usize);
+        let mut moves = Moves {
+            moves: Vec::with_capacity(self.len as usize),
+            run_ends: Vec::with_capacity(runs.len()),
+        };
         // Boundary elements moved so far (the slots of runs are `in_runs`): zeros but where
         // a chain has them.
         let mut boundaries = vec![false; slots];
         let mut ends = Vec::new();
         for (r, NestRun { run, count, outer }) in runs.iter().enumerate() {
             if layouts[r] == RunLayout::InPlace {
+                moves.run_ends.push(moves.moves.len());
                 continue;
             }
             let (stride, count) = (run.stride as i64, *count as i64);
@@ -304,14 +311,14 @@ impl Buffers {
                         boundaries[s] = true;
                         ends.push(a);
                     }
-                    moves.push(Move {
+                    moves.moves.push(Move {
                         slot: s as u32,
                         address: a,
-                        run: r as u32,
                     });
                 }
                 true
             });
+            moves.run_ends.push(moves.moves.len());
         }
         ends.sort_unstable();
         (moves, ends)
@@ -546,11 +553,25 @@ impl NestRun {
 /// In [`Buffers::laid_out`]'s record of which run moved each slot: none did.
 const NOT_MOVED: u32 = u32::MAX;
 
-/// A slot [`Buffers::item_by_item`] moves: to `address`, by run `run`.
+/// The slots [`Buffers::item_by_item`] moves, run by run.
+struct Moves {
+    moves: Vec<Move>,
+    /// Per run: where its moves end.
+    run_ends: Vec<usize>,
+}
+
+/// A slot moved to `address` (once moved, the address it had).
 struct Move {
     slot: u32,
     address: u32,
-    run: u32,
+}
+
+impl Moves {
+    /// Each run's moves, in run order.
+    fn by_run(&self) -> impl Iterator<Item = &[Move]> {
+        let starts = std::iter::once(0).chain(self.run_ends.iter().copied());
+        starts.zip(&self.run_ends).map(|(a, &b)| &self.moves[a..b])
+    }
 }
 
 /// How [`Buffers::item_by_item`] lays out a run.
