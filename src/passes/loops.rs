@@ -429,8 +429,11 @@ impl Schedule {
         for item in &self.items {
             let _ = item.try_for_each_flat(&mut |flat, js| {
                 if let Item::Dot(d) = flat {
-                    for t in 0..d.products.len {
-                        kept[d.products.out.at_levels(t, js).index()] = false;
+                    // (A dot's products mostly lie side by side: one fill, not a write each.)
+                    let (out, len) = (d.products.out.in_repetition(js), d.products.len);
+                    match out.stride {
+                        1 => kept[out.at(0).index()..][..len as usize].fill(false),
+                        _ => (0..len).for_each(|t| kept[out.at(t).index()] = false),
                     }
                 }
                 Ok::<(), ()>(())
