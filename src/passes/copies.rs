@@ -92,7 +92,7 @@ fn dots_fuse_everywhere(tape: &Tape, nest: &Item) -> bool {
     let uses = &tape.consumers().uses;
     nest.try_for_each_flat(&mut |item, js| match item {
         Item::Dot(d)
-            if (0..d.products.len).any(|t| uses[d.products.out.at_levels(t, js).index()] != 1) =>
+            if (d.products.out.slots_in(js, d.products.len)).any(|s| uses[s.index()] != 1) =>
         {
             Err(())
         }

@@ -89,6 +89,13 @@ impl Affine {
         self.in_repetition(js).at(t)
     }
 
+    /// The slots of iterations `0..len` in repetition `js` of the nests around (the
+    /// repetition located once, not per iteration).
+    pub fn slots_in(self, js: &[u32], len: u32) -> impl Iterator<Item = Slot> {
+        let a = self.in_repetition(js);
+        (0..len).map(move |t| a.at(t))
+    }
+
     /// The same sequence inside a new outermost nest, each of whose repetitions moves it by
     /// `step`.
     pub fn nested(self, step: i64) -> Affine {
@@ -361,8 +368,8 @@ impl Access {
     /// (outermost first): once per repetition of the nests it moves along
     /// ([`Affine::moving_counts`]), so a slot every copy of a batch reads is told of once.
     pub fn for_each_slot(&self, counts: &[u32], mut f: impl FnMut(Slot)) {
-        every_rep(&self.at.moving_counts(counts), self.len, |t, js| {
-            f(self.at.at_levels(t, js));
+        every_repetition(&self.at.moving_counts(counts), |js| {
+            self.at.slots_in(js, self.len).for_each(&mut f);
             true
         });
     }
@@ -429,11 +436,8 @@ impl Schedule {
         for item in &self.items {
             let _ = item.try_for_each_flat(&mut |flat, js| {
                 if let Item::Dot(d) = flat {
-                    // (A dot's products mostly lie side by side: one fill, not a write each.)
-                    let (out, len) = (d.products.out.in_repetition(js), d.products.len);
-                    match out.stride {
-                        1 => kept[out.at(0).index()..][..len as usize].fill(false),
-                        _ => (0..len).for_each(|t| kept[out.at(t).index()] = false),
+                    for s in d.products.out.slots_in(js, d.products.len) {
+                        kept[s.index()] = false;
                     }
                 }
                 Ok::<(), ()>(())
