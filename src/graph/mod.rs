@@ -28,6 +28,13 @@ pub(crate) struct Node {
     pub args_len: u32,
 }
 
+impl Node {
+    /// Its operands, among the arena's `args`.
+    pub fn args<'a>(&self, args: &'a [NodeId]) -> &'a [NodeId] {
+        &args[self.args_start as usize..(self.args_start + self.args_len) as usize]
+    }
+}
+
 /// The arena behind a [`Graph`]. Read by the tape builder; never exposed.
 #[derive(Default)]
 pub(crate) struct GraphData {
@@ -48,7 +55,7 @@ pub(crate) struct GraphData {
 
 impl GraphData {
     pub fn args_of(&self, node: &Node) -> &[NodeId] {
-        &self.args[node.args_start as usize..(node.args_start + node.args_len) as usize]
+        node.args(&self.args)
     }
 
     pub fn arena(&self) -> Arena<'_> {

@@ -57,8 +57,7 @@ pub(crate) struct Arena<'a> {
 
 impl Arena<'_> {
     fn args(&self, i: u32) -> &[NodeId] {
-        let node = &self.nodes[i as usize];
-        &self.args[node.args_start as usize..(node.args_start + node.args_len) as usize]
+        self.nodes[i as usize].args(self.args)
     }
 
     /// Whether node `i` repeats node `i - period` ([`Run`]).

@@ -103,8 +103,7 @@ fn liveness_over_copies(g: &GraphData, start: usize, period: usize, count: u32) 
         if f & LIVE == 0 || node.op.is_leaf() {
             continue;
         }
-        let second = g.args_of(&g.nodes[i + period]);
-        for (&a, &a_second) in g.args_of(node).iter().zip(second) {
+        for (a, a_second) in operands_and_second(g, i, period) {
             let by = a_second as i64 - a as i64;
             let own = a as usize >= start;
             let last = a as i64 + by * (count as i64 - 1);
@@ -367,8 +366,7 @@ impl<'g> Sweep<'g> {
         let mut strided = Vec::new();
         let copies = self.copies.as_ref().expect("copies");
         for i in first_copy.filter(|&i| self.flags[i] & LIVE != 0) {
-            let second = g.args_of(&g.nodes[i + period]);
-            for (&a, &a_second) in g.args_of(&g.nodes[i]).iter().zip(second) {
+            for (a, a_second) in operands_and_second(g, i, period) {
                 if (a as usize) < start && a != a_second {
                     let stride = copies.stride(Slot(self.slot_of.get(a)))?;
                     strided.push((a, a_second as i64 - a as i64, stride));
@@ -484,6 +482,19 @@ impl<'g> Sweep<'g> {
             self.nodes.push(stored);
         }
     }
+}
+
+/// Node `i`'s operands, each with the same operand of the node a copy (`period`) later.
+fn operands_and_second(
+    g: &GraphData,
+    i: usize,
+    period: usize,
+) -> impl Iterator<Item = (u32, u32)> + '_ {
+    let second = g.args_of(&g.nodes[i + period]);
+    g.args_of(&g.nodes[i])
+        .iter()
+        .copied()
+        .zip(second.iter().copied())
 }
 
 fn leaf(op: Op, grad: Grad) -> TapeNode {
