@@ -16,7 +16,7 @@ use std::time::Instant;
 use crate::error::{Error, Result};
 use crate::graph::Graph;
 use crate::passes::{layout, loops as recovery};
-use crate::plan::{Plan, PlanOptions, ZeroSkipping};
+use crate::plan::{PerSlot, Plan, PlanOptions, ZeroSkipping};
 use crate::program::Backend;
 use crate::tape::{Slot, Tape};
 use emit::LazyEntry;
@@ -458,9 +458,10 @@ impl JitBuilder {
         let (values, grads) = (&plan.local_values, &plan.grads.local);
         let kept = match values.count() {
             0 => plan.kept.clone(),
-            _ => (tape.slots())
-                .map(|s| plan.kept[s.index()] && !values.is_local(s))
-                .collect(),
+            // (Every slot stored: locals are not known to be alike in every copy.)
+            _ => PerSlot::from_fn(tape.len(), None, |s| {
+                plan.kept.get(s) && !values.is_local(Slot(s as u32))
+            }),
         };
         let local_grads = match grads.count() {
             0 => Vec::new(),
@@ -516,7 +517,7 @@ impl JitBuilder {
 pub struct Jit {
     tape: Tape,
     /// Per slot: whether the buffers hold its value ([`Plan::kept`], but local values).
-    kept: Vec<bool>,
+    kept: PerSlot<bool>,
     /// Per slot: whether its gradient lives in registers ([`crate::plan::local`]); empty
     /// where none does.
     local_grads: Vec<bool>,
@@ -628,7 +629,7 @@ impl Backend for Jit {
         self.native.buffers_mut()
     }
     fn keeps(&self, slot: Slot) -> bool {
-        self.kept.get(slot.index()).copied().unwrap_or(true)
+        slot.index() >= self.kept.len() || self.kept.get(slot.index())
     }
     fn keeps_grad(&self, slot: Slot) -> bool {
         let local = self.local_grads.get(slot.index()).copied().unwrap_or(false);

@@ -428,25 +428,6 @@ pub struct Schedule {
     pub loop_nodes: usize,
 }
 
-impl Schedule {
-    /// Per slot: whether its value and gradient reach the buffers. Everything does but the
-    /// products of [`DotLoop`]s.
-    pub fn kept(&self, tape: &Tape) -> Vec<bool> {
-        let mut kept = vec![true; tape.len()];
-        for item in &self.items {
-            let _ = item.try_for_each_flat(&mut |flat, js| {
-                if let Item::Dot(d) = flat {
-                    for s in d.products.out.slots_in(js, d.products.len) {
-                        kept[s.index()] = false;
-                    }
-                }
-                Ok::<(), ()>(())
-            });
-        }
-        kept
-    }
-}
-
 /// Runs shorter than this stay straight-line: a loop's overhead would not pay.
 pub const MIN_RUN: u32 = 8;
 

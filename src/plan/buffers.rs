@@ -37,18 +37,38 @@
 
 use std::ops::Range;
 
+use std::num::NonZeroU32;
+
 use super::lanes::may_run_in_lanes;
+use super::per_slot::{Alike, PerSlot};
 use crate::aligned::AlignedBuf;
 use crate::passes::loops::{every_repetition, AccessKind, Affine, Item};
 use crate::tape::{Slot, Tape};
+
+/// Per slot: whether the buffers hold it. Every slot is but the products of fused dots, which
+/// the code keeps in registers.
+pub fn kept(tape: &Tape, items: &[Item], alike: Option<&Alike>) -> PerSlot<bool> {
+    let mut kept = PerSlot::new(tape.len(), alike, true);
+    for item in Alike::first_two(alike, items) {
+        let _ = item.try_for_each_flat(&mut |flat, js| {
+            if let Item::Dot(d) = flat {
+                for s in d.products.out.slots_in(js, d.products.len) {
+                    kept.set(s.index(), false);
+                }
+            }
+            Ok::<(), ()>(())
+        });
+    }
+    kept
+}
 
 /// The address of each slot in the values and gradients buffers.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Buffers {
     /// Per slot: its address (a slot the buffers do not hold: the next held one's).
-    address: Vec<u32>,
+    address: PerSlot<u32>,
     /// Per slot: whether the buffers hold it.
-    held: Vec<bool>,
+    held: PerSlot<bool>,
     /// How many slots they hold.
     len: u32,
     /// Whether every slot is at its own address (known when laid out, asked on every
@@ -63,73 +83,116 @@ impl Buffers {
     /// Kept slots side by side, each nest's values item by item, if every loop's addresses
     /// stay affine; else kept slots in slot order, if that keeps them affine; else every
     /// slot at its own.
-    pub fn new(tape: &Tape, kept: &[bool], items: &[Item]) -> Buffers {
-        let mut address = Vec::with_capacity(kept.len());
-        let mut n = 0u32;
-        for &k in kept {
-            address.push(n);
-            n += k as u32;
-        }
-        let compact = Buffers {
-            in_place: n as usize == kept.len(),
-            address,
-            held: kept.to_vec(),
-            len: n,
-            ends: Vec::new(),
+    pub fn new(
+        tape: &Tape,
+        kept: &PerSlot<bool>,
+        items: &[Item],
+        alike: Option<&Alike>,
+    ) -> Buffers {
+        let slot_by_slot = || Buffers::slot_by_slot(tape.len(), alike);
+        let Some(compact) = Buffers::compact(kept, alike) else {
+            return slot_by_slot();
         };
         let leaves = tape.num_params() + tape.num_inputs();
-        let leaves_in_place = (0..leaves).all(|s| compact.address[s] as usize == s);
+        let leaves_in_place = (0..leaves).all(|s| compact.address.get(s) as usize == s);
         if !leaves_in_place {
-            return Buffers::slot_by_slot(tape.len());
+            return slot_by_slot();
         }
         (compact.with_lined_rows(tape, items))
-            .and_then(|lined| lined.laid_out(kept, items, leaves))
-            .or_else(|| compact.laid_out(kept, items, leaves))
-            .unwrap_or_else(|| Buffers::slot_by_slot(tape.len()))
+            .and_then(|lined| lined.laid_out(kept, items, leaves, alike))
+            .or_else(|| compact.laid_out(kept, items, leaves, alike))
+            .unwrap_or_else(slot_by_slot)
+    }
+
+    /// The kept slots side by side in slot order (a slot's address: how many kept slots come
+    /// before it); `None` if copies 0 and 1 keep differently many.
+    fn compact(kept: &PerSlot<bool>, alike: Option<&Alike>) -> Option<Buffers> {
+        let mut address = PerSlot::new(kept.len(), alike, 0u32);
+        let ruled = kept.ruled_slots();
+        // Where copies 1 and 2 start, in the buffers.
+        let (mut copy1, mut copy2) = (0, 0);
+        let mut n = 0u32;
+        for s in kept.stored_slots() {
+            if s == ruled.end && !ruled.is_empty() {
+                n += (copy2 - copy1) * (alike?.count() - 2);
+            }
+            address.set(s, n);
+            n += kept.get(s) as u32;
+            if let Some(a) = alike {
+                if s + 1 == a.copy(1).start as usize {
+                    copy1 = n;
+                } else if s + 1 == a.copy(2).start as usize {
+                    copy2 = n;
+                    if copy2 - copy1 != copy1 - address.get(a.copy(0).start as usize) {
+                        return None;
+                    }
+                }
+            }
+        }
+        if !ruled.is_empty() && ruled.end == kept.len() {
+            n += (copy2 - copy1) * (alike?.count() - 2);
+        }
+        Some(Buffers {
+            in_place: n as usize == kept.len(),
+            address,
+            held: kept.clone(),
+            len: n,
+            ends: Vec::new(),
+        })
     }
 
     /// These buffers with each nest's values item by item, each with its boundary elements
     /// where it has them, as far as that keeps every loop affine: a run whose layout breaks
     /// a loop falls back (its boundary elements stay where they were, then so does the run),
     /// until none does. `None` if not even slot order keeps every loop affine.
-    fn laid_out(mut self, kept: &[bool], items: &[Item], leaves: usize) -> Option<Buffers> {
-        let runs = NestRun::all(items);
-        let in_runs = self.in_runs(&runs);
+    fn laid_out(
+        mut self,
+        kept: &PerSlot<bool>,
+        items: &[Item],
+        leaves: usize,
+        alike: Option<&Alike>,
+    ) -> Option<Buffers> {
+        let runs = NestRun::all(items, alike);
+        let in_runs = self.in_runs(&runs, alike);
         let mut layouts = vec![RunLayout::WithBoundaries; runs.len()];
         // Slots whose addresses the last fallback changed: only loops reaching them can
         // have changed (all, the first time).
         let mut changed = 0..self.address.len();
         loop {
-            let (mut moves, ends) = self.item_by_item(&runs, &in_runs, &layouts, leaves);
+            let (mut moves, ends) = self.item_by_item(&runs, &in_runs, &layouts, leaves, alike);
             // (Moved in place, each move keeping the address it replaced, and back if a loop
             // breaks: an address per slot is millions of them for a batch of copies.)
             let mut in_place = self.in_place;
             for m in &mut moves.moves {
                 let new = m.address;
-                m.address = std::mem::replace(&mut self.address[m.slot as usize], new);
+                m.address = self.address.get(m.slot as usize);
+                self.address.set(m.slot as usize, new);
                 in_place &= m.address == new;
             }
-            let broken = self.unaffine_accesses(kept, items, changed);
+            let broken = self.unaffine_accesses(kept, items, changed, alike);
             if broken.is_empty() {
                 self.in_place = in_place;
                 self.ends = ends;
                 return Some(self);
             }
             for m in moves.moves.iter().rev() {
-                self.address[m.slot as usize] = m.address;
+                self.address.set(m.slot as usize, m.address);
             }
-            // Per slot, the run that moved it.
-            let mut mover = vec![NOT_MOVED; self.address.len()];
+            // Per slot, the run that moved it (its index + 1).
+            let mut mover: PerSlot<Option<NonZeroU32>> =
+                PerSlot::new(self.address.len(), alike, None);
             for (r, run) in moves.by_run().enumerate() {
-                run.iter().for_each(|m| mover[m.slot as usize] = r as u32);
+                let r = NonZeroU32::new(r as u32 + 1);
+                run.iter().for_each(|m| mover.set(m.slot as usize, r));
             }
             let mut movers = Vec::new();
             for slots in broken {
                 let before = movers.len();
                 movers.extend(
                     (slots.into_iter())
-                        .filter_map(|s| mover.get(s).copied())
-                        .filter(|&r| r != NOT_MOVED),
+                        .filter(|&s| s < mover.len())
+                        .filter_map(|s| mover.get(s))
+                        .map(|r| r.get() - 1),
                 );
                 if movers.len() == before {
                     // No run moved the slots of this loop: slot order breaks it too.
@@ -153,8 +216,10 @@ impl Buffers {
     /// Where params end: they (and the gaps [`Buffers::with_lined_rows`] leaves among them)
     /// are at addresses `0..params_len`, the inputs right after.
     pub fn params_len(&self, tape: &Tape) -> usize {
-        let after = self.address.get(tape.num_params());
-        after.map_or(self.buffer_len(), |&a| a as usize)
+        match tape.num_params() < self.address.len() {
+            true => self.address.get(tape.num_params()) as usize,
+            false => self.buffer_len(),
+        }
     }
 
     /// These buffers with the rows of the param matrices that nests read across their repetitions
@@ -183,14 +248,14 @@ impl Buffers {
                     next = next.next_multiple_of(LINE);
                     for r in 0..m.rows {
                         for c in 0..m.row {
-                            address[s + r * m.row + c] = next + (r * row + c) as u32;
+                            address.set(s + r * m.row + c, next + (r * row + c) as u32);
                         }
                     }
                     next += (m.rows * row) as u32;
                     s += m.rows * m.row;
                 }
                 None => {
-                    address[s] = next;
+                    address.set(s, next);
                     next += 1;
                     s += 1;
                 }
@@ -201,9 +266,7 @@ impl Buffers {
             return None;
         }
         let shift = params_len - p as u32;
-        for a in &mut address[p..] {
-            *a += shift;
-        }
+        address.update_from(p, |a| *a += shift);
         Some(Buffers {
             address,
             held: self.held.clone(),
@@ -214,10 +277,10 @@ impl Buffers {
     }
 
     /// Every slot at its own address.
-    pub fn slot_by_slot(slots: usize) -> Buffers {
+    pub fn slot_by_slot(slots: usize, alike: Option<&Alike>) -> Buffers {
         Buffers {
-            address: (0..slots as u32).collect(),
-            held: vec![true; slots],
+            address: PerSlot::from_fn(slots, alike, |s| s as u32),
+            held: PerSlot::new(slots, alike, true),
             len: slots as u32,
             in_place: true,
             ends: Vec::new(),
@@ -244,9 +307,10 @@ impl Buffers {
     fn item_by_item(
         &self,
         runs: &[NestRun],
-        in_runs: &[bool],
+        in_runs: &PerSlot<bool>,
         layouts: &[RunLayout],
         leaves: usize,
+        alike: Option<&Alike>,
     ) -> (Moves, Vec<u32>) {
         let slots = self.address.len();
         // (At most every held slot moves; pages reserved and not reached cost nothing.)
@@ -256,7 +320,7 @@ impl Buffers {
         };
         // Boundary elements moved so far (the slots of runs are `in_runs`): zeros but where
         // a chain has them.
-        let mut boundaries = vec![false; slots];
+        let mut boundaries = PerSlot::new(slots, alike, false);
         let mut ends = Vec::new();
         for (r, NestRun { run, count, outer }) in runs.iter().enumerate() {
             if layouts[r] == RunLayout::InPlace {
@@ -275,9 +339,9 @@ impl Buffers {
                             && start + stride <= slots as i64
                             && (0..stride as usize).all(|o| {
                                 let s = start as usize + o;
-                                !in_runs[s]
-                                    && !boundaries[s]
-                                    && self.held[s] == self.held[first + o]
+                                !in_runs.get(s)
+                                    && !boundaries.get(s)
+                                    && self.held.get(s) == self.held.get(first + o)
                             })
                     })
             };
@@ -291,15 +355,15 @@ impl Buffers {
                         reps.clone()
                             .map(move |rep| (first as i64 + rep * stride + offset) as usize)
                     })
-                    .filter(|&s| self.held.get(s) == Some(&true))
+                    .filter(|&s| s < slots && self.held.get(s))
                     .collect();
                 // The run's addresses, in order: in slot order they are already (the held
                 // slots after the params take increasing addresses).
                 let lo = (first as i64 + reps.start * stride) as usize;
                 let hi = (first as i64 + reps.end * stride) as usize;
                 let mut addresses: Vec<u32> = (lo..hi.min(slots))
-                    .filter(|&s| self.held[s])
-                    .map(|s| self.address[s])
+                    .filter(|&s| self.held.get(s))
+                    .map(|s| self.address.get(s))
                     .collect();
                 if addresses.windows(2).any(|w| w[0] > w[1]) {
                     addresses.sort_unstable();
@@ -308,7 +372,7 @@ impl Buffers {
                 let inner = first as i64..first as i64 + count * stride;
                 for (&s, a) in moved.iter().zip(addresses) {
                     if !inner.contains(&(s as i64)) {
-                        boundaries[s] = true;
+                        boundaries.set(s, true);
                         ends.push(a);
                     }
                     moves.moves.push(Move {
@@ -331,7 +395,7 @@ impl Buffers {
 
     /// The address of slot `s` (of a kept slot; an unkept one gets the next kept one's).
     pub fn address(&self, s: Slot) -> usize {
-        self.address[s.index()] as usize
+        self.address.get(s.index()) as usize
     }
 
     /// Whether `address` holds a chain's end element laid out beside a run's repetitions:
@@ -352,7 +416,7 @@ impl Buffers {
         let mut out = AlignedBuf::zeros(self.buffer_len());
         crate::program::for_each_initial_value(tape, |s, x| {
             if self.holds(s.index()) {
-                out[self.address[s.index()] as usize] = x;
+                out[self.address(s)] = x;
             }
         });
         out
@@ -363,22 +427,33 @@ impl Buffers {
         out.clear();
         let slots = self.address.len();
         out.extend((0..slots).map(|s| match self.holds(s) {
-            true => laid_out[self.address[s] as usize],
+            true => laid_out[self.address.get(s) as usize],
             false => 0.0,
         }));
     }
 
     /// Whether the buffers hold slot `s`.
     fn holds(&self, s: usize) -> bool {
-        self.held[s]
+        self.held.get(s)
     }
 
     /// Per address, whether `which` holds of its slot, among the first `slots` (asked of
     /// held slots only: no per-slot array in between, a batch of copies has millions).
-    fn compact(&self, slots: usize, which: impl Fn(usize) -> bool) -> Vec<bool> {
+    /// (Asked of the stored slots only: copies `2..` are copy 1, moved.)
+    fn per_address(&self, slots: usize, which: impl Fn(usize) -> bool) -> Vec<bool> {
         let mut out = vec![false; self.buffer_len()];
-        for s in (0..slots).filter(|&s| self.holds(s) && which(s)) {
-            out[self.address[s] as usize] = true;
+        let ruled = self.held.ruled_slots();
+        for s in (self.held.stored_slots().take_while(|&s| s < slots))
+            .filter(|&s| self.holds(s) && which(s))
+        {
+            out[self.address.get(s) as usize] = true;
+            for s in self
+                .held
+                .in_later_copies(s)
+                .take_while(|&s| s < slots.min(ruled.end))
+            {
+                out[self.address.get(s) as usize] = true;
+            }
         }
         out
     }
@@ -393,11 +468,11 @@ impl Buffers {
         slots: usize,
         which: impl Fn(usize) -> bool,
     ) -> Vec<bool> {
-        let mut out = self.compact(slots, which);
+        let mut out = self.per_address(slots, which);
         let end = self.params_len(tape).min(out.len());
         let mut held = vec![false; end];
-        for &a in &self.address[..tape.num_params()] {
-            held[a as usize] = true;
+        for s in 0..tape.num_params() {
+            held[self.address.get(s) as usize] = true;
         }
         let mut a = 0;
         while a < end {
@@ -424,8 +499,8 @@ impl Buffers {
         let at = |s: i64| -> i64 {
             usize::try_from(s)
                 .ok()
-                .and_then(|s| self.address.get(s))
-                .map_or(s, |&addr| addr as i64)
+                .filter(|&s| s < self.address.len())
+                .map_or(s, |s| self.address.get(s) as i64)
         };
         let base = at(a.base);
         let mut out = a;
@@ -442,14 +517,14 @@ impl Buffers {
     }
 
     /// Per slot, whether one of `runs` holds it (`in_runs` of [`Buffers::item_by_item`]).
-    fn in_runs(&self, runs: &[NestRun]) -> Vec<bool> {
+    fn in_runs(&self, runs: &[NestRun], alike: Option<&Alike>) -> PerSlot<bool> {
         let slots = self.address.len();
-        let mut in_runs = vec![false; slots];
+        let mut in_runs = PerSlot::new(slots, alike, false);
         for NestRun { run, count, outer } in runs {
             every_repetition(outer, |js| {
                 if let Some(first) = run.first(js) {
                     let end = (first + *count as usize * run.stride).min(slots);
-                    in_runs[first..end].fill(true);
+                    in_runs.fill(first..end, true);
                 }
                 true
             });
@@ -462,12 +537,13 @@ impl Buffers {
     /// measured from); empty if every one is. Only sequences with a slot within `changed`.
     fn unaffine_accesses(
         &self,
-        kept: &[bool],
+        kept: &PerSlot<bool>,
         items: &[Item],
         changed: Range<usize>,
+        alike: Option<&Alike>,
     ) -> Vec<Vec<usize>> {
         let mut found = Vec::new();
-        for item in items {
+        for (k, item) in items.iter().enumerate() {
             for (access, counts) in item.nested_accesses() {
                 let (lo, hi) = access.at.bounds(access.len, &counts);
                 if hi < changed.start as i64 || lo >= changed.end as i64 {
@@ -476,14 +552,14 @@ impl Buffers {
                 let (a, mapped) = (access.at, self.affine(access.at));
                 // Slots and addresses computed per repetition, then moved by their strides;
                 // (a level the slots do not move along has the same ones in every repetition.)
-                every_repetition(&a.moving_counts(&counts), |js| {
+                every_repetition(&Alike::counts(alike, k, a, &counts), |js| {
                     let (s0, m0) = (
                         a.at_levels(0, js).0 as i64,
                         mapped.at_levels(0, js).0 as i64,
                     );
                     let affine = (0..access.len as i64).all(|t| {
                         let s = (s0 + a.stride * t) as usize;
-                        kept[s] && self.address[s] as i64 == m0 + mapped.stride * t
+                        kept.get(s) && self.address.get(s) as i64 == m0 + mapped.stride * t
                     });
                     if affine {
                         return true;
@@ -530,10 +606,11 @@ struct NestRun {
 impl NestRun {
     /// The runs of the flat nests of `items` whose repetitions may run in lanes. A nest whose
     /// repetitions depend on each other (a rollout's steps) runs one after the other: its
-    /// values stay together.
-    fn all(items: &[Item]) -> Vec<NestRun> {
+    /// values stay together. (In a batch's copies, the nests around a run count the first two
+    /// copies only: the others are laid out as they are.)
+    fn all(items: &[Item], alike: Option<&Alike>) -> Vec<NestRun> {
         let mut runs = Vec::new();
-        for item in items {
+        for (k, item) in items.iter().enumerate() {
             for_each_flat_nest(item, &[], &mut |nest, outer| {
                 if let Some(run) =
                     Run::of(nest, outer.len()).filter(|_| may_run_in_lanes(nest, outer))
@@ -541,7 +618,7 @@ impl NestRun {
                     runs.push(NestRun {
                         run,
                         count: nest.count,
-                        outer: outer.to_vec(),
+                        outer: Alike::outer_counts(alike, k, outer),
                     });
                 }
             });
@@ -549,9 +626,6 @@ impl NestRun {
         runs
     }
 }
-
-/// In [`Buffers::laid_out`]'s record of which run moved each slot: none did.
-const NOT_MOVED: u32 = u32::MAX;
 
 /// The slots [`Buffers::item_by_item`] moves, run by run.
 struct Moves {

@@ -16,7 +16,7 @@ use crate::passes::loops::{
     every_rep, every_repetition, Access, AccessKind, Affine, Item, Lanes, MapLoop, SumLoop,
 };
 use crate::plan::local::Locals;
-use crate::plan::StepPlan;
+use crate::plan::{PerSlot, StepPlan};
 use crate::tape::{Consumers, Slot, Tape};
 
 /// The gradients' places, per slot.
@@ -191,13 +191,19 @@ impl GradMemory {
     /// Whether backward's last function must zero slot `s`'s gradient: a kept gradient
     /// nothing stores, which must read 0 (params only in `step`; `step`'s fused params are
     /// stored by their loops; never a dropped one, [`Tape::drops_grad`]).
-    pub fn unstored(&self, tape: &Tape, kept: &[bool], step: Option<&StepPlan>, s: usize) -> bool {
+    pub fn unstored(
+        &self,
+        tape: &Tape,
+        kept: &PerSlot<bool>,
+        step: Option<&StepPlan>,
+        s: usize,
+    ) -> bool {
         let p = if step.is_some() { 0 } else { tape.num_params() };
         let slot = Slot(s as u32);
         // (Not a dropped gradient: the program keeps none, and zeroing one per constant made
         // at every use costs a pass over them per backward.)
         s >= p
-            && kept[s]
+            && kept.get(s)
             && !self.stored(s, step)
             && Some(slot) != tape.loss()
             && !tape.drops_grad(slot)

@@ -30,6 +30,7 @@ pub mod lanes;
 pub mod local;
 pub mod memory;
 pub mod order;
+pub mod per_slot;
 pub mod shared;
 pub mod split;
 pub mod step;
@@ -46,6 +47,7 @@ use crate::tape::Tape;
 
 pub use buffers::Buffers;
 pub use memory::GradMemory;
+pub use per_slot::{Alike, PerSlot};
 pub use step::{
     StepPlan, TrainPlan, ZeroSkip, ZeroSkipping, GUARD_FINITE, GUARD_NO_NEGATIVE_ZERO,
     GUARD_WAIT_SHIFT,
@@ -61,8 +63,8 @@ pub struct Plan {
     /// the entry points): runs of consecutive functions that together cover them all.
     pub modules: Vec<Range<usize>>,
     /// Per slot: whether its value and gradient reach the buffers. Everything does but the
-    /// products of fused dots.
-    pub kept: Vec<bool>,
+    /// products of fused dots ([`buffers::kept`]).
+    pub kept: PerSlot<bool>,
     /// The values a repetition keeps in its forward function's scratch, which the code
     /// never stores ([`local`]; `kept` still says where a slot has room in the buffers).
     pub local_values: local::Locals,
@@ -100,12 +102,22 @@ impl Plan {
     /// ([`Plan::verify`]). A schedule that does not compute the tape (each non-leaf slot
     /// once, in order, as the tape says) is an [`crate::Error::InvalidPlan`].
     pub fn new(tape: &Tape, schedule: &Schedule, options: PlanOptions) -> crate::Result<Plan> {
+        Plan::with_copies(tape, schedule, options, Alike::of(tape, &schedule.items))
+    }
+
+    /// [`Plan::new`], storing copies `2..` of `alike` once (every slot, with `None`).
+    fn with_copies(
+        tape: &Tape,
+        schedule: &Schedule,
+        options: PlanOptions,
+        alike: Option<Alike>,
+    ) -> crate::Result<Plan> {
         verify::verify_shapes(&schedule.items, tape)?;
-        let kept = schedule.kept(tape);
+        let kept = buffers::kept(tape, &schedule.items, alike.as_ref());
         // Before the lanes, which pay where their slots' addresses are adjacent. (Cutting
         // the items into functions cuts straight-line runs and wide sums only: every loop
         // keeps its accesses.)
-        let buffers = Buffers::new(tape, &kept, &schedule.items);
+        let buffers = Buffers::new(tape, &kept, &schedule.items, alike.as_ref());
         let items: Vec<Item> = schedule
             .items
             .iter()

@@ -391,7 +391,7 @@ fn a_nests_values_lie_item_by_item_in_the_buffers() {
     }
     let kept: Vec<_> = values
         .iter()
-        .filter(|(a, _)| plan.kept[a.at.at(0).index()])
+        .filter(|(a, _)| plan.kept.get(a.at.at(0).index()))
         .collect();
     // The first step's nest and the nest in the other steps' nest: each neuron's 3 input
     // terms, its sum and its tanh.
@@ -548,15 +548,15 @@ fn buffers_hold_kept_slots_side_by_side_where_loops_stay_affine() {
         grad_args: vec![false],
         operands_from_last: false,
     })];
-    let kept = |unkept: &[usize]| -> Vec<bool> { (0..14).map(|s| !unkept.contains(&s)).collect() };
+    let kept = |unkept: &[usize]| super::PerSlot::from_fn(14, None, |s| !unkept.contains(&s));
     // One slot not kept after each read: the reads stay affine, 2 addresses apart.
-    let regular = Buffers::new(&tape, &kept(&[3, 6, 9]), &items);
+    let regular = Buffers::new(&tape, &kept(&[3, 6, 9]), &items, None);
     assert_eq!(regular.buffer_len(), 11);
     assert!((0..2).all(|s| regular.address(Slot(s)) == s as usize));
     assert_eq!(regular.affine(at(2, 3)), at(2, 2));
     assert_eq!(regular.affine(at(11, 1)), at(8, 1));
     // Two after the first read only: addresses 2, 3, 6, not affine: slot by slot.
-    let irregular = Buffers::new(&tape, &kept(&[3, 4]), &items);
+    let irregular = Buffers::new(&tape, &kept(&[3, 4]), &items, None);
     assert_eq!(irregular.buffer_len(), 14);
     assert!(irregular.in_place());
 }
@@ -574,7 +574,8 @@ fn a_layers_rows_start_on_cache_lines() {
         let tape = Tape::from_graph(&g).unwrap();
         let s = schedule(&tape, true);
         let (tape, s) = layout::apply(tape, s).unwrap();
-        let b = super::Buffers::new(&tape, &s.kept(&tape), &s.items);
+        let kept = super::buffers::kept(&tape, &s.items, None);
+        let b = super::Buffers::new(&tape, &kept, &s.items, None);
         let p = tape.num_params();
         // The first layer's weights: input-major after the layout pass, the first
         // input's weight for every neuron, then the next input's. Where do they start?
@@ -660,7 +661,8 @@ fn lanes_decided_in_the_first_repetition_match_checking_every_one() {
         let tape = Tape::from_graph(&g).unwrap();
         let s = schedule(&tape, true);
         let (tape, s) = layout::apply(tape, s).unwrap();
-        let buffers = super::Buffers::new(&tape, &s.kept(&tape), &s.items);
+        let kept = super::buffers::kept(&tape, &s.items, None);
+        let buffers = super::Buffers::new(&tape, &kept, &s.items, None);
         let (mut once, mut each) = (Vec::new(), Vec::new());
         for item in &s.items {
             collect_lanes(&super::lanes::decide(item, &buffers), &mut once);
@@ -1002,4 +1004,94 @@ fn a_nest_over_copies_that_misses_a_copy_is_refused() {
     // One copy too few, or too many.
     assert!(tampered(&|n| n.count -= 1).is_err());
     assert!(tampered(&|n| n.count += 1).is_err());
+}
+
+/// `count` copies of a `nin`-`hidden`-`nout` MLP sharing params, each on inputs of its own,
+/// the loss their softmax cross-entropies' mean (a minibatch written as copies); with
+/// `shown`, copy `shown` shows its logits.
+fn minibatch_as_copies(g: &Graph, count: usize, sizes: [usize; 3], shown: Option<usize>) {
+    let mut rng = StdRng::seed_from_u64(11);
+    let hidden = Layer::new(g, sizes[0], sizes[1], Activation::Relu, &mut rng);
+    let readout = Layer::new(g, sizes[1], sizes[2], Activation::Linear, &mut rng);
+    let mut losses = Vec::new();
+    for b in 0..count {
+        let x = g.inputs_without_grad(sizes[0]);
+        let target = g.inputs_without_grad(sizes[2]);
+        let logits = readout.call(&hidden.call(&x).unwrap()).unwrap();
+        if shown == Some(b) {
+            for &y in &logits {
+                g.add_output(y).unwrap();
+            }
+        }
+        losses.push(crate::nn::softmax_cross_entropy(&logits, &target).unwrap());
+    }
+    g.set_loss(g.sum(&losses) * (1.0 / count as f64)).unwrap();
+}
+
+/// `count` copies of one tanh neuron on 12 inputs of its own, squared and summed: copies
+/// whose body holds no nest, so the buffers lay their values out across the copies.
+fn copies_of_a_neuron(g: &Graph, count: usize) {
+    let mut rng = StdRng::seed_from_u64(12);
+    let neuron = Layer::new(g, 12, 1, Activation::Tanh, &mut rng);
+    let scale = g.param(0.5).exp();
+    let terms: Vec<Value<'_>> = (0..count)
+        .map(|_| {
+            let y = neuron.call(&g.inputs_without_grad(12)).unwrap()[0] * scale;
+            y * y
+        })
+        .collect();
+    g.set_loss(g.sum(&terms)).unwrap();
+}
+
+/// A batch's copies stored once (copies `2..` ruled by copies 0 and 1, `PerSlot`) plan as
+/// storing every slot does: the same kept slots, addresses and per-address masks.
+#[test]
+fn copies_stored_once_plan_as_storing_every_slot() {
+    type Build<'a> = &'a dyn Fn(&Graph);
+    let builders: [(&str, Build); 5] = [
+        ("minibatch", &|g| {
+            minibatch_as_copies(g, 6, [12, 5, 3], None)
+        }),
+        ("wider", &|g| minibatch_as_copies(g, 9, [20, 10, 4], None)),
+        ("one copy shown", &|g| {
+            minibatch_as_copies(g, 6, [12, 5, 3], Some(3))
+        }),
+        ("a neuron", &|g| copies_of_a_neuron(g, 7)),
+        ("two layers", &|g| copies_of_two_layers(g, 5)),
+    ];
+    let options = PlanOptions {
+        chunk_size: 250,
+        fast_math: false,
+        zero_skipping: ZeroSkipping::Auto,
+    };
+    for (name, build) in builders {
+        let g = Graph::new();
+        build(&g);
+        let tape = Tape::from_graph(&g).unwrap();
+        let s = schedule(&tape, true);
+        let (tape, s) = layout::apply(tape, s).unwrap();
+        let alike = super::Alike::of(&tape, &s.items);
+        if name != "two layers" {
+            assert!(alike.is_some(), "{name}: copies run alike");
+        }
+        let once = Plan::with_copies(&tape, &s, options, alike).unwrap();
+        let every = Plan::with_copies(&tape, &s, options, None).unwrap();
+        let (a, b) = (&once.buffers, &every.buffers);
+        assert_eq!(a.buffer_len(), b.buffer_len(), "{name}");
+        assert_eq!(a.in_place(), b.in_place(), "{name}");
+        for s in tape.slots() {
+            assert_eq!(
+                once.kept.get(s.index()),
+                every.kept.get(s.index()),
+                "{name}: {s:?}"
+            );
+            assert_eq!(a.address(s), b.address(s), "{name}: {s:?}");
+        }
+        let grad = |s: usize| tape.needs_grad(Slot(s as u32));
+        assert_eq!(
+            a.compact_bridged(&tape, tape.len(), grad),
+            b.compact_bridged(&tape, tape.len(), grad),
+            "{name}"
+        );
+    }
 }
