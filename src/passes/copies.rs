@@ -86,19 +86,27 @@ fn strides_agree(copies: &Copies, nest: &Item) -> bool {
     })
 }
 
-/// Whether nothing but its sum reads any copy's products of a dot (the first copy's were
-/// checked when its dots fused).
+/// Whether nothing but its sum reads any copy's products of a dot: the first copy's were
+/// checked when its dots fused, and every copy's nodes read their own copy as the first's
+/// do, so only a node after the copies (or an output) could read another copy's product.
 fn dots_fuse_everywhere(tape: &Tape, nest: &Item) -> bool {
-    let uses = &tape.consumers().uses;
-    nest.try_for_each_flat(&mut |item, js| match item {
-        Item::Dot(d)
-            if (d.products.out.slots_in(js, d.products.len)).any(|s| uses[s.index()] != 1) =>
-        {
-            Err(())
-        }
-        _ => Ok(()),
-    })
-    .is_ok()
+    let Item::Nest(n) = nest else { return false };
+    let first_copy = Item::Nest(super::loops::Nest {
+        count: 1,
+        ..n.clone()
+    });
+    let consumers = tape.consumers();
+    first_copy
+        .try_for_each_flat(&mut |item, js| match item {
+            Item::Dot(d)
+                if (d.products.out.slots_in(js, d.products.len))
+                    .any(|s| consumers.uses(s) != 1 || consumers.read_after_the_copies(s)) =>
+            {
+                Err(())
+            }
+            _ => Ok(()),
+        })
+        .is_ok()
 }
 
 #[cfg(test)]

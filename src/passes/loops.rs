@@ -783,13 +783,13 @@ fn sum_loop_at(tape: &Tape, s: Slot) -> Option<SumLoop> {
 /// Fuses each map of `mul` followed by a sum whose last terms are exactly its products into
 /// a [`DotLoop`], when nothing else reads a product (no other node, output or loss).
 fn fuse_dots(tape: &Tape, items: Vec<Item>) -> Vec<Item> {
-    let uses = &tape.consumers().uses;
+    let consumers = tape.consumers();
     let mut out: Vec<Item> = Vec::with_capacity(items.len());
     for item in items {
         if let (Some(Item::Map(m)), Item::Sum(sum)) = (out.last(), &item) {
             let fusable = m.op == Op::Mul
                 && ends_with(sum, m)
-                && (0..m.len).all(|t| uses[m.out.at(t).index()] == 1);
+                && (0..m.len).all(|t| consumers.uses(m.out.at(t)) == 1);
             if fusable {
                 let products = m.clone();
                 out.pop();

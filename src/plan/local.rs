@@ -196,18 +196,19 @@ impl Finder<'_> {
                 read_back,
             } = readers.get(&key(m.out)).copied().unwrap_or_default();
             // (`Consumers` stops counting at 255.)
-            let all = |counted: &[u8], n: u32| {
+            let all = |counted: &dyn Fn(Slot) -> u8, n: u32| {
                 n < u8::MAX as u32
                     && every_repetition(counts, |js| {
-                        let s = m.out.at_levels(0, js).index();
-                        counted[s] as u32 == n && !self.outputs[s]
+                        let s = m.out.at_levels(0, js);
+                        counted(s) as u32 == n && !self.outputs[s.index()]
                     })
             };
-            if m.needs_grad && all(&consumers.grad_additions, additions) {
+            let grad_additions = |s| consumers.grad_additions(s);
+            if m.needs_grad && all(&grad_additions, additions) {
                 found.grads.insert(m.out, counts, function, lanes.backward);
             }
             let own_read_back = m.needs_grad && backward.out;
-            if !read_back && !own_read_back && all(&consumers.uses, uses) {
+            if !read_back && !own_read_back && all(&|s| consumers.uses(s), uses) {
                 found.values.insert(m.out, counts, function, lanes.forward);
             }
         }

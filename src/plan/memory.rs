@@ -231,7 +231,7 @@ impl Additions<'_> {
     /// per lane for [`Whole::Summed`].
     fn count(&self, s: Slot) -> u8 {
         match self.counted(s) {
-            true => self.tape.consumers().grad_additions[s.index()],
+            true => self.tape.consumers().grad_additions(s),
             false => 0,
         }
     }
@@ -239,7 +239,7 @@ impl Additions<'_> {
     /// The last node that adds (backward's first, in the interpreter's order), if any: for
     /// [`Whole::Stored`].
     fn last_consumer(&self, s: Slot) -> Option<u32> {
-        let last = self.tape.consumers().last_grad_consumer[s.index()];
+        let last = self.tape.consumers().last_grad_consumer(s);
         (self.counted(s) && last != Consumers::NONE).then_some(last)
     }
 }

@@ -138,9 +138,10 @@ pub fn plan(tape: &Tape, items: &[Item], zero_skipping: ZeroSkipping) -> Option<
 /// The params a lane loop adds into with one vector per group (unit stride across
 /// repetitions), that no other node reads in backward and that are not the loss.
 fn fused_updates(tape: &Tape, items: &[Item]) -> Vec<bool> {
-    let additions = &tape.consumers().grad_additions;
+    let consumers = tape.consumers();
     let p = tape.num_params();
-    let sole = |s: Slot| s.index() < p && additions[s.index()] == 1 && Some(s) != tape.loss();
+    let sole =
+        |s: Slot| s.index() < p && consumers.grad_additions(s) == 1 && Some(s) != tape.loss();
     let mut fused = vec![false; tape.len()];
     for item in items {
         let Item::Nest(nest) = item else { continue };

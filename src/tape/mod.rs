@@ -528,10 +528,7 @@ impl Tape {
             *s = moved(Slot(*s)).0;
         }
         if let Some(c) = self.consumers.get_mut() {
-            // Params read nothing: only their own entries move.
-            move_params(&mut c.uses, from);
-            move_params(&mut c.grad_additions, from);
-            move_params(&mut c.last_grad_consumer, from);
+            c.move_params(from);
         }
         // Every tape is verified when it is made, and permuting the params among their own
         // slots keeps every invariant: param `k` is where `param_slots[k]` says, operands
