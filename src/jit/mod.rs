@@ -458,14 +458,15 @@ impl JitBuilder {
         let (values, grads) = (&plan.local_values, &plan.grads.local);
         let kept = match values.count() {
             0 => plan.kept.clone(),
-            // (Every slot stored: locals are not known to be alike in every copy.)
-            _ => PerSlot::from_fn(tape.len(), None, |s| {
+            _ => PerSlot::from_fn(tape.len(), plan.alike.as_ref(), |s| {
                 plan.kept.get(s) && !values.is_local(Slot(s as u32))
             }),
         };
         let local_grads = match grads.count() {
-            0 => Vec::new(),
-            _ => tape.slots().map(|s| grads.is_local(s)).collect(),
+            0 => PerSlot::default(),
+            _ => PerSlot::from_fn(tape.len(), plan.alike.as_ref(), |s| {
+                grads.is_local(Slot(s as u32))
+            }),
         };
         Ok(Jit {
             kept,
@@ -520,7 +521,7 @@ pub struct Jit {
     kept: PerSlot<bool>,
     /// Per slot: whether its gradient lives in registers ([`crate::plan::local`]); empty
     /// where none does.
-    local_grads: Vec<bool>,
+    local_grads: PerSlot<bool>,
     native: Native,
     stats: JitStats,
     opt_level: OptLevel,
@@ -632,7 +633,7 @@ impl Backend for Jit {
         slot.index() >= self.kept.len() || self.kept.get(slot.index())
     }
     fn keeps_grad(&self, slot: Slot) -> bool {
-        let local = self.local_grads.get(slot.index()).copied().unwrap_or(false);
+        let local = slot.index() < self.local_grads.len() && self.local_grads.get(slot.index());
         self.keeps(slot) && !local && !self.tape.drops_grad(slot)
     }
     fn run_forward(&mut self) {

@@ -367,8 +367,14 @@ impl Access {
     /// Calls `f` on every slot the access reaches inside nests of `counts` repetitions
     /// (outermost first): once per repetition of the nests it moves along
     /// ([`Affine::moving_counts`]), so a slot every copy of a batch reads is told of once.
-    pub fn for_each_slot(&self, counts: &[u32], mut f: impl FnMut(Slot)) {
-        every_repetition(&self.at.moving_counts(counts), |js| {
+    pub fn for_each_slot(&self, counts: &[u32], f: impl FnMut(Slot)) {
+        self.for_each_slot_in(&self.at.moving_counts(counts), f);
+    }
+
+    /// Calls `f` on every slot the access reaches in every repetition of nests of `counts`
+    /// repetitions (outermost first), as many as they are.
+    pub fn for_each_slot_in(&self, counts: &[u32], mut f: impl FnMut(Slot)) {
+        every_repetition(counts, |js| {
             self.at.slots_in(js, self.len).for_each(&mut f);
             true
         });

@@ -543,7 +543,8 @@ impl Buffers {
         alike: Option<&Alike>,
     ) -> Vec<Vec<usize>> {
         let mut found = Vec::new();
-        for (k, item) in items.iter().enumerate() {
+        for item in items {
+            let around = Alike::around(alike, item);
             for (access, counts) in item.nested_accesses() {
                 let (lo, hi) = access.at.bounds(access.len, &counts);
                 if hi < changed.start as i64 || lo >= changed.end as i64 {
@@ -552,7 +553,7 @@ impl Buffers {
                 let (a, mapped) = (access.at, self.affine(access.at));
                 // Slots and addresses computed per repetition, then moved by their strides;
                 // (a level the slots do not move along has the same ones in every repetition.)
-                every_repetition(&Alike::counts(alike, k, a, &counts), |js| {
+                every_repetition(&Alike::counts(around, a, &counts), |js| {
                     let (s0, m0) = (
                         a.at_levels(0, js).0 as i64,
                         mapped.at_levels(0, js).0 as i64,
@@ -610,7 +611,8 @@ impl NestRun {
     /// copies only: the others are laid out as they are.)
     fn all(items: &[Item], alike: Option<&Alike>) -> Vec<NestRun> {
         let mut runs = Vec::new();
-        for (k, item) in items.iter().enumerate() {
+        for item in items {
+            let around = Alike::around(alike, item);
             for_each_flat_nest(item, &[], &mut |nest, outer| {
                 if let Some(run) =
                     Run::of(nest, outer.len()).filter(|_| may_run_in_lanes(nest, outer))
@@ -618,7 +620,7 @@ impl NestRun {
                     runs.push(NestRun {
                         run,
                         count: nest.count,
-                        outer: Alike::outer_counts(alike, k, outer),
+                        outer: Alike::outer_counts(around, outer),
                     });
                 }
             });

@@ -27,6 +27,7 @@ use std::collections::HashMap;
 
 use crate::op::BackwardReads;
 use crate::passes::loops::{every_repetition, Affine, Item, MapLoop};
+use crate::plan::{Alike, PerSlot};
 use crate::tape::{Slot, Tape};
 
 /// Slots of one kind (values or gradients) kept in their function's scratch.
@@ -38,17 +39,17 @@ pub struct Locals {
     /// Per function: how many elements its scratch has.
     scratch: Vec<u32>,
     /// Per slot: whether it is local.
-    slots: Vec<bool>,
+    slots: PerSlot<bool>,
     /// How many slots are local.
     count: usize,
 }
 
 impl Locals {
-    fn new(tape: &Tape, functions: usize) -> Locals {
+    fn new(tape: &Tape, functions: usize, alike: Option<&Alike>) -> Locals {
         Locals {
             place: HashMap::new(),
             scratch: vec![0; functions],
-            slots: vec![false; tape.len()],
+            slots: PerSlot::new(tape.len(), alike, false),
             count: 0,
         }
     }
@@ -66,7 +67,7 @@ impl Locals {
 
     /// Whether `slot` is local.
     pub fn is_local(&self, slot: Slot) -> bool {
-        self.slots.get(slot.index()).copied().unwrap_or(false)
+        slot.index() < self.slots.len() && self.slots.get(slot.index())
     }
 
     /// How many slots are local.
@@ -75,33 +76,41 @@ impl Locals {
     }
 
     /// Makes `out` (a map of one's output, in nests of `counts` repetitions, `lanes` of them
-    /// at a time) local to `function`: `lanes` elements of its scratch, one per lane. (Each
-    /// body item is visited once: no slot is inserted twice.)
-    fn insert(&mut self, out: Affine, counts: &[u32], function: usize, lanes: u32) {
+    /// at a time; `around`: the copies, if it lies in their nest) local to `function`:
+    /// `lanes` elements of its scratch, one per lane. (Each body item is visited once: no
+    /// slot is inserted twice.)
+    fn insert(
+        &mut self,
+        out: Affine,
+        counts: &[u32],
+        around: Option<&Alike>,
+        function: usize,
+        lanes: u32,
+    ) {
         self.place.insert(key(out), self.scratch[function]);
         self.scratch[function] += lanes;
-        every_repetition(counts, |js| {
-            self.slots[out.at_levels(0, js).index()] = true;
-            self.count += 1;
+        self.count += counts.iter().map(|&c| c as usize).product::<usize>();
+        every_repetition(&Alike::cut(around, out, counts), |js| {
+            self.slots.set(out.at_levels(0, js).index(), true);
             true
         });
     }
 }
 
-/// The local gradients and the local values of `functions`' nests.
-pub fn find(tape: &Tape, functions: &[Vec<Item>]) -> (Locals, Locals) {
+/// The local gradients and the local values of `functions`' nests (copies `2..` of `alike`
+/// stored once).
+pub fn find(tape: &Tape, functions: &[Vec<Item>], alike: Option<&Alike>) -> (Locals, Locals) {
     let mut found = Found {
-        grads: Locals::new(tape, functions.len()),
-        values: Locals::new(tape, functions.len()),
+        grads: Locals::new(tape, functions.len(), alike),
+        values: Locals::new(tape, functions.len(), alike),
     };
-    let mut outputs = vec![false; tape.len()];
-    for s in tape.outputs().iter().chain(&tape.loss()) {
-        outputs[s.index()] = true;
-    }
+    let mut outputs: Vec<Slot> = tape.outputs().iter().copied().chain(tape.loss()).collect();
+    outputs.sort_unstable();
     let finder = Finder { tape, outputs };
     for (k, function) in functions.iter().enumerate() {
         for item in function {
-            finder.visit(item, &mut Vec::new(), k, &mut found);
+            let around = Alike::around(alike, item);
+            finder.visit(item, &mut Vec::new(), (k, around), &mut found);
         }
     }
     (found.grads, found.values)
@@ -135,14 +144,20 @@ struct Lanes {
 
 struct Finder<'t> {
     tape: &'t Tape,
-    /// Per slot: an output or the loss (read from outside).
-    outputs: Vec<bool>,
+    /// The outputs and the loss (read from outside), sorted.
+    outputs: Vec<Slot>,
 }
 
 impl Finder<'_> {
     /// Finds the locals in `item`'s nests, inside nests of `counts` repetitions that run
-    /// one repetition at a time.
-    fn visit(&self, item: &Item, counts: &mut Vec<u32>, function: usize, found: &mut Found) {
+    /// one repetition at a time (`around`: the copies, if they lie in their nest).
+    fn visit(
+        &self,
+        item: &Item,
+        counts: &mut Vec<u32>,
+        function: (usize, Option<&Alike>),
+        found: &mut Found,
+    ) {
         let Item::Nest(nest) = item else { return };
         if !nest.shared_grads.is_empty() {
             return;
@@ -167,7 +182,7 @@ impl Finder<'_> {
         &self,
         body: &[Item],
         counts: &[u32],
-        function: usize,
+        (function, around): (usize, Option<&Alike>),
         found: &mut Found,
         lanes: Lanes,
     ) {
@@ -198,18 +213,22 @@ impl Finder<'_> {
             // (`Consumers` stops counting at 255.)
             let all = |counted: &dyn Fn(Slot) -> u8, n: u32| {
                 n < u8::MAX as u32
-                    && every_repetition(counts, |js| {
+                    && every_repetition(&Alike::cut(around, m.out, counts), |js| {
                         let s = m.out.at_levels(0, js);
-                        counted(s) as u32 == n && !self.outputs[s.index()]
+                        counted(s) as u32 == n && self.outputs.binary_search(&s).is_err()
                     })
             };
             let grad_additions = |s| consumers.grad_additions(s);
             if m.needs_grad && all(&grad_additions, additions) {
-                found.grads.insert(m.out, counts, function, lanes.backward);
+                found
+                    .grads
+                    .insert(m.out, counts, around, function, lanes.backward);
             }
             let own_read_back = m.needs_grad && backward.out;
             if !read_back && !own_read_back && all(&|s| consumers.uses(s), uses) {
-                found.values.insert(m.out, counts, function, lanes.forward);
+                found
+                    .values
+                    .insert(m.out, counts, around, function, lanes.forward);
             }
         }
     }

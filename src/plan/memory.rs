@@ -16,20 +16,20 @@ use crate::passes::loops::{
     every_rep, every_repetition, Access, AccessKind, Affine, Item, Lanes, MapLoop, SumLoop,
 };
 use crate::plan::local::Locals;
-use crate::plan::{PerSlot, StepPlan};
+use crate::plan::per_slot::Rule;
+use crate::plan::{Alike, PerSlot, StepPlan};
 use crate::tape::{Consumers, Slot, Tape};
 
-/// The gradients' places, per slot.
+/// The gradients' places, per slot (a batch's copies alike stored once, [`PerSlot`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct GradMemory {
     /// Loops read or accumulate its gradient in memory.
-    pub in_loops: Vec<bool>,
+    pub in_loops: PerSlot<bool>,
     /// The backward function whose straight-line code stores its gradient first (the one
-    /// with the highest index), plus one (so that `None` is 0: a batch of copies has
-    /// millions of slots, and a page of zeros costs nothing until written).
-    first_store: Vec<Option<NonZeroU32>>,
+    /// with the highest index), plus one.
+    first_store: PerSlot<Option<NonZeroU32>>,
     /// Whether a loop starts its gradient from 0 itself: then nothing zeroes the slot first.
-    whole: Vec<Whole>,
+    whole: PerSlot<Whole>,
     /// The loop operands that store their first additions ([`Whole::Stored`]).
     stored: HashSet<Addition>,
     /// The gradients a repetition keeps in its function's scratch, not in memory
@@ -55,6 +55,12 @@ enum Whole {
     Summed,
 }
 
+impl Rule for Whole {
+    fn in_copy(_: Whole, copy1: Whole, _: u32) -> Whole {
+        copy1
+    }
+}
+
 /// Where a gradient starts when a backward function first needs it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GradStart {
@@ -67,16 +73,20 @@ pub enum GradStart {
 }
 
 impl GradMemory {
+    /// The places of `tape`'s gradients as `functions` compute them; copies `2..` of
+    /// `alike` (run alike in `functions`, [`Alike::in_functions`]) stored once.
     pub fn new(
         tape: &Tape,
         functions: &[Vec<Item>],
         step: Option<&StepPlan>,
         local: Locals,
+        alike: Option<&Alike>,
     ) -> GradMemory {
         let additions = Additions { tape };
-        let mut in_loops = vec![false; tape.len()];
-        let mut whole = vec![Whole::No; tape.len()];
+        let mut in_loops = PerSlot::new(tape.len(), alike, false);
+        let mut whole = PerSlot::new(tape.len(), alike, Whole::No);
         for item in functions.iter().flatten() {
+            let around = Alike::around(alike, item);
             for (access, counts) in item.nested_accesses() {
                 let marks = match access.kind {
                     AccessKind::Writes { .. } => true,
@@ -85,23 +95,27 @@ impl GradMemory {
                 if !marks {
                     continue;
                 }
-                access.for_each_slot(&counts, |s| in_loops[s.index()] = true);
+                let counts = Alike::counts(around, access.at, &counts);
+                access.for_each_slot_in(&counts, |s| in_loops.set(s.index(), true));
             }
         }
         for item in functions.iter().flatten() {
-            mark_summed_whole(item, &[], &additions, &mut whole);
+            let around = Alike::around(alike, item);
+            mark_summed_whole(item, &[], &additions, &mut whole, around);
         }
-        let stored = mark_stored_whole(tape, &additions, functions, &mut whole);
+        let stored = mark_stored_whole(tape, &additions, functions, &mut whole, alike);
         if let Some(step) = step {
             // `step` updates fused params in the loops, and never reads their gradients.
-            for (m, &f) in in_loops.iter_mut().zip(&step.fused) {
-                *m &= !f;
+            for s in (0..tape.num_params()).filter(|&s| step.fuses(s)) {
+                in_loops.set(s, false);
             }
         }
-        let mut first_store = vec![None; tape.len()];
+        let mut first_store = PerSlot::new(tape.len(), alike, None);
         for (k, function) in functions.iter().enumerate().rev() {
             let mut touch = |s: Slot| {
-                first_store[s.index()].get_or_insert(NonZeroU32::MIN.saturating_add(k as u32));
+                if first_store.get(s.index()).is_none() {
+                    first_store.set(s.index(), NonZeroU32::new(k as u32 + 1));
+                }
             };
             for item in function.iter().rev() {
                 // A sum cut into parts is differentiated whole by its last part.
@@ -141,8 +155,8 @@ impl GradMemory {
     fn whole_at(&self, slot: i64) -> Whole {
         usize::try_from(slot)
             .ok()
-            .and_then(|s| self.whole.get(s).copied())
-            .unwrap_or(Whole::No)
+            .filter(|&s| s < self.whole.len())
+            .map_or(Whole::No, |s| self.whole.get(s))
     }
 
     /// Whether a loop operand's additions store rather than add (see [`Whole::Stored`]).
@@ -160,8 +174,8 @@ impl GradMemory {
     /// params excepted (they accumulate across `backward` calls) but in `step` (they start
     /// at 0; `step`'s fused params are not in the loops' set).
     pub fn zeroed(&self, tape: &Tape, s: Slot, step: bool) -> bool {
-        self.in_loops[s.index()]
-            && self.whole[s.index()] == Whole::No
+        self.in_loops.get(s.index())
+            && self.whole.get(s.index()) == Whole::No
             && !self.local.is_local(s)
             && (step || s.index() >= tape.num_params())
     }
@@ -169,10 +183,10 @@ impl GradMemory {
     /// Where `s`'s gradient starts in backward function `function` (`step`'s if `step`).
     pub fn start(&self, tape: &Tape, s: Slot, function: usize, step: bool) -> GradStart {
         let stored_before =
-            self.first_store[s.index()].is_some_and(|k| k.get() as usize > function + 1);
+            (self.first_store.get(s.index())).is_some_and(|k| k.get() as usize > function + 1);
         let is_param = s.index() < tape.num_params();
         let accumulated = is_param && !step && Some(s) != tape.loss();
-        let in_memory = self.zeroed(tape, s, step) || self.whole[s.index()] != Whole::No;
+        let in_memory = self.zeroed(tape, s, step) || self.whole.get(s.index()) != Whole::No;
         if stored_before || in_memory || accumulated {
             GradStart::Memory
         } else if Some(s) == tape.loss() {
@@ -211,7 +225,9 @@ impl GradMemory {
 
     /// Whether a loop or a function stores slot `s`'s gradient.
     fn stored(&self, s: usize, step: Option<&StepPlan>) -> bool {
-        self.in_loops[s] || self.first_store[s].is_some() || step.is_some_and(|p| p.fused[s])
+        self.in_loops.get(s)
+            || self.first_store.get(s).is_some()
+            || step.is_some_and(|p| p.fuses(s))
     }
 }
 
@@ -250,11 +266,18 @@ impl Additions<'_> {
 /// one group, when every
 /// slot's additions are that many (so all of them come from that map: it adds once per lane
 /// into each slot, distinct across steps and the nests around).
-fn mark_summed_whole(item: &Item, counts: &[u32], additions: &Additions, whole: &mut [Whole]) {
+/// (`around`: the copies, if `item` lies in their nest.)
+fn mark_summed_whole(
+    item: &Item,
+    counts: &[u32],
+    additions: &Additions,
+    whole: &mut PerSlot<Whole>,
+    around: Option<&Alike>,
+) {
     let Item::Nest(nest) = item else { return };
     let inner: Vec<u32> = counts.iter().copied().chain([nest.count]).collect();
     for b in &nest.body {
-        mark_summed_whole(b, &inner, additions, whole);
+        mark_summed_whole(b, &inner, additions, whole, around);
     }
     let Lanes::Both {
         group,
@@ -278,10 +301,11 @@ fn mark_summed_whole(item: &Item, counts: &[u32], additions: &Additions, whole: 
             len: map.len,
             kind: AccessKind::Reads { grad: true },
         };
+        let counts = Alike::counts(around, access.at, counts);
         let mut all = true;
-        access.for_each_slot(counts, |s| all &= additions.count(s) as u32 == nest.count);
+        access.for_each_slot_in(&counts, |s| all &= additions.count(s) as u32 == nest.count);
         if all {
-            access.for_each_slot(counts, |s| whole[s.index()] = Whole::Summed);
+            access.for_each_slot_in(&counts, |s| whole.set(s.index(), Whole::Summed));
         }
     }
 }
@@ -399,11 +423,15 @@ fn mark_stored_whole(
     tape: &Tape,
     additions: &Additions,
     functions: &[Vec<Item>],
-    whole: &mut [Whole],
+    whole: &mut PerSlot<Whole>,
+    alike: Option<&Alike>,
 ) -> HashSet<Addition> {
     let mut marked = Vec::new();
     for item in functions.iter().flatten() {
+        let around = Alike::around(alike, item);
         for (add, len, counts) in grad_additions(item) {
+            // (Where the operand moves with the copies, so does its consumer.)
+            let counts = Alike::cut(around, add.operand, &counts);
             // Slots computed per repetition, then moved along by their strides.
             let consumer_stride = if add.per_step { add.consumer.stride } else { 0 };
             let makes_first = every_repetition(&counts, |js| {
@@ -424,7 +452,7 @@ fn mark_stored_whole(
                                     && (add.operand.stride != 0 || t == 0))
                         }
                     };
-                    whole[s.index()] == Whole::No
+                    whole.get(s.index()) == Whole::No
                         && additions.last_consumer(s) == Some(consumer.0)
                         && first_position()
                 })
@@ -437,7 +465,7 @@ fn mark_stored_whole(
     let mut stored = HashSet::new();
     for (add, len, counts) in marked {
         every_rep(&counts, len, |t, js| {
-            whole[add.operand.at_levels(t, js).index()] = Whole::Stored;
+            whole.set(add.operand.at_levels(t, js).index(), Whole::Stored);
             true
         });
         stored.insert(add);

@@ -62,6 +62,9 @@ pub struct Plan {
     /// The functions grouped into modules, each compiled on its own (module 0 also holds
     /// the entry points): runs of consecutive functions that together cover them all.
     pub modules: Vec<Range<usize>>,
+    /// A batch's copies the functions run alike, whose per-slot data the plan stores once
+    /// ([`per_slot`]).
+    pub alike: Option<Alike>,
     /// Per slot: whether its value and gradient reach the buffers. Everything does but the
     /// products of fused dots ([`buffers::kept`]).
     pub kept: PerSlot<bool>,
@@ -125,11 +128,14 @@ impl Plan {
             .collect();
         let step = step::plan(tape, &items, options.zero_skipping);
         let functions = functions::cut(tape, &items, options.chunk_size);
-        let (local_grads, local_values) = local::find(tape, &functions);
+        // (Cutting sums into parts may read the copies in parts.)
+        let alike = alike.and_then(|a| a.in_functions(tape, &functions));
+        let (local_grads, local_values) = local::find(tape, &functions, alike.as_ref());
         let constants = constants::Constants::find(tape, &functions);
-        let grads = GradMemory::new(tape, &functions, step.as_ref(), local_grads);
+        let grads = GradMemory::new(tape, &functions, step.as_ref(), local_grads, alike.as_ref());
         let split = split::find(tape, &functions, &buffers, step.as_ref());
         let plan = Plan {
+            alike,
             split,
             buffers: Arc::new(buffers),
             kept,

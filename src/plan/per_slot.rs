@@ -20,19 +20,19 @@
 //! copy 1 as copy 1 lies after copy 0. The plan's tests compare every answer with a plan
 //! that stores every slot.
 
+use std::borrow::Cow;
 use std::num::NonZeroU32;
 use std::ops::Range;
 
-use crate::passes::loops::{every_rep, AccessKind, Affine, Item};
+use crate::passes::loops::{every_rep, AccessKind, Affine, Item, Nest};
 use crate::tape::{Slot, Tape};
 
-/// A tape's copies that the schedule runs alike: top-level item `nest` is a nest over all of
-/// them (each repetition writing its own copy), and any other item that reads a copy's slot
-/// reads that slot in every copy, the same way (a sum over the copies' losses).
+/// A tape's copies that the schedule runs alike: a top-level item is a nest over all of
+/// them (each repetition writing its own copy, [`Alike::nests_copies`]), and every other
+/// item, the outputs and the loss read copies `1..` alike (of each slot of a copy read, that
+/// slot in every copy from 1 on, as many times: a sum over the copies' losses).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Alike {
-    /// Which top-level item nests the copies.
-    pub nest: usize,
     first: u32,
     period: u32,
     count: u32,
@@ -42,8 +42,7 @@ impl Alike {
     /// The tape's copies, if `items` (top-level) run them alike.
     pub fn of(tape: &Tape, items: &[Item]) -> Option<Alike> {
         let c = tape.copies()?;
-        let mut alike = Alike {
-            nest: usize::MAX,
+        let alike = Alike {
             first: c.first,
             period: c.period,
             count: c.count,
@@ -51,10 +50,27 @@ impl Alike {
         if alike.count < 3 {
             return None;
         }
-        alike.nest = items.iter().position(|item| alike.nests_copies(item))?;
-        (items.iter().enumerate())
-            .all(|(k, item)| k == alike.nest || alike.reads_copies_alike(tape, item))
-            .then_some(alike)
+        let nest = items.iter().position(|item| alike.nests_copies(item))?;
+        let shown = tape.outputs().iter().copied().chain(tape.loss());
+        let read = (items.iter().enumerate())
+            .all(|(k, item)| k == nest || alike.reads_copies_alike(tape, item));
+        (read && alike.reads_alike(shown)).then_some(alike)
+    }
+
+    /// These copies, if every sum part of `functions` (the plan's cut of the schedule they
+    /// were found in) reads none of them: a sum over the copies cut into parts reads some
+    /// copies in one function, others in the next.
+    pub fn in_functions(self, tape: &Tape, functions: &[Vec<Item>]) -> Option<Alike> {
+        let parts_alike = (functions.iter().flatten()).all(|item| {
+            !matches!(item, Item::SumPart { .. }) || self.reads_copies_alike(tape, item)
+        });
+        parts_alike.then_some(self)
+    }
+
+    /// `alike`, if `item` (a top-level item) is its copies' nest: what a walk over the item
+    /// cuts to the first two copies.
+    pub fn around<'a>(alike: Option<&'a Alike>, item: &Item) -> Option<&'a Alike> {
+        alike.filter(|a| a.nests_copies(item))
     }
 
     /// The slots of the copies.
@@ -142,45 +158,47 @@ impl Alike {
         })
     }
 
-    /// `counts`, the repetitions of the nests around an access `at` of top-level item `item`
-    /// (outermost first), cut to those whose slots differ: a level `at` does not move along
-    /// to one repetition ([`Affine::moving_counts`]), and the copies, where `at` moves with
-    /// them, to the first two (the others' data follow theirs).
-    pub fn counts(alike: Option<&Alike>, item: usize, at: Affine, counts: &[u32]) -> Vec<u32> {
-        let mut out = at.moving_counts(counts);
-        if let Some(a) = alike.filter(|a| a.nest == item && !out.is_empty()) {
+    /// `counts`, the repetitions of the nests around a sequence `at` (outermost first) in a
+    /// top-level item whose copies' nest is `around` ([`Alike::around`]), with the copies cut
+    /// to the first two where `at` moves with them (the others' data follow theirs): a walk
+    /// over `at`'s slots asks those of copies 0 and 1 and every slot outside the copies.
+    pub fn cut(around: Option<&Alike>, at: Affine, counts: &[u32]) -> Vec<u32> {
+        let mut out = counts.to_vec();
+        if let (Some(a), Some(copies)) = (around, out.first_mut()) {
             if at.outer[0] == a.period as i64 {
-                out[0] = out[0].min(2);
+                *copies = (*copies).min(2);
             }
         }
         out
     }
 
-    /// `counts` (of the nests around a nest of top-level item `item`, outermost first), the
-    /// copies cut to the first two, for a walk over what each repetition writes.
-    pub fn outer_counts(alike: Option<&Alike>, item: usize, counts: &[u32]) -> Vec<u32> {
+    /// [`Alike::cut`], and each level `at` does not move along cut to one repetition
+    /// ([`Affine::moving_counts`]): the repetitions whose slots differ.
+    pub fn counts(around: Option<&Alike>, at: Affine, counts: &[u32]) -> Vec<u32> {
+        Alike::cut(around, at, &at.moving_counts(counts))
+    }
+
+    /// `counts` (of the nests around a nest in the copies' nest `around`, outermost first),
+    /// the copies cut to the first two: for a walk over what each repetition writes, all of
+    /// which moves with the copies.
+    pub fn outer_counts(around: Option<&Alike>, counts: &[u32]) -> Vec<u32> {
         let mut out = counts.to_vec();
-        if let (Some(_), Some(first)) = (alike.filter(|a| a.nest == item), out.first_mut()) {
-            *first = (*first).min(2);
+        if let (Some(_), Some(copies)) = (around, out.first_mut()) {
+            *copies = (*copies).min(2);
         }
         out
     }
 
     /// `items` with the copies' nest cut to its first two repetitions, for a walk over what
     /// each repetition writes.
-    pub fn first_two<'i>(
-        alike: Option<&Alike>,
-        items: &'i [Item],
-    ) -> Vec<std::borrow::Cow<'i, Item>> {
-        (items.iter().enumerate())
-            .map(|(k, item)| match (alike, item) {
-                (Some(a), Item::Nest(n)) if a.nest == k => {
-                    std::borrow::Cow::Owned(Item::Nest(crate::passes::loops::Nest {
-                        count: 2,
-                        ..n.clone()
-                    }))
-                }
-                _ => std::borrow::Cow::Borrowed(item),
+    pub fn first_two<'i>(alike: Option<&Alike>, items: &'i [Item]) -> Vec<Cow<'i, Item>> {
+        (items.iter())
+            .map(|item| match (Alike::around(alike, item), item) {
+                (Some(_), Item::Nest(n)) => Cow::Owned(Item::Nest(Nest {
+                    count: 2,
+                    ..n.clone()
+                })),
+                _ => Cow::Borrowed(item),
             })
             .collect()
     }
@@ -219,6 +237,17 @@ pub struct PerSlot<T> {
     values: Vec<T>,
     len: u32,
     ruled: Option<Ruled>,
+}
+
+impl<T> Default for PerSlot<T> {
+    /// No slots.
+    fn default() -> Self {
+        PerSlot {
+            values: Vec::new(),
+            len: 0,
+            ruled: None,
+        }
+    }
 }
 
 /// Slots `from..end`: copies `2..` of copies of `period` slots from `first`.

@@ -19,12 +19,13 @@ use crate::tape::{Slot, Tape};
 /// `step`'s own backward: where it differs from `backward`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StepPlan {
-    /// Per slot: a param that `step` updates where a lane loop computes its whole gradient.
+    /// Per param slot: a param that `step` updates where a lane loop computes its whole
+    /// gradient ([`StepPlan::fuses`]).
     pub fused: Vec<bool>,
     /// The dot-product operands whose gradients `step` leaves to `materialize`.
     pub deferred: Vec<Deferred>,
-    /// Per slot: a gradient `step` defers.
-    pub deferred_slots: Vec<bool>,
+    /// Per param slot: a gradient `step` defers ([`StepPlan::defers`]).
+    deferred_slots: Vec<bool>,
     /// What `train` merges, if it can.
     pub train: Option<TrainPlan>,
 }
@@ -107,6 +108,19 @@ pub enum ZeroSkipping {
     Never,
 }
 
+impl StepPlan {
+    /// Whether `step` updates the param in slot `s` where a lane loop computes its whole
+    /// gradient (false for any slot but a param's).
+    pub fn fuses(&self, s: usize) -> bool {
+        self.fused.get(s) == Some(&true)
+    }
+
+    /// Whether `step` leaves slot `s`'s gradient to `materialize`.
+    pub fn defers(&self, s: usize) -> bool {
+        self.deferred_slots.get(s) == Some(&true)
+    }
+}
+
 /// `step`'s plan for `items` (top-level schedule items, lanes decided), or `None` where no
 /// lane loop computes a param's whole gradient: a second backward would only add compile
 /// time.
@@ -117,7 +131,8 @@ pub fn plan(tape: &Tape, items: &[Item], zero_skipping: ZeroSkipping) -> Option<
         return None;
     }
     let deferred = deferred(tape, items, &fused);
-    let mut deferred_slots = vec![false; tape.len()];
+    // (Deferred operands are fused params.)
+    let mut deferred_slots = vec![false; tape.num_params()];
     for d in &deferred {
         let (dot, a) = (d.dot(), d.dot().products.args[d.operand]);
         for j in 0..d.nest.count {
@@ -142,7 +157,8 @@ fn fused_updates(tape: &Tape, items: &[Item]) -> Vec<bool> {
     let p = tape.num_params();
     let sole =
         |s: Slot| s.index() < p && consumers.grad_additions(s) == 1 && Some(s) != tape.loss();
-    let mut fused = vec![false; tape.len()];
+    // (Params only: a batch of copies has millions of slots.)
+    let mut fused = vec![false; p];
     for item in items {
         let Item::Nest(nest) = item else { continue };
         if nest.lanes.backward().is_none() {
@@ -181,7 +197,7 @@ fn deferred(tape: &Tape, items: &[Item], fused: &[bool]) -> Vec<Deferred> {
             for i in 0..2 {
                 let (a, other) = (m.args[i], m.args[1 - i]);
                 let other_no_param = other.span(m.len, nest.count).start >= p;
-                if fused[a.at(0).index()] && other_no_param {
+                if fused.get(a.at(0).index()) == Some(&true) && other_no_param {
                     out.push(Deferred {
                         nest: nest.clone(),
                         dot: b,

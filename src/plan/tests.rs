@@ -461,7 +461,9 @@ fn a_rollouts_state_is_stored_by_its_first_addition_not_zeroed() {
     let zeroed = (tape.slots())
         .map(|s| plan.grads.zeroed(&tape, s, false))
         .collect::<Vec<_>>();
-    let in_loops = plan.grads.in_loops.iter().filter(|&&l| l).count();
+    let in_loops = (tape.slots())
+        .filter(|s| plan.grads.in_loops.get(s.index()))
+        .count();
     let stored: Vec<usize> = (0..tape.len())
         .filter(|&s| plan.grads.stored_slot(s as i64))
         .collect();
@@ -1007,9 +1009,9 @@ fn a_nest_over_copies_that_misses_a_copy_is_refused() {
 }
 
 /// `count` copies of a `nin`-`hidden`-`nout` MLP sharing params, each on inputs of its own,
-/// the loss their softmax cross-entropies' mean (a minibatch written as copies); with
-/// `shown`, copy `shown` shows its logits.
-fn minibatch_as_copies(g: &Graph, count: usize, sizes: [usize; 3], shown: Option<usize>) {
+/// the loss their softmax cross-entropies' mean (a minibatch written as copies); the copies
+/// `shown` show their logits.
+fn minibatch_as_copies(g: &Graph, count: usize, sizes: [usize; 3], shown: &[usize]) {
     let mut rng = StdRng::seed_from_u64(11);
     let hidden = Layer::new(g, sizes[0], sizes[1], Activation::Relu, &mut rng);
     let readout = Layer::new(g, sizes[1], sizes[2], Activation::Linear, &mut rng);
@@ -1018,7 +1020,7 @@ fn minibatch_as_copies(g: &Graph, count: usize, sizes: [usize; 3], shown: Option
         let x = g.inputs_without_grad(sizes[0]);
         let target = g.inputs_without_grad(sizes[2]);
         let logits = readout.call(&hidden.call(&x).unwrap()).unwrap();
-        if shown == Some(b) {
+        if shown.contains(&b) {
             for &y in &logits {
                 g.add_output(y).unwrap();
             }
@@ -1043,37 +1045,69 @@ fn copies_of_a_neuron(g: &Graph, count: usize) {
     g.set_loss(g.sum(&terms)).unwrap();
 }
 
+/// `count` copies of a rollout of 12 steps over a ring of 6 values (each the tanh of its
+/// own and its neighbour's, weighted by params every copy shares), from inputs of the copy's
+/// own that take a gradient: steps nested in copies, whose state loops store whole.
+fn copies_of_a_rollout(g: &Graph, count: usize) {
+    let (w, v) = (g.param(0.7), g.param(-0.4));
+    let mut terms = Vec::new();
+    for _ in 0..count {
+        let mut x = g.inputs(6);
+        for _ in 0..12 {
+            x = (0..6)
+                .map(|i| (x[i] * w + x[(i + 1) % 6] * v).tanh())
+                .collect();
+        }
+        terms.push(g.sum(&x));
+    }
+    g.set_loss(g.sum(&terms) * (1.0 / count as f64)).unwrap();
+}
+
 /// A batch's copies stored once (copies `2..` ruled by copies 0 and 1, `PerSlot`) plan as
-/// storing every slot does: the same kept slots, addresses and per-address masks.
+/// storing every slot does: the same kept slots, addresses, per-address masks and places
+/// of the gradients.
 #[test]
 fn copies_stored_once_plan_as_storing_every_slot() {
     type Build<'a> = &'a dyn Fn(&Graph);
-    let builders: [(&str, Build); 5] = [
-        ("minibatch", &|g| {
-            minibatch_as_copies(g, 6, [12, 5, 3], None)
-        }),
-        ("wider", &|g| minibatch_as_copies(g, 9, [20, 10, 4], None)),
-        ("one copy shown", &|g| {
-            minibatch_as_copies(g, 6, [12, 5, 3], Some(3))
-        }),
-        ("a neuron", &|g| copies_of_a_neuron(g, 7)),
-        ("two layers", &|g| copies_of_two_layers(g, 5)),
+    // (Whether the copies run alike: not where one copy shows a value the others do not.)
+    let builders: [(&str, Build, bool); 7] = [
+        ("rollouts", &|g| copies_of_a_rollout(g, 5), true),
+        (
+            "minibatch",
+            &|g| minibatch_as_copies(g, 6, [12, 5, 3], &[]),
+            true,
+        ),
+        (
+            "wider",
+            &|g| minibatch_as_copies(g, 9, [20, 10, 4], &[]),
+            true,
+        ),
+        (
+            "one copy shown",
+            &|g| minibatch_as_copies(g, 6, [12, 5, 3], &[3]),
+            false,
+        ),
+        (
+            "all shown",
+            &|g| minibatch_as_copies(g, 6, [12, 5, 3], &[0, 1, 2, 3, 4, 5]),
+            true,
+        ),
+        ("a neuron", &|g| copies_of_a_neuron(g, 7), true),
+        ("two layers", &|g| copies_of_two_layers(g, 5), false),
     ];
     let options = PlanOptions {
         chunk_size: 250,
         fast_math: false,
         zero_skipping: ZeroSkipping::Auto,
     };
-    for (name, build) in builders {
+    for (name, build, runs_alike) in builders {
         let g = Graph::new();
         build(&g);
         let tape = Tape::from_graph(&g).unwrap();
         let s = schedule(&tape, true);
         let (tape, s) = layout::apply(tape, s).unwrap();
         let alike = super::Alike::of(&tape, &s.items);
-        if name != "two layers" {
-            assert!(alike.is_some(), "{name}: copies run alike");
-        }
+        assert_eq!(alike.is_some(), runs_alike, "{name}");
         let once = Plan::with_copies(&tape, &s, options, alike).unwrap();
         let every = Plan::with_copies(&tape, &s, options, None).unwrap();
         let (a, b) = (&once.buffers, &every.buffers);
@@ -1093,5 +1127,45 @@ fn copies_stored_once_plan_as_storing_every_slot() {
             b.compact_bridged(&tape, tape.len(), grad),
             "{name}"
         );
+        // The decisions that are not per slot are the same.
+        assert_eq!(once.functions, every.functions, "{name}");
+        assert_eq!(once.step, every.step, "{name}");
+        // Where the gradients live, and which values and gradients stay in registers.
+        let (g, h) = (&once.grads, &every.grads);
+        assert_eq!(g.local.count(), h.local.count(), "{name}");
+        assert_eq!(
+            once.local_values.count(),
+            every.local_values.count(),
+            "{name}"
+        );
+        for s in tape.slots() {
+            assert_eq!(g.local.is_local(s), h.local.is_local(s), "{name}: {s:?}");
+            let values = (&once.local_values, &every.local_values);
+            assert_eq!(values.0.is_local(s), values.1.is_local(s), "{name}: {s:?}");
+            for step in [false, true] {
+                assert_eq!(
+                    g.zeroed(&tape, s, step),
+                    h.zeroed(&tape, s, step),
+                    "{name}: {s:?}"
+                );
+            }
+            for f in 0..once.functions.len() {
+                assert_eq!(
+                    g.start(&tape, s, f, false),
+                    h.start(&tape, s, f, false),
+                    "{name}"
+                );
+            }
+            assert_eq!(
+                g.stored_slot(s.0 as i64),
+                h.stored_slot(s.0 as i64),
+                "{name}"
+            );
+            assert_eq!(
+                g.unstored(&tape, &once.kept, once.step.as_ref(), s.index()),
+                h.unstored(&tape, &every.kept, every.step.as_ref(), s.index()),
+                "{name}: {s:?}"
+            );
+        }
     }
 }

@@ -616,8 +616,8 @@ impl<'ctx> Emitter<'ctx, '_> {
     /// Whether `grads[a(t, j)] += d` is, in this frame, a param's whole gradient to store and
     /// apply (`step`'s fused update).
     pub(super) fn fuses_update(&self, frame: Frame<'ctx>, a: Affine) -> bool {
-        let fused = self.plan.step.as_ref().map(|s| &s.fused);
-        frame.steps() && fused.is_some_and(|f| f[a.at(0).index()])
+        let step = self.plan.step.as_ref();
+        frame.steps() && step.is_some_and(|p| p.fuses(a.at(0).index()))
     }
 
     /// A fused param's gradient and update, for one vector of lanes (adjacent slots): `g = 0 +
@@ -641,8 +641,12 @@ impl<'ctx> Emitter<'ctx, '_> {
             self.ptr_at(frame.grads, a, t, &js)?,
             self.ptr_at(frame.vals, a, t, &js)?,
         );
-        let deferred = self.plan.step.as_ref().map(|s| &s.deferred_slots);
-        let g = if !deferred.is_some_and(|d| d[a.at(0).index()]) {
+        let deferred = self
+            .plan
+            .step
+            .as_ref()
+            .is_some_and(|s| s.defers(a.at(0).index()));
+        let g = if !deferred {
             let g = self.fresh(&[d])?[0];
             self.store_vector(g_ptr, g)?;
             g

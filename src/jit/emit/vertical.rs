@@ -183,7 +183,6 @@ impl<'ctx> Emitter<'ctx, '_> {
                 _ => return Ok(None),
             }
         }
-        let fused = self.plan.step.as_ref().map(|s| &s.fused);
         let params = self.tape.num_params() as i64;
         let unwritten = (0..VERTICAL_BLOCK as i64).all(|u| {
             (0..lanes.width as i64).all(|lane| {
@@ -192,7 +191,9 @@ impl<'ctx> Emitter<'ctx, '_> {
                 let s = a.base
                     + a.stride * (first_step as i64 + u)
                     + at.iter().zip(&a.outer).map(|(j, o)| j * o).sum::<i64>();
-                (0..params).contains(&s) && !(frame.steps() && fused.is_some_and(|f| f[s as usize]))
+                (0..params).contains(&s)
+                    && !(frame.steps()
+                        && self.plan.step.as_ref().is_some_and(|p| p.fuses(s as usize)))
             })
         });
         if !unwritten {
