@@ -424,7 +424,7 @@ impl JitBuilder {
     ) -> Result<Jit> {
         let mut stats = JitStats {
             tape_nodes: tape.len(),
-            op_nodes: tape.slots().filter(|&s| !tape.op(s).is_leaf()).count(),
+            op_nodes: tape.op_nodes(),
             ..JitStats::default()
         };
         let plan = Plan::new(

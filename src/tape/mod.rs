@@ -359,6 +359,17 @@ impl Tape {
         self.len() == 0
     }
 
+    /// How many slots hold an operation (not a param, an input or a constant): the stored
+    /// nodes', and the first copy's once per other copy.
+    pub fn op_nodes(&self) -> usize {
+        let ops = |nodes: &[TapeNode]| nodes.iter().filter(|n| !n.op.is_leaf()).count();
+        let copies = self.copies.as_ref().map_or(0, |c| {
+            let first = c.first as usize..(c.first + c.period) as usize;
+            ops(&self.nodes[first]) * (c.count as usize - 1)
+        });
+        ops(&self.nodes) + copies
+    }
+
     /// What slot `s` holds, or [`Error::NoSuchSlot`] past the end of the tape.
     pub fn node(&self, s: Slot) -> Result<TapeNodeView> {
         if s.index() >= self.len() {
@@ -599,11 +610,14 @@ impl Tape {
         for (s, n) in self.nodes[..first_copy_end].iter().enumerate() {
             constant(n).into_iter().for_each(|x| f(Slot(s as u32), x));
         }
-        let first_copy = &self.nodes[c.first as usize..first_copy_end];
+        // (The first copy's constants found once: a copy has thousands of nodes.)
+        let first_copy: Vec<(u32, f64)> = (self.nodes[c.first as usize..first_copy_end].iter())
+            .enumerate()
+            .filter_map(|(k, n)| Some((k as u32, constant(n)?)))
+            .collect();
         for b in 1..c.count {
-            for (k, n) in first_copy.iter().enumerate() {
-                let s = Slot(c.first + b * c.period + k as u32);
-                constant(n).into_iter().for_each(|x| f(s, x));
+            for &(k, x) in &first_copy {
+                f(Slot(c.first + b * c.period + k), x);
             }
         }
         for (k, n) in self.nodes[first_copy_end..].iter().enumerate() {
@@ -739,6 +753,8 @@ mod tests {
             let args = &all.args[stored.args_start as usize..][..stored.args_len() as usize];
             assert_eq!(tape.args(s).to_vec(), args, "slot {}", s.0);
         }
+        let ops = all.nodes.iter().filter(|n| !n.op.is_leaf()).count();
+        assert_eq!(tape.op_nodes(), ops);
         let constants = |t: &Tape| {
             let mut out = Vec::new();
             t.for_each_constant(|s, c| out.push((s, c.to_bits())));
