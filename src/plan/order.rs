@@ -52,6 +52,25 @@ pub fn forward_order(nest: &Nest, outer: &[u32]) -> Vec<u32> {
     if nest.lanes != Lanes::None || nest.count < 2 || n < 2 {
         return Vec::new();
     }
+    let level = outer.len();
+    let ranges = |i: usize, kind: Kind| -> Vec<SlotRange> {
+        let accesses = nest.body[i].nested_accesses().into_iter();
+        let accesses = accesses.filter(|(a, _)| Kind::of(a) == kind);
+        accesses
+            .map(|(a, inner)| SlotRange::new(&a, outer, level, &inner))
+            .collect()
+    };
+    // The chain starts at what repetition 1 reads of what repetition 0 wrote (below): where
+    // their ranges say it reads none of it (a batch's copies), there is none, found without
+    // listing every slot they read.
+    let all = |kind: Kind| -> Vec<SlotRange> { (0..n).flat_map(|i| ranges(i, kind)).collect() };
+    let written = all(Writes);
+    if all(Reads)
+        .iter()
+        .all(|r| written.iter().all(|w| w.apart_from_next(r)))
+    {
+        return Vec::new();
+    }
     // The chain, found in the first two repetitions (in the first of the nests around).
     let mut first = vec![0; outer.len() + 1];
     let read_next: HashSet<u32> = {
@@ -83,14 +102,6 @@ pub fn forward_order(nest: &Nest, outer: &[u32]) -> Vec<u32> {
     // In every repetition, no item on the chain reads what an item that moves computes: the
     // ranges of slots they write and read, which move linearly with the repetition, stay
     // apart from the first repetition to the last.
-    let level = outer.len();
-    let ranges = |i: usize, kind: Kind| -> Vec<SlotRange> {
-        let accesses = nest.body[i].nested_accesses().into_iter();
-        let accesses = accesses.filter(|(a, _)| Kind::of(a) == kind);
-        accesses
-            .map(|(a, inner)| SlotRange::new(&a, outer, level, &inner))
-            .collect()
-    };
     let written: Vec<SlotRange> = moved.iter().flat_map(|&i| ranges(i, Writes)).collect();
     let last_j = nest.count as i64 - 1;
     let legal = chain
@@ -156,6 +167,12 @@ impl SlotRange {
             hi,
             step: a.outer[level],
         }
+    }
+
+    /// Whether `self` in repetition 0 and `next` in repetition 1 share no slot.
+    fn apart_from_next(&self, next: &SlotRange) -> bool {
+        let (lo, hi) = (next.lo + next.step, next.hi + next.step);
+        hi < self.lo || self.hi < lo
     }
 
     /// Whether `self` and `other` share no slot in any repetition `0..=last` (their

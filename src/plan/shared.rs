@@ -8,7 +8,7 @@
 //! crosses memory once: the same additions, in the same order.
 
 use crate::passes::loops::{AccessKind, Item, Nest, SharedGrad};
-use crate::tape::Tape;
+use crate::tape::{Slot, Tape};
 
 /// The repetitions whose contributions a shared gradient adds in registers before storing
 /// the running sum: the products' gradients of that many repetitions are held (spilled to
@@ -76,13 +76,17 @@ fn qualifies(tape: &Tape, nest: &Nest, shared: SharedGrad) -> bool {
     if other.bounds(m.len, &[nest.count, inner.count]).0 < params {
         return false;
     }
-    // The operand's slots, each once (their number is the nest's body size at most).
+    // The operand's slots, each once (their number is the nest's body size at most), flagged
+    // over the range they span.
     let a = m.args[shared.operand];
-    let mut ours = vec![false; tape.len()];
+    let (lo, hi) = a.bounds(m.len, &[1, inner.count]);
+    let span = lo..hi + 1;
+    let mut ours = vec![false; (hi + 1 - lo) as usize];
+    let at = |s: Slot| (s.0 as i64 - span.start) as usize;
     let mut distinct = true;
     for j in 0..inner.count {
         for t in 0..m.len {
-            let s = a.at_levels(t, &[0, j]).index();
+            let s = at(a.at_levels(t, &[0, j]));
             distinct &= !ours[s];
             ours[s] = true;
         }
@@ -102,7 +106,14 @@ fn qualifies(tape: &Tape, nest: &Nest, shared: SharedGrad) -> bool {
                 continue;
             }
             let counts: Vec<u32> = [nest.count].into_iter().chain(counts).collect();
-            access.for_each_slot(&counts, |s| alone &= !ours[s.index()]);
+            // (An access whose slots all lie outside the span reaches none of ours.)
+            let (lo, hi) = access.at.bounds(access.len, &counts);
+            if hi < span.start || lo >= span.end {
+                continue;
+            }
+            access.for_each_slot(&counts, |s| {
+                alone &= !span.contains(&(s.0 as i64)) || !ours[at(s)];
+            });
         }
     }
     alone
