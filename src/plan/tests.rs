@@ -1110,6 +1110,7 @@ fn copies_stored_once_plan_as_storing_every_slot() {
         assert_eq!(alike.is_some(), runs_alike, "{name}");
         let once = Plan::with_copies(&tape, &s, options, alike).unwrap();
         let every = Plan::with_copies(&tape, &s, options, None).unwrap();
+        assert_eq!(once.alike, alike, "{name}");
         let (a, b) = (&once.buffers, &every.buffers);
         assert_eq!(a.buffer_len(), b.buffer_len(), "{name}");
         assert_eq!(a.in_place(), b.in_place(), "{name}");
@@ -1168,4 +1169,28 @@ fn copies_stored_once_plan_as_storing_every_slot() {
             );
         }
     }
+}
+
+/// A sum over the copies cut into parts (functions too small for it) reads some copies in
+/// one function and the others in the next: the copies no longer run alike there.
+#[test]
+fn copies_read_by_a_sum_in_parts_do_not_run_alike() {
+    let g = Graph::new();
+    copies_of_a_neuron(&g, 7);
+    let tape = Tape::from_graph(&g).unwrap();
+    let s = schedule(&tape, true);
+    let alike = super::Alike::of(&tape, &s.items).expect("copies run alike");
+    // The loss: the sum of the copies' squares.
+    let sum = tape.loss().unwrap();
+    assert_eq!(tape.op(sum), crate::op::Op::Sum);
+    let functions = |item| vec![vec![item]];
+    let part = Item::SumPart {
+        slot: sum,
+        args: 0..3,
+    };
+    assert_eq!(alike.in_functions(&tape, &functions(part)), None);
+    assert_eq!(
+        alike.in_functions(&tape, std::slice::from_ref(&s.items)),
+        Some(alike)
+    );
 }
