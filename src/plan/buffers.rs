@@ -35,9 +35,8 @@
 //! one falls back (its end elements to where they were, then the run itself), and where
 //! even slot order breaks one, every slot keeps its own address.
 
-use std::ops::Range;
-
 use std::num::NonZeroU32;
+use std::ops::Range;
 
 use super::lanes::may_run_in_lanes;
 use super::per_slot::{Alike, PerSlot};

@@ -124,20 +124,20 @@ impl Consumers {
     fn count_of(&self, s: Slot) -> Count {
         let (at, copy) = self.counted_at(s);
         let mut count = self.counts[at];
-        if let Some((first, period, _)) = self.copies.filter(|_| copy.is_some()) {
-            let b = copy.unwrap_or(0);
-            if count.last_grad_consumer != Consumers::NONE {
-                count.last_grad_consumer += b * period;
-            }
-            if self.read_after[(s.0 - first) as usize % period as usize] {
-                if let Some(after) = self.after.get(&s.0) {
-                    count.uses = count.uses.saturating_add(after.uses);
-                    count.grad_additions =
-                        count.grad_additions.saturating_add(after.grad_additions);
-                    if after.last_grad_consumer != Consumers::NONE {
-                        count.last_grad_consumer = count.later(after.last_grad_consumer);
-                    }
-                }
+        let (Some(b), Some((first, period, _))) = (copy, self.copies) else {
+            return count;
+        };
+        if count.last_grad_consumer != Consumers::NONE {
+            count.last_grad_consumer += b * period;
+        }
+        let after = (self.read_after[((s.0 - first) % period) as usize])
+            .then(|| self.after.get(&s.0))
+            .flatten();
+        if let Some(after) = after {
+            count.uses = count.uses.saturating_add(after.uses);
+            count.grad_additions = count.grad_additions.saturating_add(after.grad_additions);
+            if after.last_grad_consumer != Consumers::NONE {
+                count.last_grad_consumer = count.later(after.last_grad_consumer);
             }
         }
         count
