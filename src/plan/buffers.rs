@@ -436,21 +436,16 @@ impl Buffers {
         self.held.get(s)
     }
 
-    /// Per address, whether `which` holds of its slot, among the first `slots` (asked of
-    /// held slots only: no per-slot array in between, a batch of copies has millions).
-    /// (Asked of the stored slots only: copies `2..` are copy 1, moved.)
+    /// Per address, whether `which` holds of its slot, among the first `slots`: asked of the
+    /// held slots whose data are stored only (no per-slot array in between; a batch's copies
+    /// `2..` answer as copy 1 does, [`PerSlot`]).
     fn per_address(&self, slots: usize, which: impl Fn(usize) -> bool) -> Vec<bool> {
         let mut out = vec![false; self.buffer_len()];
-        let ruled = self.held.ruled_slots();
         for s in (self.held.stored_slots().take_while(|&s| s < slots))
             .filter(|&s| self.holds(s) && which(s))
         {
-            out[self.address.get(s) as usize] = true;
-            for s in self
-                .held
-                .in_later_copies(s)
-                .take_while(|&s| s < slots.min(ruled.end))
-            {
+            let later = self.held.in_later_copies(s).take_while(|&s| s < slots);
+            for s in std::iter::once(s).chain(later) {
                 out[self.address.get(s) as usize] = true;
             }
         }

@@ -41,15 +41,7 @@ pub struct Alike {
 impl Alike {
     /// The tape's copies, if `items` (top-level) run them alike.
     pub fn of(tape: &Tape, items: &[Item]) -> Option<Alike> {
-        let c = tape.copies()?;
-        let alike = Alike {
-            first: c.first,
-            period: c.period,
-            count: c.count,
-        };
-        if alike.count < 3 {
-            return None;
-        }
+        let alike = Alike::copies_of(tape)?;
         let nest = items.iter().position(|item| alike.nests_copies(item))?;
         let shown = tape.outputs().iter().copied().chain(tape.loss());
         let read = (items.iter().enumerate())
@@ -67,6 +59,17 @@ impl Alike {
         parts_alike.then_some(self)
     }
 
+    /// The tape's copies (at least 3), whether or not a schedule runs them alike: what
+    /// [`Alike::nests_copies`] and [`Alike::first_two_of`] ask about.
+    pub fn copies_of(tape: &Tape) -> Option<Alike> {
+        let c = tape.copies()?;
+        (c.count >= 3).then_some(Alike {
+            first: c.first,
+            period: c.period,
+            count: c.count,
+        })
+    }
+
     /// `alike`, if `item` (a top-level item) is its copies' nest: what a walk over the item
     /// cuts to the first two copies.
     pub fn around<'a>(alike: Option<&'a Alike>, item: &Item) -> Option<&'a Alike> {
@@ -76,6 +79,11 @@ impl Alike {
     /// The slots of the copies.
     pub fn copies(&self) -> Range<u32> {
         self.first..self.first + self.period * self.count
+    }
+
+    /// The slots of copies `2..`: those whose data follow copies 0 and 1.
+    pub fn past_second(&self) -> Range<u32> {
+        self.copy(2).start..self.copies().end
     }
 
     /// The slots of copy `b`.
@@ -118,7 +126,7 @@ impl Alike {
             Item::Straight(range) => {
                 (range.clone().map(Slot)).all(|s| self.reads_alike(tape.args(s).into_iter()))
             }
-            // (The plan makes sum parts; a schedule has none.)
+            // (A part of a sum cut across functions: alike if the sum reads no copy.)
             Item::SumPart { slot, .. } => {
                 (tape.args(*slot).into_iter()).all(|a| !copies.contains(&a.0))
             }
@@ -189,16 +197,24 @@ impl Alike {
         out
     }
 
+    /// `item` cut to its first two repetitions, if it is the copies' nest.
+    pub fn first_two_of(&self, item: &Item) -> Option<Item> {
+        match item {
+            Item::Nest(n) if self.nests_copies(item) => Some(Item::Nest(Nest {
+                count: 2,
+                ..n.clone()
+            })),
+            _ => None,
+        }
+    }
+
     /// `items` with the copies' nest cut to its first two repetitions, for a walk over what
     /// each repetition writes.
     pub fn first_two<'i>(alike: Option<&Alike>, items: &'i [Item]) -> Vec<Cow<'i, Item>> {
         (items.iter())
-            .map(|item| match (Alike::around(alike, item), item) {
-                (Some(_), Item::Nest(n)) => Cow::Owned(Item::Nest(Nest {
-                    count: 2,
-                    ..n.clone()
-                })),
-                _ => Cow::Borrowed(item),
+            .map(|item| match alike.and_then(|a| a.first_two_of(item)) {
+                Some(first_two) => Cow::Owned(first_two),
+                None => Cow::Borrowed(item),
             })
             .collect()
     }
@@ -261,11 +277,12 @@ struct Ruled {
 
 impl Ruled {
     fn of(a: &Alike) -> Ruled {
+        let ruled = a.past_second();
         Ruled {
             first: a.first,
             period: a.period,
-            from: a.first + 2 * a.period,
-            end: a.first + a.count * a.period,
+            from: ruled.start,
+            end: ruled.end,
         }
     }
 }

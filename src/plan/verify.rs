@@ -2,10 +2,8 @@
 
 use crate::error::{Error, Result};
 use crate::op::Op;
-use crate::passes::loops::{
-    AccessKind, Affine, Item, Lanes, MapLoop, Nest, SumLoop, MAX_NEST_DEPTH,
-};
-use crate::plan::Plan;
+use crate::passes::loops::{Affine, Item, Lanes, MapLoop, SumLoop, MAX_NEST_DEPTH};
+use crate::plan::{Alike, Plan};
 use crate::tape::{Slot, Tape};
 
 pub(super) fn verify(plan: &Plan, tape: &Tape) -> Result<()> {
@@ -86,34 +84,16 @@ fn verify_items<'a>(items: impl IntoIterator<Item = &'a Item>, tape: &Tape) -> R
         .map_err(|what| bad(next.expected, what))
 }
 
-/// A nest whose repetitions are copies of the tape's ([`Tape::copies`]) as its first two
-/// repetitions, and the slots the others cover. Every repetition's slots are the first's
-/// moved by the nest's strides, and every copy's nodes and operands the first copy's moved
-/// by the copies' strides: both affine in the repetition, so two that match the tape, each
-/// writing in the copies, make every one match (the writes move by a copy per repetition
-/// and stay in the copies).
+/// A nest whose repetitions are copies of the tape's ([`Tape::copies`], [`Alike::nests_copies`])
+/// as its first two repetitions, and the slots the others cover. Every repetition's slots
+/// are the first's moved by the nest's strides, and every copy's nodes and operands the
+/// first copy's moved by the copies' strides: both affine in the repetition, so two that
+/// match the tape, each writing in the copies, make every one match (the writes move by a
+/// copy per repetition and stay in the copies).
 fn over_copies(item: &Item, tape: &Tape) -> Option<(Item, u32)> {
-    let (Item::Nest(n), Some(c)) = (item, tape.copies()) else {
-        return None;
-    };
-    if n.count < 3 {
-        return None;
-    }
-    let copies = c.range();
-    let writes_copies = item.nested_accesses().iter().all(|(access, counts)| {
-        let AccessKind::Writes { .. } = access.kind else {
-            return true;
-        };
-        let (lo, hi) = access.at.bounds(access.len, counts);
-        access.at.outer[0] == c.period as i64 && lo >= copies.start as i64 && hi < copies.end as i64
-    });
-    writes_copies.then(|| {
-        let first_two = Nest {
-            count: 2,
-            ..n.clone()
-        };
-        (Item::Nest(first_two), (n.count - 2) * c.period)
-    })
+    let copies = Alike::copies_of(tape)?;
+    let first_two = copies.first_two_of(item)?;
+    Some((first_two, copies.past_second().len() as u32))
 }
 
 /// Loop bodies hold only what the emitter lowers: nests of at most [`MAX_NEST_DEPTH`]
