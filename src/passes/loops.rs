@@ -191,7 +191,7 @@ pub struct SumLoop {
 /// A sum over products that nothing else reads, fused: `sum.slot = first + a(0) * b(0) +
 /// a(1) * b(1) + ...` with `a`, `b` the operands of `products` (a map of `mul`). The same
 /// operations in the same order as the two loops, but the products never reach memory:
-/// their slots are not kept ([`Schedule::kept`]). The products are the sum's last terms;
+/// their slots are not kept ([`crate::plan::buffers::kept`]). The products are the sum's last terms;
 /// [`DotLoop::head`] terms before them are other items' values, read as a sum's tail is (a
 /// recurrent cell's sum adds its few input terms, then a map over the state).
 #[derive(Clone, Debug, PartialEq)]
