@@ -217,7 +217,10 @@ fn run(o: Options) -> Result<(), String> {
 
     // Read saved params before compiling, so a wrong file fails fast.
     let loaded = match &o.load {
-        Some(path) => Some(Checkpoint::load_for(path, &architecture).map_err(|e| e.to_string())?),
+        Some(path) => Some(
+            Checkpoint::load_for(path, &architecture, classifier.model.params().len())
+                .map_err(|e| e.to_string())?,
+        ),
         None => None,
     };
     let mut program = backend(&o.opt, o.fast_math, &g)?;

@@ -144,22 +144,34 @@ impl Checkpoint {
         Checkpoint::from_bytes(&bytes, &file)
     }
 
-    /// Loads params saved for `architecture`; a file saved for another one is an error that
-    /// names both.
-    pub fn load_for(path: impl AsRef<Path>, architecture: &[usize]) -> Result<Vec<f64>> {
+    /// Loads the params of a model of `architecture` with `params` params; a file saved for
+    /// another architecture, or holding another number of params, is an error that names
+    /// both.
+    pub fn load_for(
+        path: impl AsRef<Path>,
+        architecture: &[usize],
+        params: usize,
+    ) -> Result<Vec<f64>> {
         let path = path.as_ref();
         let c = Checkpoint::load(path)?;
-        if c.architecture != architecture {
-            return Err(Error::Checkpoint {
-                file: path.display().to_string(),
-                problem: format!(
-                    "saved for architecture {}, but this model is {}",
-                    describe(&c.architecture),
-                    describe(architecture)
-                ),
-            });
-        }
-        Ok(c.params)
+        let problem = if c.architecture != architecture {
+            format!(
+                "saved for architecture {}, but this model is {}",
+                describe(&c.architecture),
+                describe(architecture)
+            )
+        } else if c.params.len() != params {
+            format!(
+                "holds {} params, but this model has {params}",
+                c.params.len()
+            )
+        } else {
+            return Ok(c.params);
+        };
+        Err(Error::Checkpoint {
+            file: path.display().to_string(),
+            problem,
+        })
     }
 }
 
@@ -199,7 +211,20 @@ fn from_safetensors(bytes: &[u8]) -> std::result::Result<Checkpoint, String> {
             field("format")?
         ));
     }
-    let architecture = parse_architecture(field("architecture")?)?;
+    // Sizes first: a header may be 100 MB, and an MLP's architecture is expanded below into
+    // a name and a shape per layer (some 160 bytes for each size of the text's 2 bytes). Its
+    // file holds two tensors per layer. (Another model's file holds one tensor, `params`,
+    // and its architecture is only parsed: 8 bytes a size.)
+    let text = field("architecture")?;
+    let sizes = text.split('-').count();
+    let layers_at_most = file.names().len() / 2 + 1;
+    if !file.names().contains(&"params") && sizes > layers_at_most {
+        return Err(format!(
+            "an architecture of {sizes} sizes, but {} tensors hold at most {layers_at_most}",
+            file.names().len()
+        ));
+    }
+    let architecture = parse_architecture(text)?;
     let want = u64::from_str_radix(field("checksum")?, 16)
         .map_err(|_| "a malformed checksum".to_string())?;
     let read = |name: &str, shape: &[usize]| -> std::result::Result<Vec<u8>, String> {

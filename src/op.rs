@@ -76,7 +76,8 @@ pub trait Arith {
 /// An operation of the graph. Leaves (`Input`, `Param`, `Const`) have no operands; `Sum` has
 /// one or more; the others have the arity [`Op::arity`] gives. `Op::iter()` lists every
 /// variant once (fields 0), so tests and tables derived from it cover a new op unedited.
-#[derive(Clone, Copy, Debug, PartialEq, strum::EnumIter)]
+#[derive(Clone, Copy, Debug, PartialEq, strum::EnumIter, strum::EnumDiscriminants)]
+#[strum_discriminants(name(OpKind))]
 pub enum Op {
     /// The `n`-th input, set before each run.
     Input(u32),
@@ -131,6 +132,19 @@ impl Op {
             (Op::Const(x), Op::Const(y)) | (Op::Powf(x), Op::Powf(y)) => x.to_bits() == y.to_bits(),
             (x, y) => x == y,
         }
+    }
+
+    /// The op as two numbers that tell any two ops apart: its variant's position (derived, so
+    /// a new variant gets its own) and its field's bits (an index, or a constant's or
+    /// exponent's every bit; 0 for ops without one). What structural caches key on.
+    pub fn key(self) -> [u64; 2] {
+        let field = match self {
+            Op::Input(n) | Op::Param(n) => n as u64,
+            Op::Const(c) | Op::Powf(c) => c.to_bits(),
+            Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Neg | Op::Exp | Op::Log | Op::Tanh => 0,
+            Op::Relu | Op::Sigmoid | Op::Max | Op::Sum => 0,
+        };
+        [OpKind::from(self) as u64, field]
     }
 
     /// A short name for dumps and errors.

@@ -519,6 +519,30 @@ fn checkpoints_are_safetensors_and_the_first_format_is_still_read() {
     ));
 }
 
+/// `load_for` refuses a file of the right architecture that holds another number of params
+/// (a file of 5 params claiming an MLP 2-3-1's 13), naming both counts.
+#[test]
+fn checkpoints_must_hold_the_models_count_of_params() {
+    let dir = std::env::temp_dir().join(format!("tapejit-count-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("short.safetensors");
+    let short = Checkpoint {
+        architecture: vec![2, 3, 1],
+        params: vec![0.5; 5],
+    };
+    short.save(&path).unwrap();
+    let err = Checkpoint::load_for(&path, &[2, 3, 1], 13).unwrap_err();
+    assert!(
+        matches!(&err, Error::Checkpoint { problem, .. } if problem.contains("holds 5 params") && problem.contains("has 13")),
+        "{err}"
+    );
+    assert_eq!(
+        Checkpoint::load_for(&path, &[2, 3, 1], 5).unwrap(),
+        short.params
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 // ---------------------------------------------------------------------------------------------
 // NotOnTape
 // ---------------------------------------------------------------------------------------------

@@ -150,7 +150,7 @@ fn saved_params_reproduce_outputs_exactly() {
     .unwrap();
     let mut loaded = Interpreter::new(&g2).unwrap();
     loaded
-        .set_params(&Checkpoint::load_for(&path, &architecture).unwrap())
+        .set_params(&Checkpoint::load_for(&path, &architecture, g2.num_params()).unwrap())
         .unwrap();
     let mut inputs = vec![0.0; SIDE * SIDE + CLASSES];
     for i in 0..data.images.len() {
@@ -162,7 +162,8 @@ fn saved_params_reproduce_outputs_exactly() {
         assert_eq!(trained.outputs(), loaded.outputs());
     }
 
-    let wrong = Checkpoint::load_for(&path, &[SIDE * SIDE, 6, CLASSES]).unwrap_err();
+    let wrong =
+        Checkpoint::load_for(&path, &[SIDE * SIDE, 6, CLASSES], g2.num_params()).unwrap_err();
     assert!(
         matches!(&wrong, Error::Checkpoint { problem, .. } if problem.contains("64-5-3") && problem.contains("64-6-3")),
         "{wrong}"

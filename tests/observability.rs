@@ -888,7 +888,7 @@ fn checkpoints_move_params_between_the_jit_and_the_interpreter_bit_for_bit() {
     save(&jit, &path);
     let mut interp = Interpreter::new(&g).unwrap();
     interp
-        .set_params(&Checkpoint::load_for(&path, &ARCHITECTURE).unwrap())
+        .set_params(&Checkpoint::load_for(&path, &ARCHITECTURE, g.num_params()).unwrap())
         .unwrap();
     assert_eq!(bits(&interp.params()), bits(&jit.params()));
     for &h in &handles {
@@ -906,7 +906,7 @@ fn checkpoints_move_params_between_the_jit_and_the_interpreter_bit_for_bit() {
     save(&interp, &path);
     let mut fresh = Jit::compile(&g).unwrap();
     fresh
-        .set_params(&Checkpoint::load_for(&path, &ARCHITECTURE).unwrap())
+        .set_params(&Checkpoint::load_for(&path, &ARCHITECTURE, g.num_params()).unwrap())
         .unwrap();
     assert_eq!(bits(&fresh.params()), bits(&interp.params()));
     for &h in &handles {

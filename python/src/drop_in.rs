@@ -75,9 +75,9 @@ pub fn linearize(root: &Value) -> (Vec<&Value>, Vec<u64>) {
     for (k, v) in order.iter().enumerate() {
         v.mark.store(call << 32 | k as u64, Ordering::Relaxed);
     }
-    let mut key = Vec::with_capacity(order.len() * 3);
+    let mut key = Vec::with_capacity(order.len() * 4);
     for v in &order {
-        key.push(op_code(v));
+        push_op(&mut key, v);
         key.extend(v.prev().map(|p| position(p.get()) as u64));
     }
     (order, key)
@@ -88,23 +88,14 @@ pub fn position(v: &Value) -> usize {
     (v.mark.load(Ordering::Relaxed) & UNPLACED) as usize
 }
 
-/// A node's op as a number of the key: the op's index and, for `Powf`, its exponent's bits
-/// (kept in the upper half; the lower holds the operand count).
-fn op_code(v: &Value) -> u64 {
-    use tapejit::Op;
-    let code = match v.op {
-        None => 0,
-        Some(Op::Add) => 1,
-        Some(Op::Mul) => 2,
-        Some(Op::Powf(c)) => 3 | (c.to_bits() & !0xff),
-        Some(Op::Relu) => 4,
-        Some(Op::Tanh) => 5,
-        Some(Op::Exp) => 6,
-        Some(Op::Log) => 7,
-        Some(_) => 8,
-    };
-    // Distinct from every operand position: a position is below 2^63.
-    code | 1 << 63
+/// A node's op as numbers of the key: a marker with the top bit set (distinct from every
+/// operand position, which lies below 2^63), then the op's field's bits, from
+/// [`Op::key`]: every op and every constant's bit tells structures apart.
+fn push_op(key: &mut Vec<u64>, v: &Value) {
+    const MARK: u64 = 1 << 63;
+    // A leaf is no op: one kind past every op's.
+    let [kind, field] = v.op.map_or([u32::MAX as u64, 0], Op::key);
+    key.extend([MARK | kind, field]);
 }
 
 /// The program of the structure `order` (the interpreter's, or the JIT's if `native`), and

@@ -22,9 +22,15 @@ pub fn save_params(
     py.detach(|| checkpoint.save(path)).map_err(error)
 }
 
-/// The params of the checkpoint at `path`, which must have been saved for `architecture`.
+/// The params of the checkpoint at `path`, which must have been saved for `architecture`
+/// and hold `count` params.
 #[pyfunction]
-pub fn load_params(py: Python<'_>, path: &str, architecture: Vec<usize>) -> PyResult<Vec<f64>> {
-    py.detach(|| Checkpoint::load_for(path, &architecture))
+pub fn load_params(
+    py: Python<'_>,
+    path: &str,
+    architecture: Vec<usize>,
+    count: usize,
+) -> PyResult<Vec<f64>> {
+    py.detach(|| Checkpoint::load_for(path, &architecture, count))
         .map_err(error)
 }

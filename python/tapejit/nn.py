@@ -85,6 +85,8 @@ class MLP(Module):
 
     def load(self, path):
         """Sets the params from a checkpoint saved for these sizes (by ``save``, or the Rust
-        trainer); one saved for other sizes is a ``ValueError`` that names both."""
-        for p, x in zip(self.parameters(), load_params(str(path), self.sizes)):
+        trainer); one saved for other sizes, or holding another number of params, is a
+        ``ValueError`` that names both."""
+        params = self.parameters()
+        for p, x in zip(params, load_params(str(path), self.sizes, len(params))):
             p.data = x

@@ -227,3 +227,19 @@ def test_made_values_are_left_to_reference_counting_not_the_cycle_collector():
     assert sys.getrefcount(x) == before
     y.backward()
     assert y.data == 48.5 and x.grad == 41.75
+
+
+@pytest.mark.parametrize("first,second", [(-2, 2), (2, -2), (3.0, 3.0000000000000004), (2, 0.5)])
+def test_the_cache_tells_every_exponent_apart(first, second):
+    """A structure is keyed by each op's every bit: `x ** c` compiled (seen twice) for one
+    exponent is not run for another that differs only in sign or in its last mantissa bits."""
+    for _ in range(3):
+        x = Value(2.0)
+        (x ** first).backward()
+    x = Value(2.0)
+    y = x ** second
+    y.backward()
+    want = micrograd.Value(2.0)
+    (want ** second).backward()
+    assert x.grad == pytest.approx(want.grad, rel=1e-12)
+    assert y.data == pytest.approx((want ** second).data, rel=1e-12)

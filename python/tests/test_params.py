@@ -48,3 +48,14 @@ def test_save_writes_pytorch_names_and_load_reads_them_back(tmp_path):
         tapejit.nn.MLP(3, [5, 2]).load(path)
     with pytest.raises(ValueError, match="cannot read"):
         model.load(tmp_path / "missing.safetensors")
+
+
+def test_load_refuses_a_checkpoint_of_the_right_sizes_holding_fewer_params(tmp_path):
+    """A file that says 2-3-1 but holds 5 of its 13 params is refused, not half loaded."""
+    path = str(tmp_path / "short.safetensors")
+    tapejit.nn.save_params(path, [2, 3, 1], [0.5] * 5)
+    model = tapejit.nn.MLP(2, [3, 1])
+    before = [p.data for p in model.parameters()]
+    with pytest.raises(ValueError, match="holds 5 params, but this model has 13"):
+        model.load(path)
+    assert [p.data for p in model.parameters()] == before
