@@ -74,6 +74,14 @@ pub enum Error {
     /// in a pass or the planner, reported rather than run.
     #[error("lowering plan invariant broken at slot {slot}: {what}")]
     InvalidPlan { slot: u32, what: String },
+    /// An optimizer's hyperparameters PyTorch would refuse (a beta of 1, a negative eps,
+    /// Nesterov without momentum, ...), or an optimizer state that is not its own (other
+    /// buffers, another count of params, a non-finite number).
+    #[error("optimizer {optimizer}: {problem}")]
+    Optimizer {
+        optimizer: &'static str,
+        problem: String,
+    },
     /// A missing, unreadable or malformed params file, or one saved for another architecture.
     #[error("{file}: {problem}")]
     Checkpoint { file: String, problem: String },

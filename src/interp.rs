@@ -9,6 +9,7 @@ use crate::error::Result;
 use crate::graph::Graph;
 use crate::minibatch::Workspace;
 use crate::op::F64;
+use crate::optim::Stepper;
 use crate::program::{initial_buffers, Backend, Replica};
 use crate::tape::Tape;
 
@@ -20,6 +21,7 @@ pub struct Interpreter {
     operands: Vec<f64>,
     local: Vec<f64>,
     workspace: Workspace,
+    stepper: Stepper,
 }
 
 impl Interpreter {
@@ -40,6 +42,7 @@ impl Interpreter {
             operands: Vec::new(),
             local: Vec::new(),
             workspace: Workspace::default(),
+            stepper: Stepper::default(),
         }
     }
 }
@@ -78,6 +81,14 @@ impl Backend for Interpreter {
 
     fn workspace(&self) -> &Workspace {
         &self.workspace
+    }
+
+    fn stepper(&self) -> &Stepper {
+        &self.stepper
+    }
+
+    fn stepper_mut(&mut self) -> &mut Stepper {
+        &mut self.stepper
     }
 
     fn run_update(&mut self, lr: f64) {

@@ -17,6 +17,7 @@ pub mod graph;
 pub mod interp;
 pub mod minibatch;
 pub mod op;
+pub mod optim;
 pub(crate) mod passes;
 pub(crate) mod plan;
 pub mod program;

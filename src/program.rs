@@ -186,6 +186,10 @@ mod backend {
         fn has_stages(&self) -> bool {
             false
         }
+        /// The optimizer and its state ([`crate::optim`]), over the params' addresses
+        /// `0..params_len`. The hooks above update by plain SGD; `Program` applies any other.
+        fn stepper(&self) -> &crate::optim::Stepper;
+        fn stepper_mut(&mut self) -> &mut crate::optim::Stepper;
     }
 
     /// A values buffer of its own, and this program's forward and backward over it.
@@ -296,14 +300,34 @@ pub trait Program: backend::Sealed {
     /// Reverse-mode differentiation of the loss at the values of the last `forward`.
     fn backward(&mut self) -> Result<()>;
 
-    /// One SGD update with learning rate `lr`: `p -= lr * grad`. A NaN or infinite `lr` is
-    /// [`Error::NonFiniteLearningRate`] and changes nothing.
+    /// One update with learning rate `lr` by the program's optimizer: plain SGD
+    /// (`p -= lr * grad`) unless [`Program::set_optimizer`] chose another. A NaN or infinite
+    /// `lr` is [`Error::NonFiniteLearningRate`] and changes nothing.
     fn update(&mut self, lr: f64) -> Result<()>;
 
-    /// One per-sample SGD step: set inputs, zero_grad, forward, backward, update. Returns the
+    /// One per-sample step: set inputs, zero_grad, forward, backward, update. Returns the
     /// loss before the update. Checked as `set_inputs` and `update` are; a failed step
     /// changes nothing.
     fn step(&mut self, inputs: &[f64], lr: f64) -> Result<f64>;
+
+    /// Makes `optimizer` the one `update`, `step`, `train` and `train_minibatches` use, from
+    /// its first step (fresh state: moments 0, no steps). Plain SGD (the default) is what
+    /// the JIT fuses into its steps; any other runs after each backward pass, the same code
+    /// on every backend ([`crate::optim`]). Hyperparameters PyTorch would refuse are
+    /// [`Error::Optimizer`] and change nothing.
+    fn set_optimizer(&mut self, optimizer: crate::optim::Optimizer) -> Result<()>;
+
+    /// The optimizer `update` and the steps use.
+    fn optimizer(&self) -> crate::optim::Optimizer;
+
+    /// The optimizer's state: steps taken and its buffers, in the params' creation order
+    /// (what a checkpoint saves).
+    fn optimizer_state(&self) -> crate::optim::State;
+
+    /// Replaces the optimizer's state (from [`Program::optimizer_state`] or a checkpoint).
+    /// Buffers other than the optimizer's, of another length, or holding a non-finite
+    /// number are [`Error::Optimizer`] and change nothing.
+    fn set_optimizer_state(&mut self, state: &crate::optim::State) -> Result<()>;
 
     /// Trains on `inputs`, one sample after the other (`num_inputs` numbers each): a `step`
     /// per sample, with the same results. Returns each step's loss. A length that is not a
@@ -423,7 +447,7 @@ impl<B: Backend> Program for B {
 
     fn update(&mut self, lr: f64) -> Result<()> {
         check_learning_rate(lr)?;
-        self.run_update(lr);
+        checked_update(self, lr);
         Ok(())
     }
 
@@ -438,6 +462,11 @@ impl<B: Backend> Program for B {
         self.tape().loss().ok_or(Error::NoLoss)?;
         check_samples(self.tape(), inputs)?;
         check_learning_rate(lr)?;
+        if !self.stepper().optimizer.is_plain() {
+            // A backend's own `train` updates by plain SGD.
+            check_finite("input", inputs)?;
+            return Ok(step_per_sample(self, inputs, lr));
+        }
         self.prepare_train()?;
         // Values and gradients, laid out alike.
         let state = 2 * self.value_buffer().len();
@@ -482,6 +511,42 @@ impl<B: Backend> Program for B {
         let width = self.tape().num_inputs();
         crate::minibatch::train(self, inputs, batch, lr, threads)
             .map_err(|sample| non_finite_input(inputs, sample * width))
+    }
+
+    fn set_optimizer(&mut self, optimizer: crate::optim::Optimizer) -> Result<()> {
+        optimizer.check().map_err(|problem| Error::Optimizer {
+            optimizer: optimizer.name(),
+            problem,
+        })?;
+        let len = self.params_len();
+        *self.stepper_mut() = crate::optim::Stepper::new(optimizer, len);
+        Ok(())
+    }
+
+    fn optimizer(&self) -> crate::optim::Optimizer {
+        self.stepper().optimizer
+    }
+
+    fn optimizer_state(&self) -> crate::optim::State {
+        let slots = self.tape().param_slots();
+        self.stepper()
+            .state(slots.len(), |k| self.leaf_address(slots[k]))
+    }
+
+    fn set_optimizer_state(&mut self, state: &crate::optim::State) -> Result<()> {
+        let addresses: Vec<usize> = self
+            .tape()
+            .param_slots()
+            .iter()
+            .map(|&s| self.leaf_address(s))
+            .collect();
+        let optimizer = self.stepper().optimizer;
+        self.stepper_mut()
+            .set_state(state, addresses.len(), |k| addresses[k])
+            .map_err(|problem| Error::Optimizer {
+                optimizer: optimizer.name(),
+                problem,
+            })
     }
 
     fn params(&self) -> Vec<f64> {
@@ -619,18 +684,40 @@ fn checked_step<B: Backend + ?Sized>(b: &mut B, inputs: &[f64], lr: f64) -> f64 
     let Some(loss) = b.program_tape().loss() else {
         return f64::NAN;
     };
-    b.begin_step();
+    let plain = b.stepper().optimizer.is_plain();
+    if plain {
+        b.begin_step();
+    }
     let base = b.params_len();
     b.buffers_mut().0[base..base + inputs.len()].copy_from_slice(inputs);
     // The update changes params only, so a computed loss is still in the buffers
     // afterwards; a leaf loss (a param) is read before.
     let before = b.value_at(loss);
-    b.run_step(lr);
+    if plain {
+        b.run_step(lr);
+    } else {
+        b.buffers_mut().1[..base].fill(0.0);
+        b.run_forward();
+        b.run_backward();
+        checked_update(b, lr);
+    }
     if b.program_tape().op(loss).is_leaf() {
         before
     } else {
         b.value_at(loss)
     }
+}
+
+/// `update` with a finite `lr`: the backend's own for plain SGD, else the optimizer's.
+fn checked_update<B: Backend + ?Sized>(b: &mut B, lr: f64) {
+    if b.stepper().optimizer.is_plain() {
+        return b.run_update(lr);
+    }
+    let n = b.params_len();
+    let mut stepper = std::mem::take(b.stepper_mut());
+    let (values, grads) = b.buffers_mut();
+    stepper.step(lr, &mut values[..n], &grads[..n]);
+    *b.stepper_mut() = stepper;
 }
 
 /// A learning rate that would turn every param into NaN or infinity is refused.

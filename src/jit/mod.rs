@@ -15,9 +15,10 @@ use std::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::graph::Graph;
+use crate::optim::{Optimizer, Stepper};
 use crate::passes::{layout, loops as recovery};
 use crate::plan::{PerSlot, Plan, PlanOptions, ZeroSkipping};
-use crate::program::Backend;
+use crate::program::{Backend, Program};
 use crate::tape::{Slot, Tape};
 use emit::LazyEntry;
 use engine::Native;
@@ -262,6 +263,7 @@ pub struct JitBuilder {
     /// 0: every core.
     compile_threads: usize,
     zero_skipping: ZeroSkipping,
+    optimizer: Optimizer,
 }
 
 impl Default for JitBuilder {
@@ -276,6 +278,7 @@ impl Default for JitBuilder {
             keep_ir: false,
             compile_threads: 0,
             zero_skipping: ZeroSkipping::Auto,
+            optimizer: Optimizer::default(),
         }
     }
 }
@@ -358,6 +361,15 @@ impl JitBuilder {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n,
         }
+    }
+
+    /// The optimizer the program's updates use (default plain SGD, which `step` and `train`
+    /// fuse into their backward passes): [`crate::optim`]'s [`crate::optim::Sgd`],
+    /// [`crate::optim::Adam`] or [`crate::optim::AdamW`]; as
+    /// [`Program::set_optimizer`] after compiling (refused hyperparameters are its error).
+    pub fn optimizer(mut self, optimizer: impl Into<Optimizer>) -> Self {
+        self.optimizer = optimizer.into();
+        self
     }
 
     /// Generates machine code at `level`'s code-generator setting instead of the level's own.
@@ -468,7 +480,7 @@ impl JitBuilder {
                 grads.is_local(Slot(s as u32))
             }),
         };
-        Ok(Jit {
+        let mut jit = Jit {
             kept,
             local_grads,
             unlinked: tape.loss().map(|_| Box::new((plan, self.clone()))),
@@ -476,7 +488,12 @@ impl JitBuilder {
             native,
             stats,
             opt_level: self.opt_level,
-        })
+            stepper: Stepper::default(),
+        };
+        if !self.optimizer.is_plain() {
+            jit.set_optimizer(self.optimizer)?;
+        }
+        Ok(jit)
     }
 }
 
@@ -528,6 +545,8 @@ pub struct Jit {
     /// The plan and options the lazy entry points' modules are compiled from when first
     /// called ([`emit::ModuleRole::Lazy`]), while one is left to link.
     unlinked: Option<Box<(Plan, JitBuilder)>>,
+    /// The optimizer, if not the plain SGD the code fuses, and its state.
+    stepper: Stepper,
 }
 
 impl Jit {
@@ -665,6 +684,12 @@ impl Backend for Jit {
     }
     fn has_stages(&self) -> bool {
         self.native.has_stages()
+    }
+    fn stepper(&self) -> &Stepper {
+        &self.stepper
+    }
+    fn stepper_mut(&mut self) -> &mut Stepper {
+        &mut self.stepper
     }
 
     fn run_train(&mut self, inputs: &[f64], lr: f64) -> std::result::Result<Vec<f64>, usize> {

@@ -49,6 +49,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, RwLock};
 
 use crate::aligned::{AlignedBuf, Spares};
+use crate::optim::{self, Optimizer, Scalars};
 use crate::program::{all_finite, Backend, Replica};
 
 /// Samples per chunk: the unit of work a thread takes, and of the order of additions.
@@ -75,7 +76,10 @@ pub(crate) fn train<B: Backend + ?Sized>(
         return Ok(Vec::new());
     }
     let shape = Shape::of(b, inputs, batch);
-    if b.has_stages() {
+    // (The stages update the params every thread keeps in every copy alike: by plain SGD,
+    // which keeps no state.)
+    let mut stepper = b.stepper().clone();
+    if b.has_stages() && stepper.optimizer.is_plain() {
         return stages::train(b, &shape, lr, threads);
     }
     let Shape {
@@ -106,11 +110,25 @@ pub(crate) fn train<B: Backend + ?Sized>(
         .map(|r| RwLock::new(spares.zeros(r.len())))
         .collect();
     let mut mean = spares.zeros(params);
+    // The optimizer's buffers (a copy, kept only if every minibatch ran), cut as the params.
+    let (optimizer, steps) = (stepper.optimizer, stepper.steps);
+    let mut buffers: Vec<Vec<&mut [f64]>> = ranges.iter().map(|_| Vec::new()).collect();
+    for buffer in &mut stepper.buffers {
+        for (mine, part) in buffers
+            .iter_mut()
+            .zip(split(&mut buffer[..params], &ranges))
+        {
+            mine.push(part);
+        }
+    }
     let barrier = SpinBarrier::new(workers);
     // The first sample of the first chunk holding a non-finite number, once a thread has
     // seen one (each thread's chunks follow the previous thread's).
     let non_finite = AtomicUsize::new(usize::MAX);
-    let work = |w: usize, replica: &mut Box<dyn Replica + '_>, mean: &mut [f64]| {
+    let work = |w: usize,
+                replica: &mut Box<dyn Replica + '_>,
+                mean: &mut [f64],
+                buffers: &mut Vec<&mut [f64]>| {
         let mut losses = Vec::new();
         let mut first = 0;
         for (n, minibatch) in minibatches.iter().enumerate() {
@@ -139,7 +157,14 @@ pub(crate) fn train<B: Backend + ?Sized>(
             let mean = last.then_some(&mut *mean);
             let own = ranges[w].clone();
             let vals = replica.values_mut();
-            let _ = step(&sums, own.clone(), (lr, m), &mut vals[own.clone()], mean);
+            let update = Update {
+                lr,
+                optimizer: (!optimizer.is_plain()).then(|| {
+                    let s = Scalars::of(&optimizer, steps + n as u64 + 1, lr);
+                    (&optimizer, s, &mut buffers[..])
+                }),
+            };
+            let _ = step(&sums, own.clone(), m, update, &mut vals[own.clone()], mean);
             drop(guards);
             if workers > 1 {
                 write(&updated[w]).copy_from_slice(&vals[own]);
@@ -153,14 +178,23 @@ pub(crate) fn train<B: Backend + ?Sized>(
         losses
     };
     let mut means = split(&mut mean, &ranges);
-    let jobs: Vec<_> = replicas.iter_mut().zip(means.iter_mut()).collect();
-    let done = workspace.on_threads(jobs, |w, (r, m)| work(w, r, m));
+    let jobs: Vec<_> = replicas
+        .iter_mut()
+        .zip(means.iter_mut())
+        .zip(buffers.iter_mut())
+        .collect();
+    let done = workspace.on_threads(jobs, |w, ((r, m), o)| work(w, r, m, o));
     let losses = in_order(done, non_finite.into_inner(), samples)?;
+    drop(buffers);
+    if !optimizer.is_plain() {
+        stepper.steps += minibatches.len() as u64;
+    }
     let (chunks, last) = last_chunk(&minibatches, width, workers);
     let vals = replicas.swap_remove(last).into_values();
     drop(replicas);
     let mut chunk_grads: Vec<AlignedBuf> = chunk_grads.into_iter().map(into_inner).collect();
     write_back(b, &vals, &mut chunk_grads[chunks - 1], &mean);
+    *b.stepper_mut() = stepper;
     let kept = chunk_grads
         .into_iter()
         .chain(updated.into_iter().map(into_inner));
@@ -241,21 +275,40 @@ fn last_chunk(minibatches: &[&[f64]], width: usize, workers: usize) -> (usize, u
     (chunks, (chunks - 1) / chunks.div_ceil(workers))
 }
 
+/// How a minibatch moves its params: plain SGD at rate `lr`, or an optimizer's step (its
+/// buffers over the params being updated).
+pub(crate) struct Update<'a, 'b> {
+    pub lr: f64,
+    pub optimizer: Option<(&'a Optimizer, Scalars, &'a mut [&'b mut [f64]])>,
+}
+
+impl Update<'_, '_> {
+    /// Plain SGD at rate `lr`.
+    pub fn sgd(lr: f64) -> Self {
+        Update {
+            lr,
+            optimizer: None,
+        }
+    }
+}
+
 /// Params `range` (whose values are `params`) after a minibatch of `m` samples whose chunks'
-/// gradients are `sums`: `g` the sums added in chunk order, then `p -= (lr / m) * g`; and
-/// `g / m` into `mean` if given. In blocks that stay in L1. Whether every new value is
-/// finite.
+/// gradients are `sums`: `g` the sums added in chunk order, then `p -= (lr / m) * g` (plain
+/// SGD), or the optimizer's step on the mean gradient `g / m`; and `g / m` into `mean` if
+/// given. In blocks that stay in L1. Whether every new value is finite.
 fn step(
     sums: &[&[f64]],
     range: Range<usize>,
-    (lr, m): (f64, usize),
+    m: usize,
+    mut update: Update<'_, '_>,
     params: &mut [f64],
     mut mean: Option<&mut [f64]>,
 ) -> bool {
     const BLOCK: usize = 256;
-    let (m, scale) = (m as f64, lr / m as f64);
+    let (m, scale) = (m as f64, update.lr / m as f64);
     let mut finite = true;
     let mut g = [0.0; BLOCK];
+    let mut g_mean = [0.0; BLOCK];
     for start in range.clone().step_by(BLOCK) {
         let end = (start + BLOCK).min(range.end);
         let g = &mut g[..end - start];
@@ -275,14 +328,28 @@ fn step(
             }
         }
         let at = start - range.start..end - range.start;
-        for (p, g) in params[at.clone()].iter_mut().zip(g.iter()) {
-            *p -= scale * g;
-            finite &= p.is_finite();
-        }
-        if let Some(mean) = mean.as_deref_mut() {
-            for (mean, g) in mean[at].iter_mut().zip(g.iter()) {
+        let g_mean = &mut g_mean[..end - start];
+        if update.optimizer.is_some() || mean.is_some() {
+            for (mean, g) in g_mean.iter_mut().zip(g.iter()) {
                 *mean = g / m;
             }
+        }
+        match update.optimizer.as_mut() {
+            None => {
+                for (p, g) in params[at.clone()].iter_mut().zip(g.iter()) {
+                    *p -= scale * g;
+                    finite &= p.is_finite();
+                }
+            }
+            Some((optimizer, s, buffers)) => {
+                let mut block: Vec<&mut [f64]> =
+                    buffers.iter_mut().map(|b| &mut b[at.clone()]).collect();
+                let params = &mut params[at.clone()];
+                finite &= optim::update(optimizer, s, params, g_mean, &mut block);
+            }
+        }
+        if let Some(mean) = mean.as_deref_mut() {
+            mean[at].copy_from_slice(g_mean);
         }
     }
     finite

@@ -28,6 +28,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, RwLock};
 
+use super::Update;
 use super::{
     in_order, into_inner, keep, last_chunk, read, step, write, write_back, Shape, SpinBarrier,
     CHUNK, SPINS,
@@ -241,7 +242,8 @@ pub(super) fn train<B: Backend + ?Sized>(
             let finite = step(
                 &[&row_grads],
                 own.clone(),
-                (lr, m),
+                m,
+                Update::sgd(lr),
                 &mut vals[own.clone()],
                 own_mean,
             );
@@ -252,7 +254,8 @@ pub(super) fn train<B: Backend + ?Sized>(
                     .as_deref_mut()
                     .filter(|_| w == 0)
                     .map(|m| &mut m[r.clone()]);
-                step(&chunk_sums, 0..r.len(), (lr, m), &mut vals[r.clone()], mean);
+                let vals = &mut vals[r.clone()];
+                step(&chunk_sums, 0..r.len(), m, Update::sgd(lr), vals, mean);
             }
             drop(guards);
             replica
