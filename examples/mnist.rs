@@ -309,10 +309,7 @@ fn run(o: Options) -> Result<(), String> {
     println!("final mean train loss {mean_loss:?}");
 
     if let Some(path) = &o.save {
-        let checkpoint = Checkpoint {
-            architecture,
-            params: program.params().to_vec(),
-        };
+        let checkpoint = Checkpoint::of(program.as_ref(), &architecture);
         checkpoint.save(path).map_err(|e| e.to_string())?;
         println!("saved params to {path}");
     }

@@ -15,25 +15,40 @@
 //! The architecture is whatever the saver says describes the model; [`Checkpoint::load_for`]
 //! refuses a file saved for another one.
 
-use std::path::Path;
-
 use std::collections::HashMap;
+use std::path::Path;
 
 use byteorder::{ByteOrder, LittleEndian};
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 
 use crate::error::{Error, Result};
+use crate::optim::{Optimizer, State};
+use crate::program::Program;
 
 /// The first format's magic and version.
 const MAGIC: &[u8; 8] = b"TJPARAMS";
 const FIRST_VERSION: u32 = 1;
 
-/// A model's architecture and its params.
+/// A model's architecture and its params, and the optimizer's state if it keeps one.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Checkpoint {
     pub architecture: Vec<usize>,
     pub params: Vec<f64>,
+    pub optimizer: Option<SavedOptimizer>,
 }
+
+/// An optimizer's state as a checkpoint holds it: the optimizer's name
+/// ([`crate::optim::Optimizer::name`]) and its [`State`], saved as the tensors
+/// `optimizer.{buffer}` (`[n]`, creation order) and the metadata `optimizer` and
+/// `optimizer_steps`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SavedOptimizer {
+    pub name: String,
+    pub state: State,
+}
+
+/// Tensors named so hold the optimizer's buffers.
+const OPTIMIZER_PREFIX: &str = "optimizer.";
 
 fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
@@ -47,6 +62,57 @@ fn describe(architecture: &[usize]) -> String {
 }
 
 impl Checkpoint {
+    /// `program`'s params (creation order) and, if its optimizer keeps state (all but plain
+    /// SGD), that state, as a model of `architecture`.
+    pub fn of(program: &dyn Program, architecture: &[usize]) -> Checkpoint {
+        let optimizer = program.optimizer();
+        Checkpoint {
+            architecture: architecture.to_vec(),
+            params: program.params(),
+            optimizer: (!optimizer.is_plain()).then(|| SavedOptimizer {
+                name: optimizer.name().to_string(),
+                state: program.optimizer_state(),
+            }),
+        }
+    }
+
+    /// Sets `program`'s params and its optimizer's state from this checkpoint (`file`
+    /// names it in errors): both or neither. The optimizer must be the one saved (a plain
+    /// SGD program takes a checkpoint without state).
+    pub fn restore(&self, program: &mut dyn Program, file: &str) -> Result<()> {
+        let bad = |problem: String| Error::Checkpoint {
+            file: file.to_string(),
+            problem,
+        };
+        let optimizer = program.optimizer();
+        let saved = self.optimizer.as_ref().map(|s| s.name.as_str());
+        match saved {
+            Some(name) if name != optimizer.name() || optimizer.is_plain() => {
+                return Err(bad(format!(
+                    "holds the state of optimizer {name}, but this program's is {}",
+                    describe_optimizer(&optimizer)
+                )))
+            }
+            None if !optimizer.is_plain() => {
+                return Err(bad(format!(
+                    "holds no optimizer state, but this program's {} keeps one",
+                    optimizer.name()
+                )))
+            }
+            _ => {}
+        }
+        let (params, state) = (program.params(), program.optimizer_state());
+        program.set_params(&self.params)?;
+        if let Some(saved) = &self.optimizer {
+            if let Err(e) = program.set_optimizer_state(&saved.state) {
+                program.set_params(&params)?;
+                program.set_optimizer_state(&state)?;
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
     /// The file's bytes (safetensors).
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         self.encode().map_err(|problem| Error::Checkpoint {
@@ -80,10 +146,25 @@ impl Checkpoint {
         out
     }
 
+    /// The optimizer's buffers as tensors, after the params' (see [`SavedOptimizer`]).
+    fn optimizer_tensors(&self) -> Vec<(String, Vec<usize>, Vec<f64>)> {
+        let buffers = self.optimizer.iter().flat_map(|o| &o.state.buffers);
+        buffers
+            .map(|(name, xs)| {
+                (
+                    format!("{OPTIMIZER_PREFIX}{name}"),
+                    vec![xs.len()],
+                    xs.clone(),
+                )
+            })
+            .collect()
+    }
+
     fn encode(&self) -> std::result::Result<Vec<u8>, String> {
         let tensors: Vec<(String, Vec<usize>, Vec<u8>)> = self
             .tensors()
             .into_iter()
+            .chain(self.optimizer_tensors())
             .map(|(name, shape, xs)| {
                 (
                     name,
@@ -99,7 +180,7 @@ impl Checkpoint {
             })
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(|e| e.to_string())?;
-        let metadata = HashMap::from([
+        let mut metadata = HashMap::from([
             ("format".to_string(), "tapejit".to_string()),
             ("architecture".to_string(), describe(&self.architecture)),
             (
@@ -107,6 +188,10 @@ impl Checkpoint {
                 format!("{:016x}", checksum(&tensors)),
             ),
         ]);
+        if let Some(o) = &self.optimizer {
+            metadata.insert("optimizer".into(), o.name.clone());
+            metadata.insert("optimizer_steps".into(), o.state.steps.to_string());
+        }
         safetensors::serialize(views, Some(metadata)).map_err(|e| e.to_string())
     }
 
@@ -217,11 +302,15 @@ fn from_safetensors(bytes: &[u8]) -> std::result::Result<Checkpoint, String> {
     // and its architecture is only parsed: 8 bytes a size.)
     let text = field("architecture")?;
     let sizes = text.split('-').count();
-    let layers_at_most = file.names().len() / 2 + 1;
-    if !file.names().contains(&"params") && sizes > layers_at_most {
+    let names = file.names();
+    let model_tensors = names
+        .iter()
+        .filter(|n| !n.starts_with(OPTIMIZER_PREFIX))
+        .count();
+    let layers_at_most = model_tensors / 2 + 1;
+    if !names.contains(&"params") && sizes > layers_at_most {
         return Err(format!(
-            "an architecture of {sizes} sizes, but {} tensors hold at most {layers_at_most}",
-            file.names().len()
+            "an architecture of {sizes} sizes, but {model_tensors} tensors hold at most {layers_at_most}"
         ));
     }
     let architecture = parse_architecture(text)?;
@@ -262,28 +351,52 @@ fn from_safetensors(bytes: &[u8]) -> std::result::Result<Checkpoint, String> {
             })
             .collect(),
     };
-    if file.names().len() != layout.len() {
+    if model_tensors != layout.len() {
         return Err(format!(
-            "{} tensors, expected {}",
-            file.names().len(),
+            "{model_tensors} tensors, expected {}",
             layout.len()
         ));
     }
+    // The optimizer's buffers, in the order its state lists them.
+    let optimizer = match metadata.get("optimizer") {
+        None => None,
+        Some(name) => {
+            let buffers = crate::optim::buffers_of(name)
+                .ok_or_else(|| format!("an unknown optimizer {name:?}"))?;
+            let steps = field("optimizer_steps")?
+                .parse::<u64>()
+                .map_err(|_| "a malformed optimizer_steps".to_string())?;
+            Some((name.clone(), steps, buffers))
+        }
+    };
+    let buffers = optimizer.iter().flat_map(|(_, _, b)| b.iter());
+    if names.len() - model_tensors != buffers.clone().count() {
+        return Err(format!(
+            "{} optimizer tensors, expected {:?}",
+            names.len() - model_tensors,
+            buffers.collect::<Vec<_>>()
+        ));
+    }
+    let n = n_params(&layout);
+    let optimizer_layout = buffers.map(|b| (format!("{OPTIMIZER_PREFIX}{b}"), vec![n]));
     let tensors = layout
         .iter()
-        .map(|(name, shape)| Ok((name.clone(), shape.clone(), read(name, shape)?)))
+        .cloned()
+        .chain(optimizer_layout)
+        .map(|(name, shape)| Ok((name.clone(), shape.clone(), read(&name, &shape)?)))
         .collect::<std::result::Result<Vec<_>, String>>()?;
     if checksum(&tensors) != want {
         return Err("checksum mismatch: the file is corrupt".into());
     }
     let numbers =
         |b: &[u8]| -> Vec<f64> { b.chunks_exact(8).map(LittleEndian::read_f64).collect() };
+    let (model, saved) = tensors.split_at(layout.len());
     let params = if layout.len() == 1 && layout[0].0 == "params" {
-        numbers(&tensors[0].2)
+        numbers(&model[0].2)
     } else {
         // Back to creation order: each neuron's weights, then its bias.
-        let mut params = Vec::with_capacity(n_params(&layout));
-        for pair in tensors.chunks_exact(2) {
+        let mut params = Vec::with_capacity(n);
+        for pair in model.chunks_exact(2) {
             let (weight, bias) = (numbers(&pair[0].2), numbers(&pair[1].2));
             let nin = pair[0].1[1];
             for (j, b) in bias.iter().enumerate() {
@@ -293,10 +406,29 @@ fn from_safetensors(bytes: &[u8]) -> std::result::Result<Checkpoint, String> {
         }
         params
     };
+    let optimizer = optimizer.map(|(name, steps, _)| SavedOptimizer {
+        name,
+        state: State {
+            steps,
+            buffers: saved
+                .iter()
+                .map(|(t, _, b)| (t[OPTIMIZER_PREFIX.len()..].to_string(), numbers(b)))
+                .collect(),
+        },
+    });
     Ok(Checkpoint {
         architecture,
         params,
+        optimizer,
     })
+}
+
+/// An optimizer as errors name it: `plain SGD`, or its name.
+fn describe_optimizer(optimizer: &Optimizer) -> &'static str {
+    match optimizer.is_plain() {
+        true => "plain SGD (no state)",
+        false => optimizer.name(),
+    }
 }
 
 /// `784-50-10` back to sizes.
@@ -352,5 +484,6 @@ fn from_first_format(bytes: &[u8]) -> std::result::Result<Checkpoint, String> {
     Ok(Checkpoint {
         architecture,
         params,
+        optimizer: None,
     })
 }

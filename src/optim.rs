@@ -126,8 +126,7 @@ impl Optimizer {
     pub fn buffer_names(&self) -> &'static [&'static str] {
         match self {
             Optimizer::Sgd(s) if s.momentum == 0.0 => &[],
-            Optimizer::Sgd(_) => &["momentum_buffer"],
-            Optimizer::Adam(_) | Optimizer::AdamW(_) => &["exp_avg", "exp_avg_sq"],
+            _ => buffers_of(self.name()).unwrap_or(&[]),
         }
     }
 
@@ -177,6 +176,15 @@ impl Optimizer {
                 at_least_zero("weight_decay", weight_decay)
             }
         }
+    }
+}
+
+/// The buffers the optimizer named `name` keeps when it keeps any (SGD: with momentum).
+pub fn buffers_of(name: &str) -> Option<&'static [&'static str]> {
+    match name {
+        "sgd" => Some(&["momentum_buffer"]),
+        "adam" | "adamw" => Some(&["exp_avg", "exp_avg_sq"]),
+        _ => None,
     }
 }
 

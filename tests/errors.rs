@@ -464,6 +464,7 @@ fn checkpoints_are_safetensors_and_the_first_format_is_still_read() {
     let mlp = Checkpoint {
         architecture: vec![3, 2, 1],
         params: vec![1.0, 2.0, 3.0, 0.5, 4.0, 5.0, 6.0, -0.5, 7.0, 8.0, 0.25],
+        optimizer: None,
     };
     let bytes = mlp.to_bytes().unwrap();
     let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
@@ -489,6 +490,7 @@ fn checkpoints_are_safetensors_and_the_first_format_is_still_read() {
     let other = Checkpoint {
         architecture: vec![4, (1usize << 32) + 3, 2],
         params: vec![1.0, 2.0],
+        optimizer: None,
     };
     let bytes = other.to_bytes().unwrap();
     let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
@@ -529,6 +531,7 @@ fn checkpoints_must_hold_the_models_count_of_params() {
     let short = Checkpoint {
         architecture: vec![2, 3, 1],
         params: vec![0.5; 5],
+        optimizer: None,
     };
     short.save(&path).unwrap();
     let err = Checkpoint::load_for(&path, &[2, 3, 1], 13).unwrap_err();

@@ -131,12 +131,7 @@ fn saved_params_reproduce_outputs_exactly() {
 
     let path = std::env::temp_dir().join(format!("tapejit-params-{}", std::process::id()));
     let architecture = [SIDE * SIDE, 5, CLASSES];
-    Checkpoint {
-        architecture: architecture.to_vec(),
-        params: trained.params().to_vec(),
-    }
-    .save(&path)
-    .unwrap();
+    Checkpoint::of(&trained, &architecture).save(&path).unwrap();
 
     // A fresh program of the same architecture, with other initial params, then loaded.
     let g2 = Graph::new();
@@ -176,6 +171,7 @@ fn corrupt_params_files_are_typed_errors() {
     let good = Checkpoint {
         architecture: vec![2, 3],
         params: vec![1.0, -2.5, 3.25],
+        optimizer: None,
     }
     .to_bytes()
     .unwrap();

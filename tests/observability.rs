@@ -862,12 +862,7 @@ const ARCHITECTURE: [usize; 3] = [20, 9, 3];
 
 /// Saves `p`'s params to `path` as a checkpoint of [`ARCHITECTURE`].
 fn save(p: &dyn Program, path: &std::path::Path) {
-    Checkpoint {
-        architecture: ARCHITECTURE.to_vec(),
-        params: p.params(),
-    }
-    .save(path)
-    .unwrap();
+    Checkpoint::of(p, &ARCHITECTURE).save(path).unwrap();
 }
 
 #[test]

@@ -6,6 +6,7 @@
 //! threads) gives the same bits; the state survives a checkpoint.
 
 use serde_json::Value as Json;
+use tapejit::checkpoint::Checkpoint;
 use tapejit::optim::{Adam, AdamW, Optimizer, Sgd, State};
 use tapejit::{Error, Graph, Interpreter, Jit, OptLevel, Program};
 
@@ -237,11 +238,21 @@ fn optimizer_state_moves_between_programs_and_bad_input_is_refused() {
         straight.step(&inputs, 0.01).unwrap();
         first.step(&inputs, 0.01).unwrap();
     }
+    // Through a checkpoint file: params, moments and step count.
+    let path = std::env::temp_dir().join(format!("tapejit-adam-{}", std::process::id()));
+    Checkpoint::of(&first, &[3, 4, 1]).save(&path).unwrap();
+    let file = path.display().to_string();
+    let loaded = Checkpoint::load(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(loaded.optimizer.as_ref().unwrap().state.steps, 10);
+    let mut plain = Interpreter::new(&g).unwrap();
+    let e = loaded.restore(&mut plain, &file).unwrap_err();
+    assert!(e.to_string().contains("optimizer adam"), "{e}");
     let mut second = Jit::builder().optimizer(adam).compile(&g).unwrap();
-    second.set_params(&first.params()).unwrap();
-    second
-        .set_optimizer_state(&first.optimizer_state())
-        .unwrap();
+    let e = Checkpoint::of(&plain, &[3, 4, 1]).restore(&mut second, &file);
+    assert!(e.unwrap_err().to_string().contains("no optimizer state"));
+    loaded.restore(&mut second, &file).unwrap();
+    assert_eq!(second.optimizer_state(), first.optimizer_state());
     for _ in 0..10 {
         straight.step(&inputs, 0.01).unwrap();
         second.step(&inputs, 0.01).unwrap();

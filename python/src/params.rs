@@ -18,6 +18,7 @@ pub fn save_params(
     let checkpoint = Checkpoint {
         architecture,
         params,
+        optimizer: None,
     };
     py.detach(|| checkpoint.save(path)).map_err(error)
 }
