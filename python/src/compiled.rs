@@ -5,10 +5,12 @@
 use std::collections::HashMap;
 
 use numpy::{PyArray1, PyReadonlyArrayDyn, PyUntypedArrayMethods};
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 use std::sync::{Mutex, MutexGuard};
 
+use tapejit::optim::{Adam, AdamW, Optimizer, Sgd};
 use tapejit::{Graph, Interpreter, Jit, Op, OptLevel, Program};
 
 use crate::drop_in::{error, graph_of, linearize, position};
@@ -29,6 +31,8 @@ pub struct Compiled {
     program: Mutex<Box<dyn Program + Send>>,
     /// The params' `Value`s, in the program's order, for `sync`.
     params: Vec<Py<Value>>,
+    /// The `tapejit.optim` optimizer given to `compile`, whose `lr` steps use by default.
+    optimizer: Option<Py<PyAny>>,
     /// The optimized IR, or why there is none.
     ir: Result<String, String>,
 }
@@ -49,9 +53,11 @@ fn numbers<'py>(x: &Bound<'py, PyAny>) -> PyResult<PyReadonlyArrayDyn<'py, f64>>
 /// `params`: the leaves they train (default: every leaf that is not an input and was not a
 /// number an operator met); `outputs`: values whose numbers `outputs()` returns after each
 /// forward; `opt`: `"O0"`..`"O3"`, or `"interpreter"`; `keep_ir`: keep the optimized IR for
-/// `ir()`. Every other leaf is a constant.
+/// `ir()`; `optimizer`: a `tapejit.optim` optimizer (default plain SGD at the rate each step
+/// is given). Every other leaf is a constant.
 #[pyfunction]
-#[pyo3(signature = (loss, inputs = Vec::new(), params = None, outputs = Vec::new(), opt = "O2", keep_ir = false))]
+#[pyo3(signature = (loss, inputs = Vec::new(), params = None, outputs = Vec::new(), opt = "O2", keep_ir = false, optimizer = None))]
+#[allow(clippy::too_many_arguments)]
 pub fn compile(
     py: Python<'_>,
     loss: Py<Value>,
@@ -60,7 +66,12 @@ pub fn compile(
     outputs: Vec<Py<Value>>,
     opt: &str,
     keep_ir: bool,
+    optimizer: Option<Py<PyAny>>,
 ) -> PyResult<Compiled> {
+    let rust_optimizer = match &optimizer {
+        Some(o) => optimizer_of(o.bind(py))?,
+        None => Optimizer::default(),
+    };
     let root = loss.get();
     let (order, _) = linearize(root);
     let in_graph = |v: &Value, what: &str, i: usize| -> PyResult<usize> {
@@ -120,7 +131,9 @@ pub fn compile(
     g.set_loss(value(order.len() - 1)).map_err(error)?;
     let mut ir = Err("the interpreter has no IR".to_string());
     let program: Box<dyn Program + Send> = if opt == "interpreter" {
-        Box::new(Interpreter::new(&g).map_err(error)?)
+        let mut interp = Interpreter::new(&g).map_err(error)?;
+        interp.set_optimizer(rust_optimizer).map_err(error)?;
+        Box::new(interp)
     } else {
         let level: OptLevel = opt.parse().map_err(|_| {
             PyValueError::new_err(format!(
@@ -130,6 +143,7 @@ pub fn compile(
         let jit = Jit::builder()
             .opt_level(level)
             .keep_ir(keep_ir)
+            .optimizer(rust_optimizer)
             .compile(&g)
             .map_err(error)?;
         ir = jit.ir().map_err(|e| e.to_string());
@@ -138,8 +152,60 @@ pub fn compile(
     Ok(Compiled {
         program: Mutex::new(program),
         params,
+        optimizer,
         ir,
     })
+}
+
+/// The Rust optimizer of a `tapejit.optim` one (its `_settings()`: a name and a dict).
+fn optimizer_of(o: &Bound<'_, PyAny>) -> PyResult<Optimizer> {
+    let not_one = || {
+        PyTypeError::new_err(format!(
+            "optimizer={}: expected a tapejit.optim optimizer (SGD, Adam or AdamW)",
+            o.repr().map_or("?".into(), |r| r.to_string())
+        ))
+    };
+    let (name, settings): (String, Bound<'_, PyDict>) = o
+        .call_method0("_settings")
+        .and_then(|s| s.extract())
+        .map_err(|_| not_one())?;
+    let number = |key: &str| -> PyResult<f64> {
+        settings
+            .get_item(key)?
+            .ok_or_else(not_one)?
+            .extract()
+            .map_err(|_| PyTypeError::new_err(format!("optimizer {key} must be a number")))
+    };
+    let betas = || -> PyResult<(f64, f64)> {
+        settings
+            .get_item("betas")?
+            .ok_or_else(not_one)?
+            .extract()
+            .map_err(|_| PyTypeError::new_err("optimizer betas must be two numbers"))
+    };
+    let optimizer = match name.as_str() {
+        "sgd" => Optimizer::Sgd(Sgd {
+            momentum: number("momentum")?,
+            dampening: number("dampening")?,
+            nesterov: settings
+                .get_item("nesterov")?
+                .ok_or_else(not_one)?
+                .is_truthy()?,
+            weight_decay: number("weight_decay")?,
+        }),
+        "adam" => Optimizer::Adam(Adam {
+            betas: betas()?,
+            eps: number("eps")?,
+            weight_decay: number("weight_decay")?,
+        }),
+        "adamw" => Optimizer::AdamW(AdamW {
+            betas: betas()?,
+            eps: number("eps")?,
+            weight_decay: number("weight_decay")?,
+        }),
+        _ => return Err(not_one()),
+    };
+    Ok(optimizer)
 }
 
 /// Per node of `order` (the loss last): whether it is an addition whose one use is as the
@@ -194,13 +260,32 @@ impl Compiled {
     fn program(&self) -> MutexGuard<'_, Box<dyn Program + Send>> {
         self.program.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// The rate a step runs at: `lr` if given, else the optimizer's `lr` (read at every
+    /// call, so that a schedule may set it between steps).
+    fn rate(&self, py: Python<'_>, lr: Option<f64>) -> PyResult<f64> {
+        match (lr, &self.optimizer) {
+            (Some(lr), _) => Ok(lr),
+            (None, Some(o)) => o
+                .bind(py)
+                .getattr("lr")?
+                .extract()
+                .map_err(|_| PyTypeError::new_err("the optimizer's lr must be a number")),
+            (None, None) => Err(PyTypeError::new_err(
+                "a learning rate is needed: step(x, lr), or compile with an optimizer",
+            )),
+        }
+    }
 }
 
 #[pymethods]
 impl Compiled {
-    /// One step of SGD on `x` (the inputs, in order): zero_grad, forward, backward, update
-    /// at `lr`. Returns the loss before the update.
-    fn step(&mut self, py: Python<'_>, x: &Bound<'_, PyAny>, lr: f64) -> PyResult<f64> {
+    /// One step on `x` (the inputs, in order): zero_grad, forward, backward, and the
+    /// optimizer's update (plain SGD without one) at `lr`, or at the optimizer's `lr` if not
+    /// given. Returns the loss before the update.
+    #[pyo3(signature = (x, lr = None))]
+    fn step(&mut self, py: Python<'_>, x: &Bound<'_, PyAny>, lr: Option<f64>) -> PyResult<f64> {
+        let lr = self.rate(py, lr)?;
         let x = numbers(x)?;
         let x = x
             .as_slice()
@@ -210,13 +295,16 @@ impl Compiled {
     }
 
     /// `step` on each sample of `X` (one row per sample, or the samples one after another),
-    /// natively in one call. Returns each sample's loss.
+    /// natively in one call, at `lr` (the optimizer's if not given). Returns each sample's
+    /// loss.
+    #[pyo3(signature = (samples, lr = None))]
     fn train<'py>(
         &mut self,
         py: Python<'py>,
         samples: &Bound<'py, PyAny>,
-        lr: f64,
+        lr: Option<f64>,
     ) -> PyResult<Bound<'py, PyArray1<f64>>> {
+        let lr = self.rate(py, lr)?;
         let x = numbers(samples)?;
         let x = x
             .as_slice()
@@ -276,6 +364,50 @@ impl Compiled {
             p.get().data.set(v);
             p.get().grad.set(g);
         }
+    }
+
+    /// The optimizer given to `compile` (`None`: plain SGD).
+    #[getter]
+    fn optimizer(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.optimizer.as_ref().map(|o| o.clone_ref(py))
+    }
+
+    /// The optimizer's state: `{"step": steps taken, buffer name: numpy array (one number
+    /// per param, in order), ...}` (PyTorch's names: `exp_avg`, `exp_avg_sq`,
+    /// `momentum_buffer`); plain SGD keeps none (`{"step": 0}`).
+    #[getter]
+    fn optimizer_state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let state = self.program().optimizer_state();
+        let dict = PyDict::new(py);
+        dict.set_item("step", state.steps)?;
+        for (name, xs) in state.buffers {
+            dict.set_item(name, PyArray1::from_vec(py, xs))?;
+        }
+        Ok(dict)
+    }
+
+    #[setter]
+    fn set_optimizer_state(&mut self, state: &Bound<'_, PyDict>) -> PyResult<()> {
+        let mut buffers = Vec::new();
+        let mut steps = 0;
+        for (key, value) in state.iter() {
+            let key: String = key.extract()?;
+            if key == "step" {
+                steps = value.extract()?;
+                continue;
+            }
+            let xs = numbers(&value)?;
+            let xs = xs
+                .as_slice()
+                .map_err(|e| PyValueError::new_err(e.to_string()))?;
+            buffers.push((key, xs.to_vec()));
+        }
+        let program = self.program.get_mut().unwrap_or_else(|e| e.into_inner());
+        // In the optimizer's order, whatever the dict's.
+        let names = program.optimizer().buffer_names();
+        buffers.sort_by_key(|(n, _)| names.iter().position(|m| m == n));
+        let state = tapejit::optim::State { steps, buffers };
+        program.set_optimizer_state(&state).map_err(error)
     }
 
     /// The optimized LLVM IR, if compiled with `keep_ir=True`.

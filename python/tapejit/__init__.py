@@ -6,14 +6,16 @@ first time a graph of some structure is seen, on tapejit's interpreter; from the
 (micrograd code rebuilds the same graph every step), as native code compiled once.
 ``tapejit.nn`` is micrograd's ``nn`` over this ``Value``.
 
-``compile(loss, inputs, params)`` builds a graph once for loops that run it many times: its
-``Program`` steps and trains on numpy arrays natively (``step(x, lr)``, ``train(X, lr)``).
+``compile(loss, inputs, params, optimizer=...)`` builds a graph once for loops that run it
+many times: its ``Program`` steps and trains on numpy arrays natively (``step(x)``,
+``train(X)``), updating by a ``tapejit.optim`` optimizer (``SGD``, ``Adam``, ``AdamW``, with
+torch.optim's definitions), or by plain SGD at the rate given (``step(x, lr)``).
 
 ``draw_dot(value)`` draws the graph under a value, as micrograd's notebook does.
 """
 
 from ._tapejit import Program, Value, compile
-from . import datasets, nn
+from . import datasets, nn, optim
 from .viz import draw_dot
 
-__all__ = ["Program", "Value", "compile", "datasets", "draw_dot", "nn"]
+__all__ = ["Program", "Value", "compile", "datasets", "draw_dot", "nn", "optim"]

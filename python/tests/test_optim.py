@@ -1,0 +1,114 @@
+"""Compiled optimizers against torch.optim: the reference trajectories that
+tests/data/make_optim_reference.py computed once with torch (the suite needs no torch), run
+through tapejit.compile with tapejit.optim: every loss, the final params and the state within
+1e-12 (relative); the step's rate is the optimizer's ``lr`` (a schedule sets it between
+steps); state is read and written back; bad settings are typed errors."""
+
+import json
+import pathlib
+
+import numpy as np
+import pytest
+
+import tapejit
+from tapejit import Value
+
+REFERENCE = json.loads(
+    (pathlib.Path(__file__).resolve().parents[2] / "tests" / "data" / "optim_reference.json").read_text())
+STEPS = 100
+
+
+def model():
+    """The reference's 3-4-1 tanh MLP on its 8 samples, full batch: the loss, the leaves
+    for the inputs (features and targets) and the params, in creation order."""
+    m = REFERENCE["model"]
+    init = iter(m["init"])
+    hidden = [([Value(next(init)) for _ in range(3)], Value(next(init))) for _ in range(4)]
+    out_w, out_b = [Value(next(init)) for _ in range(4)], Value(next(init))
+    params = [p for w, b in hidden for p in w + [b]] + out_w + [out_b]
+    inputs, errors = [], []
+    for _ in m["x"]:
+        x, y = [Value(0.0) for _ in range(3)], Value(0.0)
+        inputs += x + [y]
+        h = [sum((wi * xi for wi, xi in zip(w[1:], x[1:])), w[0] * x[0]) + b for w, b in hidden]
+        h = [hj.tanh() for hj in h]
+        out = sum((v * hj for v, hj in zip(out_w[1:], h[1:])), out_w[0] * h[0]) + out_b
+        errors.append((out - y) ** 2)
+    loss = sum(errors[1:], errors[0]) * 0.125
+    data = [c for x, y in zip(m["x"], m["y"]) for c in x + [y]]
+    return loss, inputs, params, np.array(data)
+
+
+def optimizer(run):
+    o = dict(run["options"])
+    kind = {"SGD": tapejit.optim.SGD, "Adam": tapejit.optim.Adam, "AdamW": tapejit.optim.AdamW}
+    if "betas" in o:
+        o["betas"] = tuple(o["betas"])
+    return kind[run["optimizer"]](**o)
+
+
+def close(got, want, whole=False):
+    """Within 1e-12 of `want`, relative to each number (or, `whole`, to the largest: a
+    moment that cancels down to 1e-5 of the gradients it averages keeps their absolute
+    error, as torch's own does)."""
+    got, want = np.asarray(got, dtype=float), np.asarray(want, dtype=float)
+    scale = np.max(np.abs(want)) if whole else np.abs(want)
+    return np.max(np.abs(got - want) / np.maximum(scale, 1e-300)) < 1e-12
+
+
+@pytest.mark.parametrize("run", REFERENCE["runs"], ids=lambda r: r["name"])
+@pytest.mark.parametrize("opt", ["O2", "interpreter"])
+def test_compiled_optimizers_follow_torch(run, opt):
+    loss, inputs, params, data = model()
+    o = optimizer(run)
+    program = tapejit.compile(loss, inputs=inputs, params=params, opt=opt, optimizer=o)
+    losses = []
+    for t in range(STEPS):
+        if "lrs" in run:
+            o.lr = run["lrs"][t]
+        losses.append(program.step(data))
+    assert close(losses, run["losses"])
+    assert close(program.params, run["params"])
+    state = program.optimizer_state
+    for name, want in run["state"].items():
+        if name == "step":
+            assert state["step"] == want
+        else:
+            assert close(state[name], want, whole=True)
+
+
+def test_state_moves_between_programs_and_rates_are_explicit_or_the_optimizers():
+    loss, inputs, params, data = model()
+    o = tapejit.optim.AdamW(lr=0.01)
+    a = tapejit.compile(loss, inputs=inputs, params=params, optimizer=o)
+    b = tapejit.compile(loss, inputs=inputs, params=params, optimizer=tapejit.optim.AdamW(lr=0.01))
+    for _ in range(5):
+        a.step(data)
+        b.step(data, 0.01)
+    assert list(a.params) == list(b.params)
+    c = tapejit.compile(loss, inputs=inputs, params=params, optimizer=tapejit.optim.AdamW(lr=0.01))
+    c.params = a.params
+    c.optimizer_state = a.optimizer_state
+    assert c.optimizer_state["step"] == 5
+    a.train(np.tile(data, 3))
+    c.train(np.tile(data, 3))
+    assert list(a.params) == list(c.params)
+
+    with pytest.raises(ValueError, match="exp_avg"):
+        c.optimizer_state = {"step": 1, "exp_avg": np.zeros(len(params))}
+    plain = tapejit.compile(loss, inputs=inputs, params=params)
+    with pytest.raises(TypeError, match="learning rate"):
+        plain.step(data)
+    assert plain.optimizer is None and plain.optimizer_state == {"step": 0}
+
+
+@pytest.mark.parametrize("bad,match", [
+    (tapejit.optim.Adam(betas=(1.0, 0.999)), "betas"),
+    (tapejit.optim.AdamW(eps=-1.0), "eps"),
+    (tapejit.optim.SGD(lr=0.1, nesterov=True), "Nesterov"),
+    ("adam", "tapejit.optim"),
+])
+def test_bad_optimizers_are_refused(bad, match):
+    loss, inputs, params, _ = model()
+    with pytest.raises((ValueError, TypeError), match=match):
+        tapejit.compile(loss, inputs=inputs, params=params, optimizer=bad)
