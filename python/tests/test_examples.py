@@ -38,3 +38,11 @@ def test_draw_writes_a_picture(tmp_path):
     written = out.splitlines()[0].split()[-1]
     assert pathlib.Path(written).exists()
     assert "nest:" in out
+
+
+def test_optimizers_example_runs():
+    out = subprocess.run(
+        [sys.executable, ROOT / "python" / "examples" / "optimizers.py", "--steps", "5", "--rounds", "1"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    assert "AdamW" in out and "x plain SGD" in out
