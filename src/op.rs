@@ -214,14 +214,7 @@ impl Op {
                 let zero = ar.constant(0.0);
                 ar.select_gt(zero, x[0], zero, x[0])
             }
-            Op::Sigmoid => {
-                // 1 / (1 + e^-x)
-                let minus_x = ar.neg(x[0]);
-                let e = ar.call(MathFn::Exp, &[minus_x]);
-                let one = ar.constant(1.0);
-                let denom = ar.add(one, e);
-                ar.div(one, denom)
-            }
+            Op::Sigmoid => sigmoid(ar, x[0]),
             Op::Max => ar.select_gt(x[1], x[0], x[1], x[0]),
             Op::Sum => {
                 let mut acc = x[0];
@@ -280,8 +273,7 @@ impl Op {
                 // at every special point (a = +-0, +-inf), within 2 ULP of micrograd's
                 // elsewhere, and a division instead of a call of libm's pow.
                 let d = if c == 0.5 {
-                    let half = ar.constant(0.5);
-                    ar.div(half, out)
+                    sqrt_derivative(ar, out)
                 } else {
                     let c_ = ar.constant(c);
                     let a_pow = power(ar, x[0], c - 1.0);
@@ -472,19 +464,40 @@ fn power<A: Arith>(ar: &mut A, a: A::V, c: f64) -> A::V {
         let one = ar.constant(1.0);
         ar.div(one, a)
     } else if c == 0.5 {
-        // sqrt(-0) is -0 where pow gives +0: adding +0 turns -0 into +0 and leaves every
-        // other result (a NaN's payload too) as it is. sqrt(-inf) is NaN where pow gives
-        // +inf: only -inf lies below -f64::MAX.
-        let root = ar.call(MathFn::Sqrt, &[a]);
-        let zero = ar.constant(0.0);
-        let root = ar.add(root, zero);
-        let lowest = ar.constant(f64::MIN);
-        let inf = ar.constant(f64::INFINITY);
-        ar.select_gt(lowest, a, inf, root)
+        sqrt(ar, a)
     } else {
         let c = ar.constant(c);
         ar.call(MathFn::Pow, &[a, c])
     }
+}
+
+/// `a^(1/2)` as `pow` gives it: the IEEE square root but at `-0` and `-inf`.
+fn sqrt<A: Arith>(ar: &mut A, a: A::V) -> A::V {
+    // sqrt(-0) is -0 where pow gives +0: adding +0 turns -0 into +0 and leaves every other
+    // result (a NaN's payload too) as it is. sqrt(-inf) is NaN where pow gives +inf: only
+    // -inf lies below -f64::MAX.
+    let root = ar.call(MathFn::Sqrt, &[a]);
+    let zero = ar.constant(0.0);
+    let root = ar.add(root, zero);
+    let lowest = ar.constant(f64::MIN);
+    let inf = ar.constant(f64::INFINITY);
+    ar.select_gt(lowest, a, inf, root)
+}
+
+/// The derivative of [`sqrt`] from its value `out`: `0.5 / out`, as PyTorch writes it (see
+/// [`Op::local_grads`] of `Powf`).
+fn sqrt_derivative<A: Arith>(ar: &mut A, out: A::V) -> A::V {
+    let half = ar.constant(0.5);
+    ar.div(half, out)
+}
+
+/// `1 / (1 + e^-x)`: [`Op::Sigmoid`].
+fn sigmoid<A: Arith>(ar: &mut A, x: A::V) -> A::V {
+    let minus_x = ar.neg(x);
+    let e = ar.call(MathFn::Exp, &[minus_x]);
+    let one = ar.constant(1.0);
+    let denom = ar.add(one, e);
+    ar.div(one, denom)
 }
 
 /// Plain `f64` arithmetic: the interpreter's instance of [`Arith`].
