@@ -100,8 +100,25 @@ pub enum Op {
     /// micrograd's relu: `0 if a < 0 else a`.
     Relu,
     Sigmoid,
+    /// `log(1 + e^x)`, as `max(x, 0) + log1p(e^-|x|)`: finite for every finite `x` (0 at
+    /// -1000, 1000 at 1000), `x` itself from about 33.3 on, where the rest rounds away.
+    /// PyTorch returns `x` from 20 on (off by up to e^-20, 2e-9); this needs no threshold.
+    /// Derivative `sigmoid(x)`, 0 and 1 far out.
+    Softplus,
+    /// `log(1 + x)`, libm's `log1p` (exact near 0, where `log(1 + x)` rounds `1 + x`).
+    Log1p,
+    /// `|x|` (`+0` for `-0`); derivative `sign(x)`, 0 at 0, as PyTorch's `sgn`.
+    Abs,
+    /// libm's `sin`.
+    Sin,
+    /// libm's `cos`.
+    Cos,
+    /// The square root: `x ** 0.5`'s very numbers, value and derivative (see `power`).
+    Sqrt,
     /// `b if b > a else a`.
     Max,
+    /// `b if b < a else a`: on a tie `a`, which takes the gradient, as in [`Op::Max`].
+    Min,
     /// `((a0 + a1) + a2) + ...`, left to right.
     Sum,
 }
@@ -114,7 +131,8 @@ impl Op {
             Op::Neg | Op::Powf(_) | Op::Exp | Op::Log | Op::Tanh | Op::Relu | Op::Sigmoid => {
                 Some(1)
             }
-            Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Max => Some(2),
+            Op::Softplus | Op::Log1p | Op::Abs | Op::Sin | Op::Cos | Op::Sqrt => Some(1),
+            Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Max | Op::Min => Some(2),
             Op::Sum => None,
         }
     }
@@ -142,7 +160,8 @@ impl Op {
             Op::Input(n) | Op::Param(n) => n as u64,
             Op::Const(c) | Op::Powf(c) => c.to_bits(),
             Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Neg | Op::Exp | Op::Log | Op::Tanh => 0,
-            Op::Relu | Op::Sigmoid | Op::Max | Op::Sum => 0,
+            Op::Relu | Op::Sigmoid | Op::Softplus | Op::Log1p | Op::Abs | Op::Sin => 0,
+            Op::Cos | Op::Sqrt | Op::Max | Op::Min | Op::Sum => 0,
         };
         [OpKind::from(self) as u64, field]
     }
@@ -164,7 +183,14 @@ impl Op {
             Op::Tanh => "tanh",
             Op::Relu => "relu",
             Op::Sigmoid => "sigmoid",
+            Op::Softplus => "softplus",
+            Op::Log1p => "log1p",
+            Op::Abs => "abs",
+            Op::Sin => "sin",
+            Op::Cos => "cos",
+            Op::Sqrt => "sqrt",
             Op::Max => "max",
+            Op::Min => "min",
             Op::Sum => "sum",
         }
     }
@@ -173,12 +199,13 @@ impl Op {
     /// pole): what generated tests keep operands in. `Sum`'s operands are all alike.
     pub fn domain(self, operand: usize) -> Domain {
         match (self, operand) {
-            (Op::Div, 1) | (Op::Relu, _) => Domain::NonZero,
-            (Op::Log, _) => Domain::Positive,
+            (Op::Div, 1) | (Op::Relu, _) | (Op::Abs, _) => Domain::NonZero,
+            // log1p's lies above -1: the positive half of it will do.
+            (Op::Log, _) | (Op::Log1p, _) | (Op::Sqrt, _) => Domain::Positive,
             (Op::Powf(c), _) if c.fract() != 0.0 => Domain::Positive,
             // 0 too: its derivative `0 * a^-1` is NaN at a = 0.
             (Op::Powf(c), _) if c <= 0.0 => Domain::NonZero,
-            (Op::Max, 1) => Domain::ApartFrom(0),
+            (Op::Max, 1) | (Op::Min, 1) => Domain::ApartFrom(0),
             _ => Domain::Real,
         }
     }
@@ -214,15 +241,25 @@ impl Op {
                 let zero = ar.constant(0.0);
                 ar.select_gt(zero, x[0], zero, x[0])
             }
-            Op::Sigmoid => {
-                // 1 / (1 + e^-x)
-                let minus_x = ar.neg(x[0]);
-                let e = ar.call(MathFn::Exp, &[minus_x]);
-                let one = ar.constant(1.0);
-                let denom = ar.add(one, e);
-                ar.div(one, denom)
+            Op::Sigmoid => sigmoid(ar, x[0]),
+            Op::Softplus => {
+                // max(x, 0) + log1p(e^-|x|): e^-|x| <= 1 never overflows, and the log1p
+                // term is below half an ULP of x from x = 33.3 on, so the sum is x there.
+                let zero = ar.constant(0.0);
+                let positive_part = ar.select_gt(x[0], zero, x[0], zero);
+                let a = abs(ar, x[0]);
+                let minus_a = ar.neg(a);
+                let e = ar.call(MathFn::Exp, &[minus_a]);
+                let log_term = ar.call(MathFn::Log1p, &[e]);
+                ar.add(positive_part, log_term)
             }
+            Op::Log1p => ar.call(MathFn::Log1p, &[x[0]]),
+            Op::Abs => abs(ar, x[0]),
+            Op::Sin => ar.call(MathFn::Sin, &[x[0]]),
+            Op::Cos => ar.call(MathFn::Cos, &[x[0]]),
+            Op::Sqrt => sqrt(ar, x[0]),
             Op::Max => ar.select_gt(x[1], x[0], x[1], x[0]),
+            Op::Min => ar.select_gt(x[0], x[1], x[1], x[0]),
             Op::Sum => {
                 let mut acc = x[0];
                 for &xi in &x[1..] {
@@ -280,8 +317,7 @@ impl Op {
                 // at every special point (a = +-0, +-inf), within 2 ULP of micrograd's
                 // elsewhere, and a division instead of a call of libm's pow.
                 let d = if c == 0.5 {
-                    let half = ar.constant(0.5);
-                    ar.div(half, out)
+                    sqrt_derivative(ar, out)
                 } else {
                     let c_ = ar.constant(c);
                     let a_pow = power(ar, x[0], c - 1.0);
@@ -311,11 +347,52 @@ impl Op {
                 let d = ar.mul(out, one_minus);
                 local.push(ar.mul(d, g));
             }
+            Op::Softplus => {
+                // d softplus = sigmoid(x), from x: finite at every x (1 - e^-out, from the
+                // value, would lose every digit where softplus is tiny).
+                let d = sigmoid(ar, x[0]);
+                local.push(ar.mul(d, g));
+            }
+            Op::Log1p => {
+                // d log(1 + x) = 1 / (1 + x)
+                let one = ar.constant(1.0);
+                let one_plus_x = ar.add(one, x[0]);
+                local.push(ar.div(g, one_plus_x));
+            }
+            Op::Abs => {
+                // sign(x): 1 above 0, -1 below, 0 at +-0 (and NaN), as PyTorch's sgn.
+                let (zero, one, minus_one) =
+                    (ar.constant(0.0), ar.constant(1.0), ar.constant(-1.0));
+                let below = ar.select_gt(zero, x[0], minus_one, zero);
+                let d = ar.select_gt(x[0], zero, one, below);
+                local.push(ar.mul(d, g));
+            }
+            Op::Sin => {
+                let d = ar.call(MathFn::Cos, &[x[0]]);
+                local.push(ar.mul(d, g));
+            }
+            Op::Cos => {
+                let sin = ar.call(MathFn::Sin, &[x[0]]);
+                let d = ar.neg(sin);
+                local.push(ar.mul(d, g));
+            }
+            Op::Sqrt => {
+                let d = sqrt_derivative(ar, out);
+                local.push(ar.mul(d, g));
+            }
             Op::Max => {
                 // the gradient goes to the operand max picked
                 let (zero, one) = (ar.constant(0.0), ar.constant(1.0));
                 let da = ar.select_gt(x[1], x[0], zero, one);
                 let db = ar.select_gt(x[1], x[0], one, zero);
+                let (da, db) = (ar.mul(da, g), ar.mul(db, g));
+                local.extend([da, db]);
+            }
+            Op::Min => {
+                // the gradient goes to the operand min picked (a on a tie, as max)
+                let (zero, one) = (ar.constant(0.0), ar.constant(1.0));
+                let da = ar.select_gt(x[0], x[1], zero, one);
+                let db = ar.select_gt(x[0], x[1], one, zero);
                 let (da, db) = (ar.mul(da, g), ar.mul(db, g));
                 local.extend([da, db]);
             }
@@ -337,11 +414,11 @@ fn padded_with_nan<A: Arith>(ar: &mut A, x: &[A::V], len: usize) -> Vec<A::V> {
 pub enum Domain {
     /// Any finite value.
     Real,
-    /// Strictly positive: logarithms and fractional powers.
+    /// Strictly positive: logarithms and fractional powers (square roots too).
     Positive,
-    /// Either sign, away from 0: divisors, negative powers, relu's kink.
+    /// Either sign, away from 0: divisors, negative powers, relu's and abs's kinks.
     NonZero,
-    /// Away from operand `k`'s value: `max` has a kink where its operands tie.
+    /// Away from operand `k`'s value: `max` and `min` have a kink where their operands tie.
     ApartFrom(usize),
 }
 
@@ -362,6 +439,10 @@ pub enum MathFn {
     Pow,
     /// The IEEE square root.
     Sqrt,
+    /// `log(1 + x)`.
+    Log1p,
+    Sin,
+    Cos,
 }
 
 impl MathFn {
@@ -373,6 +454,9 @@ impl MathFn {
             MathFn::Tanh => "tapejit_tanh",
             MathFn::Pow => "tapejit_pow",
             MathFn::Sqrt => "tapejit_sqrt",
+            MathFn::Log1p => "tapejit_log1p",
+            MathFn::Sin => "tapejit_sin",
+            MathFn::Cos => "tapejit_cos",
         }
     }
 
@@ -383,6 +467,7 @@ impl MathFn {
         match self {
             MathFn::Sqrt => Some("llvm.sqrt"),
             MathFn::Exp | MathFn::Log | MathFn::Tanh | MathFn::Pow => None,
+            MathFn::Log1p | MathFn::Sin | MathFn::Cos => None,
         }
     }
 
@@ -390,6 +475,7 @@ impl MathFn {
     pub fn arity(self) -> usize {
         match self {
             MathFn::Exp | MathFn::Log | MathFn::Tanh | MathFn::Sqrt => 1,
+            MathFn::Log1p | MathFn::Sin | MathFn::Cos => 1,
             MathFn::Pow => 2,
         }
     }
@@ -402,6 +488,9 @@ impl MathFn {
             MathFn::Tanh => math::tanh as *const () as usize,
             MathFn::Pow => math::pow as *const () as usize,
             MathFn::Sqrt => math::sqrt as *const () as usize,
+            MathFn::Log1p => math::log1p as *const () as usize,
+            MathFn::Sin => math::sin as *const () as usize,
+            MathFn::Cos => math::cos as *const () as usize,
         }
     }
 
@@ -423,6 +512,9 @@ impl MathFn {
             MathFn::Tanh => math::tanh(arg(0)),
             MathFn::Pow => math::pow(arg(0), arg(1)),
             MathFn::Sqrt => math::sqrt(arg(0)),
+            MathFn::Log1p => math::log1p(arg(0)),
+            MathFn::Sin => math::sin(arg(0)),
+            MathFn::Cos => math::cos(arg(0)),
         }
     }
 }
@@ -451,6 +543,15 @@ mod math {
     pub extern "C" fn sqrt(x: f64) -> f64 {
         x.sqrt()
     }
+    pub extern "C" fn log1p(x: f64) -> f64 {
+        x.ln_1p()
+    }
+    pub extern "C" fn sin(x: f64) -> f64 {
+        x.sin()
+    }
+    pub extern "C" fn cos(x: f64) -> f64 {
+        x.cos()
+    }
 }
 
 /// `a^c` for a constant `c`: the correctly rounded power, as IEEE arithmetic computes it
@@ -472,19 +573,53 @@ fn power<A: Arith>(ar: &mut A, a: A::V, c: f64) -> A::V {
         let one = ar.constant(1.0);
         ar.div(one, a)
     } else if c == 0.5 {
-        // sqrt(-0) is -0 where pow gives +0: adding +0 turns -0 into +0 and leaves every
-        // other result (a NaN's payload too) as it is. sqrt(-inf) is NaN where pow gives
-        // +inf: only -inf lies below -f64::MAX.
-        let root = ar.call(MathFn::Sqrt, &[a]);
-        let zero = ar.constant(0.0);
-        let root = ar.add(root, zero);
-        let lowest = ar.constant(f64::MIN);
-        let inf = ar.constant(f64::INFINITY);
-        ar.select_gt(lowest, a, inf, root)
+        sqrt(ar, a)
     } else {
         let c = ar.constant(c);
         ar.call(MathFn::Pow, &[a, c])
     }
+}
+
+/// `a^(1/2)` as `pow` gives it: the IEEE square root but at `-0` and `-inf`. [`Op::Sqrt`]
+/// and [`Op::Powf`]`(0.5)` both compute it.
+fn sqrt<A: Arith>(ar: &mut A, a: A::V) -> A::V {
+    // sqrt(-0) is -0 where pow gives +0: adding +0 turns -0 into +0 and leaves every other
+    // result (a NaN's payload too) as it is. sqrt(-inf) is NaN where pow gives +inf: only
+    // -inf lies below -f64::MAX.
+    let root = ar.call(MathFn::Sqrt, &[a]);
+    let zero = ar.constant(0.0);
+    let root = ar.add(root, zero);
+    let lowest = ar.constant(f64::MIN);
+    let inf = ar.constant(f64::INFINITY);
+    ar.select_gt(lowest, a, inf, root)
+}
+
+/// The derivative of [`sqrt`] from its value `out`: `0.5 / out`, as PyTorch writes it (see
+/// [`Op::local_grads`] of `Powf`).
+fn sqrt_derivative<A: Arith>(ar: &mut A, out: A::V) -> A::V {
+    let half = ar.constant(0.5);
+    ar.div(half, out)
+}
+
+/// `1 / (1 + e^-x)`: [`Op::Sigmoid`], and [`Op::Softplus`]'s derivative.
+fn sigmoid<A: Arith>(ar: &mut A, x: A::V) -> A::V {
+    let minus_x = ar.neg(x);
+    let e = ar.call(MathFn::Exp, &[minus_x]);
+    let one = ar.constant(1.0);
+    let denom = ar.add(one, e);
+    ar.div(one, denom)
+}
+
+/// `|x|` from selects, never a call: `x` above 0, `-x` below, and `x + 0` at the zeros
+/// (`+0` for both) and at NaN (the very NaN). Not `x > 0 ? x : 0 - x`, though it is `+0` at
+/// both zeros too: LLVM rewrites that to `fabs`, which clears a NaN's sign where `0 - x`
+/// keeps it, and the JIT's NaN would not be the interpreter's.
+fn abs<A: Arith>(ar: &mut A, x: A::V) -> A::V {
+    let zero = ar.constant(0.0);
+    let minus_x = ar.neg(x);
+    let x_plus_zero = ar.add(x, zero);
+    let not_above = ar.select_gt(zero, x, minus_x, x_plus_zero);
+    ar.select_gt(x, zero, x, not_above)
 }
 
 /// Plain `f64` arithmetic: the interpreter's instance of [`Arith`].

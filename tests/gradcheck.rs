@@ -98,6 +98,25 @@ const CASES: &[Case] = &[
         (v[0] + 7.0).max(v[1])
     }),
     case("max(x, -x)", &[AwayFromZero], |v| v[0].max(-v[0])),
+    case("min(x, y + 7)", &[Anywhere, Anywhere], |v| {
+        v[0].min(v[1] + 7.0)
+    }),
+    case("min(x - 7, y)", &[Anywhere, Anywhere], |v| {
+        (v[0] - 7.0).min(v[1])
+    }),
+    case("min(x, -x)", &[AwayFromZero], |v| v[0].min(-v[0])),
+    // The newer unary ops, softplus far out on either side too.
+    case("softplus(x)", &[Anywhere], |v| v[0].softplus()),
+    case("softplus(10x)", &[Anywhere], |v| (v[0] * 10.0).softplus()),
+    case("log1p(x)", &[Positive], |v| v[0].log1p()),
+    case("log1p(0.2x - 0.9)", &[Positive], |v| {
+        (v[0] * 0.2 - 0.9).log1p()
+    }),
+    case("abs(x)", &[AwayFromZero], |v| v[0].abs()),
+    case("sin(x)", &[Anywhere], |v| v[0].sin()),
+    case("cos(x)", &[Anywhere], |v| v[0].cos()),
+    case("sin(10x)", &[Anywhere], |v| (v[0] * 10.0).sin()),
+    case("sqrt(x)", &[Positive], |v| v[0].sqrt()),
     // Sums, including an operand that appears twice.
     case("sum(x)", &[Anywhere], |v| v[0].graph().sum(v)),
     case("sum(x, y, z)", &[Anywhere, Anywhere, Anywhere], |v| {

@@ -601,3 +601,127 @@ fn tanh_in_vector_lanes_is_the_interpreters_on_every_kind_of_input() {
     let jit = Jit::compile(&g).unwrap();
     assert!(jit.stats().loops > 0, "the tanh map is no loop");
 }
+
+/// The ops that call libm (`softplus`, `log1p`, `sin`, `cos`: lane by lane in vector code)
+/// and those built of selects (`abs`, `min`, `max`) or an instruction (`sqrt`): a map of
+/// `op(x_i / y_i)` over 64 inputs, in lanes where loops are recovered, on values from every
+/// range that is special to one of them (signed zeros, subnormals, where softplus turns
+/// into `x` or `e^x`, large arguments of sin and cos, infinities and NaN divided out of
+/// finite inputs), `min` and `max` of `x_i` and `y_i` on ties of every kind: values bit for
+/// bit against the interpreter at every level, and gradients where the quotients are finite.
+/// A NaN gradient need not be the interpreter's to the bit: LLVM does not keep a NaN's sign
+/// through arithmetic (it turns `-sin(x) * 0.5`, cos's derivative, into `sin(x) * -0.5`,
+/// even at O0), nor which of two NaNs a product keeps (division's derivative by its divisor
+/// multiplies two at 0 / 0; the divisors take no gradient here).
+#[test]
+fn new_ops_in_vector_lanes_are_the_interpreters_on_every_kind_of_input() {
+    const N: usize = 64;
+    let mut pairs = vec![
+        (1.0, 0.0),
+        (-1.0, 0.0),
+        (0.0, 0.0),
+        (1e300, 1e-300),
+        (-1e300, 1e-300),
+        // Ties, min and max: equal, signed zeros either way.
+        (2.0, 2.0),
+        (0.0, -0.0),
+        (-0.0, 0.0),
+        (-0.0, -0.0),
+    ];
+    pairs.extend(
+        [
+            0.0,
+            -0.0,
+            5e-324,
+            -5e-324,
+            -1e-300,
+            1e-20,
+            -0.5,
+            -1.0,
+            1.0,
+            std::f64::consts::PI,
+            33.272,
+            40.0,
+            -40.0,
+            1000.0,
+            -1000.0,
+            -745.2,
+            709.8,
+            1e6 + 0.5,
+            1e22,
+            -1e22,
+            2f64.powi(60),
+            1e300,
+            -f64::MAX,
+            f64::MAX,
+        ]
+        .map(|x| (x, 1.0)),
+    );
+    let mut rng = StdRng::seed_from_u64(23);
+    while pairs.len() < N {
+        let magnitude: f64 = rng.gen_range(-30.0..80.0f64).exp2();
+        let sign = if rng.gen() { 1.0 } else { -1.0 };
+        pairs.push((sign * magnitude, if rng.gen() { 1.0 } else { -3.0 }));
+    }
+    let inputs = |pairs: &[(f64, f64)]| -> Vec<f64> {
+        pairs
+            .iter()
+            .map(|p| p.0)
+            .chain(pairs.iter().map(|p| p.1))
+            .collect()
+    };
+    // The pairs whose quotient is no finite number, divided by 1 instead.
+    let finite: Vec<(f64, f64)> = pairs
+        .iter()
+        .map(|&(x, y)| {
+            if (x / y).is_finite() {
+                (x, y)
+            } else {
+                (x, 1.0)
+            }
+        })
+        .collect();
+    let script = [
+        Action::SetInputs(inputs(&pairs)),
+        Action::Forward,
+        Action::SetInputs(inputs(&finite)),
+        Action::Forward,
+        Action::Backward,
+    ];
+    type Map = for<'g> fn(Value<'g>, Value<'g>) -> Value<'g>;
+    // Whether `y` takes a gradient: where it is no divisor.
+    let maps: [(&str, Map, bool); 9] = [
+        ("softplus", |x, y| (x / y).softplus(), false),
+        ("log1p", |x, y| (x / y).log1p(), false),
+        ("abs", |x, y| (x / y).abs(), false),
+        ("sin", |x, y| (x / y).sin(), false),
+        ("cos", |x, y| (x / y).cos(), false),
+        ("sqrt", |x, y| (x / y).sqrt(), false),
+        ("min", |x, y| x.min(y), true),
+        ("max", |x, y| x.max(y), true),
+        ("min of max", |x, y| x.max(y * 0.5).min(y), true),
+    ];
+    for (name, map, y_grad) in maps {
+        let g = Graph::new();
+        let x = g.inputs(N);
+        let y = if y_grad {
+            g.inputs(N)
+        } else {
+            g.inputs_without_grad(N)
+        };
+        let outs: Vec<Value> = x.iter().zip(&y).map(|(&a, &b)| map(a, b)).collect();
+        g.set_loss(g.sum(outs.iter().map(|&o| o * 0.5))).unwrap();
+        let mut backends = interpreter_and_every_jit_level(&g);
+        common::assert_backends_agree_on(name, &mut backends, &script);
+        let jit = Jit::compile(&g).unwrap();
+        let stats = jit.stats();
+        assert!(stats.loops > 0, "{name}: the map is no loop");
+        // A map of one op and its scaling is a loop of scalar code (which LLVM vectorizes);
+        // a longer body is a nest, in lanes.
+        let one_op = name == "min" || name == "max";
+        assert!(
+            one_op || stats.nests.iter().any(|n| n.lanes),
+            "{name}: the map runs in no lanes"
+        );
+    }
+}

@@ -152,6 +152,84 @@ const UNARY_CASES: &[UnaryCase] = &[
     unary("x / 4", |x| x / 4.0, [2.0, 0.5, 0.25]),
     unary("x - 3", |x| x - 3.0, [1.0, -2.0, 1.0]),
     unary("sum(x)", |x| x.graph().sum(&[x]), [7.0, 7.0, 1.0]),
+    unary(
+        "softplus(x)",
+        |x| x.softplus(),
+        [0.0, std::f64::consts::LN_2, 0.5],
+    ),
+    // log(1 + e), e / (1 + e)
+    unary(
+        "softplus(x)",
+        |x| x.softplus(),
+        [1.0, 1.313_261_687_518_222_8, 0.731_058_578_630_004_9],
+    ),
+    unary(
+        "softplus(x)",
+        |x| x.softplus(),
+        [-1.0, 0.313_261_687_518_222_8, 0.268_941_421_369_995_1],
+    ),
+    // Far out, where log(1 + e^x) would round 1 + e^x to 1 or e^x overflow.
+    unary(
+        "softplus(x)",
+        |x| x.softplus(),
+        [-700.0, 9.859_676_543_759_77e-305, 9.859_676_543_759_77e-305],
+    ),
+    unary(
+        "softplus(x)",
+        |x| x.softplus(),
+        [-30.0, 9.357_622_968_839_737e-14, 9.357_622_968_839_737e-14],
+    ),
+    unary("softplus(x)", |x| x.softplus(), [800.0, 800.0, 1.0]),
+    unary("log1p(x)", |x| x.log1p(), [0.0, 0.0, 1.0]),
+    unary(
+        "log1p(x)",
+        |x| x.log1p(),
+        [1.0, std::f64::consts::LN_2, 0.5],
+    ),
+    unary(
+        "log1p(x)",
+        |x| x.log1p(),
+        [-0.5, -std::f64::consts::LN_2, 2.0],
+    ),
+    unary("abs(x)", |x| x.abs(), [-3.0, 3.0, -1.0]),
+    unary("abs(x)", |x| x.abs(), [2.5, 2.5, 1.0]),
+    // PyTorch's sgn: no gradient at 0.
+    unary("abs(x)", |x| x.abs(), [0.0, 0.0, 0.0]),
+    unary("sin(x)", |x| x.sin(), [0.0, 0.0, 1.0]),
+    unary(
+        "sin(x)",
+        |x| x.sin(),
+        [std::f64::consts::FRAC_PI_6, 0.5, 0.866_025_403_784_438_6],
+    ),
+    unary("cos(x)", |x| x.cos(), [0.0, 1.0, 0.0]),
+    unary(
+        "cos(x)",
+        |x| x.cos(),
+        [std::f64::consts::FRAC_PI_3, 0.5, -0.866_025_403_784_438_6],
+    ),
+    unary("sqrt(x)", |x| x.sqrt(), [4.0, 2.0, 0.25]),
+    unary("sqrt(x)", |x| x.sqrt(), [2.25, 1.5, 1.0 / 3.0]),
+    unary(
+        "min(x, 2)",
+        |x| x.min(x.graph().constant(2.0)),
+        [3.0, 2.0, 0.0],
+    ),
+    unary(
+        "min(x, 2)",
+        |x| x.min(x.graph().constant(2.0)),
+        [1.0, 1.0, 1.0],
+    ),
+    // On a tie, min picks (and passes the gradient to) self, as max does.
+    unary(
+        "min(x, 2)",
+        |x| x.min(x.graph().constant(2.0)),
+        [2.0, 2.0, 1.0],
+    ),
+    unary(
+        "min(2, x)",
+        |x| x.graph().constant(2.0).min(x),
+        [2.0, 2.0, 0.0],
+    ),
 ];
 
 #[test]
@@ -252,6 +330,159 @@ fn exact_powers_are_correctly_rounded_and_keep_pows_special_values() {
             }
         }
     });
+}
+
+/// One op of one input at a point where its value and derivative are special: both exact, to
+/// the bit (a NaN as any NaN).
+struct SpecialCase {
+    name: &'static str,
+    build: for<'g> fn(Value<'g>) -> Value<'g>,
+    at: f64,
+    value: f64,
+    derivative: f64,
+}
+
+const fn special(
+    name: &'static str,
+    build: for<'g> fn(Value<'g>) -> Value<'g>,
+    [at, value, derivative]: [f64; 3],
+) -> SpecialCase {
+    SpecialCase {
+        name,
+        build,
+        at,
+        value,
+        derivative,
+    }
+}
+
+/// `[at, value, derivative]`, exact.
+const SPECIAL_CASES: &[SpecialCase] = &[
+    // Finite far out: e^-|x| underflows to 0 and log1p(0) = 0; sigmoid is 1 / (1 + e^-x).
+    special("softplus(x)", |x| x.softplus(), [1000.0, 1000.0, 1.0]),
+    special("softplus(x)", |x| x.softplus(), [-1000.0, 0.0, 0.0]),
+    special("softplus(x)", |x| x.softplus(), [f64::MAX, f64::MAX, 1.0]),
+    special("softplus(x)", |x| x.softplus(), [-f64::MAX, 0.0, 0.0]),
+    // x itself once e^-x is below half an ULP of x (PyTorch's threshold is 20).
+    special("softplus(x)", |x| x.softplus(), [40.0, 40.0, 1.0]),
+    special("abs(x)", |x| x.abs(), [-0.0, 0.0, 0.0]),
+    special("abs(x)", |x| x.abs(), [0.0, 0.0, 0.0]),
+    special("abs(x)", |x| x.abs(), [-f64::MAX, f64::MAX, -1.0]),
+    special("abs(x)", |x| x.abs(), [-5e-324, 5e-324, -1.0]),
+    // pow's values: sqrt(-0) = +0 (the IEEE root is -0), its derivative 0.5 / +0.
+    special("sqrt(x)", |x| x.sqrt(), [-0.0, 0.0, f64::INFINITY]),
+    special("sqrt(x)", |x| x.sqrt(), [0.0, 0.0, f64::INFINITY]),
+    special("sqrt(x)", |x| x.sqrt(), [-1.0, f64::NAN, f64::NAN]),
+    // sqrt(-inf) = +inf, as pow gives (the IEEE root is NaN): inputs are finite, log(0) is
+    // -inf. The derivative through log at 0 is 0 / 0.
+    special(
+        "sqrt(log(x))",
+        |x| x.log().sqrt(),
+        [0.0, f64::INFINITY, f64::NAN],
+    ),
+    special("log1p(x)", |x| x.log1p(), [-0.0, -0.0, 1.0]),
+    // log(1 + 1e-20) would be 0.
+    special("log1p(x)", |x| x.log1p(), [1e-20, 1e-20, 1.0]),
+    special(
+        "log1p(x)",
+        |x| x.log1p(),
+        [-1.0, f64::NEG_INFINITY, f64::INFINITY],
+    ),
+    special("sin(x)", |x| x.sin(), [-0.0, -0.0, 1.0]),
+    special("cos(x)", |x| x.cos(), [-0.0, 1.0, 0.0]),
+    // Ties of signed zeros: max and min keep self, which takes the gradient.
+    special(
+        "max(x, +0)",
+        |x| x.max(x.graph().constant(0.0)),
+        [-0.0, -0.0, 1.0],
+    ),
+    special(
+        "max(+0, x)",
+        |x| x.graph().constant(0.0).max(x),
+        [-0.0, 0.0, 0.0],
+    ),
+    special(
+        "min(x, +0)",
+        |x| x.min(x.graph().constant(0.0)),
+        [-0.0, -0.0, 1.0],
+    ),
+    special(
+        "min(+0, x)",
+        |x| x.graph().constant(0.0).min(x),
+        [-0.0, 0.0, 0.0],
+    ),
+    special(
+        "min(x, -0)",
+        |x| x.min(x.graph().constant(-0.0)),
+        [0.0, 0.0, 1.0],
+    ),
+];
+
+#[test]
+fn new_ops_at_special_points_are_exact() {
+    let same = |a: f64, b: f64| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+    for case in SPECIAL_CASES {
+        let g = Graph::new();
+        let x = g.input();
+        let y = (case.build)(x);
+        g.set_loss(y).unwrap();
+        on_each_backend(&g, |backend, p| {
+            p.set_inputs(&[case.at]).unwrap();
+            forward_backward(p);
+            let what = format!("{backend}: {} at {:?}", case.name, case.at);
+            let (value, derivative) = (p.value(y).unwrap(), p.grad(x).unwrap());
+            assert!(
+                same(value, case.value),
+                "{what}: value {value:?}, expected {:?}",
+                case.value
+            );
+            assert!(
+                same(derivative, case.derivative),
+                "{what}: derivative {derivative:?}, expected {:?}",
+                case.derivative
+            );
+        });
+    }
+}
+
+/// `sqrt` is `powf(0.5)`'s very numbers, value and derivative, on both backends.
+#[test]
+fn sqrt_is_the_half_power_to_the_bit() {
+    let inputs = [0.0, -0.0, 2.0, 1e-310, 1e300, 0.3, -4.0, 5e-324];
+    let by_sqrt = values_and_derivatives(|x| x.sqrt(), &inputs);
+    let by_pow = values_and_derivatives(|x| x.powf(0.5), &inputs);
+    assert_eq!(by_sqrt.len(), 2 * inputs.len());
+    for ((at, sqrt), (_, pow)) in by_sqrt.iter().zip(&by_pow) {
+        assert_eq!(
+            sqrt.map(f64::to_bits),
+            pow.map(f64::to_bits),
+            "{at}: sqrt {sqrt:?}, powf(0.5) {pow:?}"
+        );
+    }
+}
+
+/// `[value, derivative]` of `build(x)` at each of `inputs` on each backend, named.
+fn values_and_derivatives(
+    build: for<'g> fn(Value<'g>) -> Value<'g>,
+    inputs: &[f64],
+) -> Vec<(String, [f64; 2])> {
+    let g = Graph::new();
+    let x = g.input();
+    let y = build(x);
+    g.set_loss(y).unwrap();
+    let results = std::cell::RefCell::new(Vec::new());
+    on_each_backend(&g, |backend, p| {
+        for &input in inputs {
+            p.set_inputs(&[input]).unwrap();
+            p.zero_grad();
+            forward_backward(p);
+            let got = [p.value(y).unwrap(), p.grad(x).unwrap()];
+            results
+                .borrow_mut()
+                .push((format!("{backend} at {input:?}"), got));
+        }
+    });
+    results.into_inner()
 }
 
 /// A value used twice receives the gradient of both uses.

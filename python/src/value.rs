@@ -330,6 +330,62 @@ impl Value {
         Value::apply(py, Op::Log, &[&slf])
     }
 
+    /// `log(1 + exp(self))`, computed stably (finite for any finite `self`).
+    fn softplus(slf: Py<Self>, py: Python<'_>) -> PyResult<Py<Value>> {
+        Value::apply(py, Op::Softplus, &[&slf])
+    }
+
+    /// `log(1 + self)`, accurate near 0.
+    fn log1p(slf: Py<Self>, py: Python<'_>) -> PyResult<Py<Value>> {
+        Value::apply(py, Op::Log1p, &[&slf])
+    }
+
+    /// `|self|`; no gradient at 0 (PyTorch's `sgn`).
+    fn abs(slf: Py<Self>, py: Python<'_>) -> PyResult<Py<Value>> {
+        Value::apply(py, Op::Abs, &[&slf])
+    }
+
+    fn __abs__(slf: Py<Self>, py: Python<'_>) -> PyResult<Py<Value>> {
+        Value::apply(py, Op::Abs, &[&slf])
+    }
+
+    fn sin(slf: Py<Self>, py: Python<'_>) -> PyResult<Py<Value>> {
+        Value::apply(py, Op::Sin, &[&slf])
+    }
+
+    fn cos(slf: Py<Self>, py: Python<'_>) -> PyResult<Py<Value>> {
+        Value::apply(py, Op::Cos, &[&slf])
+    }
+
+    /// The square root: `self ** 0.5`'s numbers, value and gradient.
+    fn sqrt(slf: Py<Self>, py: Python<'_>) -> PyResult<Py<Value>> {
+        Value::apply(py, Op::Sqrt, &[&slf])
+    }
+
+    /// The larger of `self` and `other` (a `Value` or a number); the gradient goes to the
+    /// one picked, `self` on a tie.
+    fn max(slf: Py<Self>, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Py<Value>> {
+        let Some(b) = operand(py, other)? else {
+            let kind = other.get_type().name()?;
+            return Err(PyTypeError::new_err(format!(
+                "max() takes a Value or a number, not {kind}"
+            )));
+        };
+        Value::apply(py, Op::Max, &[&slf, &b])
+    }
+
+    /// The smaller of `self` and `other` (a `Value` or a number); the gradient goes to the
+    /// one picked, `self` on a tie (as `max`).
+    fn min(slf: Py<Self>, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Py<Value>> {
+        let Some(b) = operand(py, other)? else {
+            let kind = other.get_type().name()?;
+            return Err(PyTypeError::new_err(format!(
+                "min() takes a Value or a number, not {kind}"
+            )));
+        };
+        Value::apply(py, Op::Min, &[&slf, &b])
+    }
+
     /// The gradient of this value with respect to every value it was built from, added to
     /// their `grad` (this value's own is set to 1), as micrograd's `backward`. The graph's
     /// tape runs natively: see `drop_in.rs`.

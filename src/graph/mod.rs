@@ -359,6 +359,34 @@ impl<'g> Value<'g> {
     pub fn sigmoid(self) -> Value<'g> {
         self.unary(Op::Sigmoid)
     }
+    /// `log(1 + exp(self))`, computed stably ([`Op::Softplus`]): finite for any finite
+    /// `self`, `self` itself for large ones; its derivative is `sigmoid(self)`.
+    pub fn softplus(self) -> Value<'g> {
+        self.unary(Op::Softplus)
+    }
+    /// `log(1 + self)`, accurate near 0 (libm's `log1p`).
+    pub fn log1p(self) -> Value<'g> {
+        self.unary(Op::Log1p)
+    }
+    /// `|self|` (`+0` for `-0`); the derivative is `sign(self)`, 0 at 0.
+    pub fn abs(self) -> Value<'g> {
+        self.unary(Op::Abs)
+    }
+    pub fn sin(self) -> Value<'g> {
+        self.unary(Op::Sin)
+    }
+    pub fn cos(self) -> Value<'g> {
+        self.unary(Op::Cos)
+    }
+    /// The square root: the very numbers of `self.powf(0.5)`, value and derivative.
+    pub fn sqrt(self) -> Value<'g> {
+        self.unary(Op::Sqrt)
+    }
+    /// The smaller of the two; the gradient flows to the one picked (`self` on ties, as
+    /// [`Value::max`]).
+    pub fn min(self, other: Value<'_>) -> Value<'g> {
+        self.binary(Op::Min, other)
+    }
 }
 
 impl<'g> Neg for Value<'g> {

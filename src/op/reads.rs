@@ -107,6 +107,11 @@ mod tests {
         assert_eq!(reads(Op::Log, 1), (vec![true], false));
         assert_eq!(reads(Op::Sum, 3), (vec![false; 3], false));
         assert_eq!(reads(Op::Max, 2), (vec![true, true], false));
+        assert_eq!(reads(Op::Min, 2), (vec![true, true], false));
+        assert_eq!(reads(Op::Sqrt, 1), (vec![false], true));
+        for op in [Op::Softplus, Op::Log1p, Op::Abs, Op::Sin, Op::Cos] {
+            assert_eq!(reads(op, 1), (vec![true], false), "{op:?}");
+        }
     }
 
     #[test]
