@@ -435,7 +435,9 @@ impl<'g> Builder<'g, '_> {
 
 /// A bound on `|op(x)|` over the box of `operands`' intervals, from the op's own formula
 /// ([`Op::forward`]) at the box's corners and along its edges, with a margin. Exact for ops
-/// monotone in each operand (every op so far); the margin covers a new op's bumps.
+/// monotone in each operand, and for abs (largest at a corner); sin's and cos's bumps lie
+/// within 0.25 of a sample (operands within 4, 16 steps), where they are 3% lower at most:
+/// the margin covers that, and a new op's bumps.
 fn magnitude_bound(op: Op, operands: &[Term]) -> f64 {
     const STEPS: usize = 16;
     let n = operands.len();
