@@ -74,6 +74,7 @@ pub fn compile(
     };
     let root = loss.get();
     let (order, _) = linearize(root);
+    let reaches = |v: &Value| order.get(position(v)).is_some_and(|&w| std::ptr::eq(w, v));
     let in_graph = |v: &Value, what: &str, i: usize| -> PyResult<usize> {
         let p = position(v);
         match order.get(p) {
@@ -89,6 +90,7 @@ pub fn compile(
         None => default_params(py, &loss, &order, &inputs),
     };
     let mut roles: HashMap<usize, Role> = HashMap::new();
+    let mut listed = std::collections::HashSet::new();
     for (what, list, role) in [
         ("input", &inputs, Role::Input as fn(usize) -> Role),
         ("param", &params, Role::Param as fn(usize) -> Role),
@@ -100,12 +102,17 @@ pub fn compile(
                     "{what} #{i} is not a leaf: inputs and params are Value(x)s"
                 )));
             }
-            let p = in_graph(v, what, i)?;
-            if roles.insert(p, role(i)).is_some() {
+            if !listed.insert(v as *const Value) {
                 return Err(PyValueError::new_err(format!(
                     "{what} #{i} is listed twice, or as an input and a param"
                 )));
             }
+            // A param the loss does not depend on is still trained (its gradient 0), as
+            // PyTorch takes one; an input must feed the loss.
+            match role(i) {
+                Role::Param(_) if !reaches(v) => continue,
+                _ => roles.insert(in_graph(v, what, i)?, role(i)),
+            };
         }
     }
     let output_positions = outputs
@@ -231,9 +238,14 @@ fn chains(order: &[&Value], outputs: &[usize]) -> Vec<bool> {
     folds
 }
 
-/// The leaves of `order` (the graph under `loss`, in the order they were made) that are
-/// neither `inputs` nor numbers an operator met: where micrograd's `parameters()` lists them
-/// for a model applied once. The Python objects come from the values that use them.
+/// The leaves of `order` (the graph under `loss`, in the order they were made; the loss
+/// last) a user means as params: neither `inputs` nor numbers an operator met, and not a
+/// leaf of which the loss is an affine function with constant coefficients (one it only
+/// adds, maybe scaled by numbers: a running sum's `Value(0.0)` start, a constant written as
+/// `Value(c)`), whose gradient is a constant: training it would move the loss by itself
+/// and never the model (plain SGD would lower the loss without end). In the order
+/// micrograd's `parameters()` lists them for a model applied once. The Python objects
+/// come from the values that use them.
 fn default_params(
     py: Python<'_>,
     loss: &Py<Value>,
@@ -242,11 +254,39 @@ fn default_params(
 ) -> Vec<Py<Value>> {
     let inputs: std::collections::HashSet<*const Value> =
         inputs.iter().map(|v| v.get() as *const Value).collect();
+    // Per node: whether it is a number (made of numbers an operator met), and whether the
+    // loss's gradient with respect to it depends on the values (not affine).
+    let mut number = vec![false; order.len()];
+    for (k, v) in order.iter().enumerate() {
+        number[k] = match v.op {
+            None => v.constant,
+            Some(_) => v.prev().all(|p| number[position(p.get())]),
+        };
+    }
+    let mut varies = vec![false; order.len()];
+    for (k, v) in order.iter().enumerate().rev() {
+        let operands: Vec<usize> = v.prev().map(|p| position(p.get())).collect();
+        for (i, &o) in operands.iter().enumerate() {
+            let others_are_numbers = operands
+                .iter()
+                .enumerate()
+                .all(|(j, &p)| j == i || number[p]);
+            let affine = match v.op {
+                Some(Op::Add | Op::Sub | Op::Neg | Op::Sum) => true,
+                Some(Op::Mul) => others_are_numbers,
+                Some(Op::Div) => i == 0 && others_are_numbers,
+                Some(Op::Powf(c)) => c == 1.0,
+                _ => false,
+            };
+            varies[o] |= varies[k] || !affine;
+        }
+    }
     let mut found: Vec<Option<Py<Value>>> = (0..order.len()).map(|_| None).collect();
     let mut offer = |p: &Py<Value>| {
         let v = p.get();
-        if v.op.is_none() && !v.constant && !inputs.contains(&(v as *const Value)) {
-            found[position(v)].get_or_insert_with(|| p.clone_ref(py));
+        let k = position(v);
+        if v.op.is_none() && !v.constant && !inputs.contains(&(v as *const Value)) && varies[k] {
+            found[k].get_or_insert_with(|| p.clone_ref(py));
         }
     };
     offer(loss);

@@ -100,3 +100,35 @@ def test_misuse_is_a_python_exception_with_tapejits_message():
         tapejit.compile(loss, inputs=x + [y], opt="O9")
     with pytest.raises(ValueError):
         program.params = [1.0]
+
+
+def test_default_params_leave_out_leaves_the_loss_only_adds():
+    """A running sum's `Value(0.0)` start (and a constant written as a Value, added and
+    scaled) is not a default param: the loss is affine in it, its gradient a constant, and
+    training it would lower the loss without end. The model's weights and biases are."""
+    model = tapejit.nn.MLP(2, [3, 1])
+    xs = [[Value(0.0), Value(0.0)] for _ in range(4)]
+    ys = [Value(0.0) for _ in range(4)]
+    total = Value(0.0)
+    offset = Value(5.0)
+    for x, y in zip(xs, ys):
+        total = total + (model(x) - y) ** 2
+    loss = (total + offset) * 0.25 - offset / 4
+    program = tapejit.compile(loss, inputs=[v for x in xs for v in x] + ys)
+    assert program.num_params == len(model.parameters())
+    batch = np.array([0.1, 0.2, -0.3, 0.4, 0.5, -0.6, 0.7, 0.8, 1.0, -1.0, 0.5, 0.0])
+    for _ in range(3):
+        program.step(batch, 0.1)
+    program.sync()
+    assert total.data == 0.0 and offset.data == 5.0
+
+
+def test_a_param_the_loss_does_not_use_is_trained_with_gradient_zero():
+    """As PyTorch takes one: listed in `params`, kept in its place, its gradient 0."""
+    model, x, y, score, loss = model_and_loss()
+    unused = Value(3.0)
+    params = model.parameters()
+    program = tapejit.compile(loss, inputs=x + [y], params=params[:2] + [unused] + params[2:])
+    program.step([1.0, 2.0, 1.0], 0.1)
+    assert program.params[2] == 3.0 and program.grads[2] == 0.0
+    assert program.num_params == len(params) + 1
