@@ -82,6 +82,19 @@ pub enum Error {
         optimizer: &'static str,
         problem: String,
     },
+    /// Anomaly mode ([`crate::Program::detect_anomaly`]): the first node whose value (forward)
+    /// or local derivative (backward) was not finite though its operands were: its graph
+    /// node (`None`: a slot of no node the user made), op, operands' values, and the param's
+    /// position (creation order) if it is a param, which an update made non-finite.
+    #[error("{}", describe_anomaly(*pass, *node, op, *param, operands, *value))]
+    Anomaly {
+        pass: crate::anomaly::Pass,
+        node: Option<u32>,
+        op: &'static str,
+        param: Option<usize>,
+        operands: Vec<f64>,
+        value: f64,
+    },
     /// A missing, unreadable or malformed params file, or one saved for another architecture.
     #[error("{file}: {problem}")]
     Checkpoint { file: String, problem: String },
@@ -102,3 +115,25 @@ pub enum Error {
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// [`Error::Anomaly`]'s message.
+fn describe_anomaly(
+    pass: crate::anomaly::Pass,
+    node: Option<u32>,
+    op: &str,
+    param: Option<usize>,
+    operands: &[f64],
+    value: f64,
+) -> String {
+    let node = node.map_or("a node".to_string(), |n| format!("node #{n}"));
+    match (pass, param) {
+        (_, Some(k)) => format!("anomaly: param {k} ({node}) is {value}, made so by an update"),
+        (crate::anomaly::Pass::Forward, None) => {
+            format!("anomaly in forward: {node} ({op}) gave {value} from operands {operands:?}")
+        }
+        (crate::anomaly::Pass::Backward, None) => format!(
+            "anomaly in backward: {node} ({op}), operands {operands:?}, gave its operand the \
+             non-finite gradient {value}"
+        ),
+    }
+}

@@ -22,6 +22,8 @@ pub struct Interpreter {
     local: Vec<f64>,
     workspace: Workspace,
     stepper: Stepper,
+    /// Anomaly mode ([`crate::anomaly`]).
+    detect_anomaly: bool,
 }
 
 impl Interpreter {
@@ -43,6 +45,7 @@ impl Interpreter {
             local: Vec::new(),
             workspace: Workspace::default(),
             stepper: Stepper::default(),
+            detect_anomaly: false,
         }
     }
 }
@@ -89,6 +92,12 @@ impl Backend for Interpreter {
 
     fn stepper_mut(&mut self) -> &mut Stepper {
         &mut self.stepper
+    }
+    fn anomaly_mode(&self) -> bool {
+        self.detect_anomaly
+    }
+    fn set_anomaly_mode(&mut self, on: bool) {
+        self.detect_anomaly = on;
     }
 
     fn run_update(&mut self, lr: f64) {

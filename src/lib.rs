@@ -9,6 +9,7 @@
 //! [`Program`], so a training loop is written once.
 
 pub(crate) mod aligned;
+pub mod anomaly;
 pub mod checkpoint;
 pub mod datasets;
 pub mod dot;

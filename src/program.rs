@@ -190,6 +190,9 @@ mod backend {
         /// `0..params_len`. The hooks above update by plain SGD; `Program` applies any other.
         fn stepper(&self) -> &crate::optim::Stepper;
         fn stepper_mut(&mut self) -> &mut crate::optim::Stepper;
+        /// Whether anomaly mode is on ([`crate::anomaly`]), and the switch.
+        fn anomaly_mode(&self) -> bool;
+        fn set_anomaly_mode(&mut self, on: bool);
     }
 
     /// A values buffer of its own, and this program's forward and backward over it.
@@ -324,6 +327,15 @@ pub trait Program: backend::Sealed {
     /// (what a checkpoint saves).
     fn optimizer_state(&self) -> crate::optim::State;
 
+    /// Anomaly mode, off by default (as `torch.autograd.detect_anomaly`): `backward`,
+    /// `step` and `train` then check every value and gradient after the passes and, if one
+    /// is not finite, fail with [`Error::Anomaly`] naming the first node that made it (graph
+    /// node, op, operands; [`crate::anomaly`]) before any update (a param an update made
+    /// non-finite is named as such at the next step). Each check reads every value and
+    /// gradient as the interpreter computes them, and `step` runs unfused: slower, for
+    /// finding where a NaN comes from. `train_minibatches` does not check.
+    fn detect_anomaly(&mut self, on: bool);
+
     /// Replaces the optimizer's state (from [`Program::optimizer_state`] or a checkpoint).
     /// Buffers other than the optimizer's, of another length, or holding a non-finite
     /// number are [`Error::Optimizer`] and change nothing.
@@ -442,7 +454,7 @@ impl<B: Backend> Program for B {
     fn backward(&mut self) -> Result<()> {
         self.tape().loss().ok_or(Error::NoLoss)?;
         self.run_backward();
-        Ok(())
+        check_anomalies(self)
     }
 
     fn update(&mut self, lr: f64) -> Result<()> {
@@ -455,6 +467,9 @@ impl<B: Backend> Program for B {
         self.tape().loss().ok_or(Error::NoLoss)?;
         check_inputs(self.tape(), inputs)?;
         check_learning_rate(lr)?;
+        if self.anomaly_mode() {
+            return step_checking_anomalies(self, inputs, lr);
+        }
         Ok(checked_step(self, inputs, lr))
     }
 
@@ -462,6 +477,14 @@ impl<B: Backend> Program for B {
         self.tape().loss().ok_or(Error::NoLoss)?;
         check_samples(self.tape(), inputs)?;
         check_learning_rate(lr)?;
+        if self.anomaly_mode() {
+            check_finite("input", inputs)?;
+            let width = self.tape().num_inputs();
+            let steps = inputs.chunks_exact(width);
+            return steps
+                .map(|x| step_checking_anomalies(self, x, lr))
+                .collect();
+        }
         if !self.stepper().optimizer.is_plain() {
             // A backend's own `train` updates by plain SGD.
             check_finite("input", inputs)?;
@@ -521,6 +544,10 @@ impl<B: Backend> Program for B {
         let len = self.params_len();
         *self.stepper_mut() = crate::optim::Stepper::new(optimizer, len);
         Ok(())
+    }
+
+    fn detect_anomaly(&mut self, on: bool) {
+        self.set_anomaly_mode(on);
     }
 
     fn optimizer(&self) -> crate::optim::Optimizer {
@@ -706,6 +733,36 @@ fn checked_step<B: Backend + ?Sized>(b: &mut B, inputs: &[f64], lr: f64) -> f64 
     } else {
         b.value_at(loss)
     }
+}
+
+/// In anomaly mode, the first node that made a non-finite value or gradient, if any.
+fn check_anomalies<B: Backend>(b: &B) -> Result<()> {
+    if !b.anomaly_mode() {
+        return Ok(());
+    }
+    let (values, grads) = b.every_value_and_grad();
+    crate::anomaly::check(b.program_tape(), &values, Some(&grads))
+}
+
+/// `step` in anomaly mode (one checked sample, a finite `lr`, a tape with a loss): the
+/// passes one by one, checked before the update.
+fn step_checking_anomalies<B: Backend>(b: &mut B, inputs: &[f64], lr: f64) -> Result<f64> {
+    let loss = b.program_tape().loss().ok_or(Error::NoLoss)?;
+    let base = b.params_len();
+    let (values, grads) = b.buffers_mut();
+    values[base..base + inputs.len()].copy_from_slice(inputs);
+    grads[..base].fill(0.0);
+    let before = b.value_at(loss);
+    b.run_forward();
+    b.run_backward();
+    check_anomalies(b)?;
+    let after = b.value_at(loss);
+    checked_update(b, lr);
+    Ok(if b.program_tape().op(loss).is_leaf() {
+        before
+    } else {
+        after
+    })
 }
 
 /// `update` with a finite `lr`: the backend's own for plain SGD, else the optimizer's.

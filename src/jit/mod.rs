@@ -489,6 +489,7 @@ impl JitBuilder {
             stats,
             opt_level: self.opt_level,
             stepper: Stepper::default(),
+            detect_anomaly: false,
         };
         if !self.optimizer.is_plain() {
             jit.set_optimizer(self.optimizer)?;
@@ -547,6 +548,8 @@ pub struct Jit {
     unlinked: Option<Box<(Plan, JitBuilder)>>,
     /// The optimizer, if not the plain SGD the code fuses, and its state.
     stepper: Stepper,
+    /// Anomaly mode ([`crate::anomaly`]).
+    detect_anomaly: bool,
 }
 
 impl Jit {
@@ -690,6 +693,12 @@ impl Backend for Jit {
     }
     fn stepper_mut(&mut self) -> &mut Stepper {
         &mut self.stepper
+    }
+    fn anomaly_mode(&self) -> bool {
+        self.detect_anomaly
+    }
+    fn set_anomaly_mode(&mut self, on: bool) {
+        self.detect_anomaly = on;
     }
 
     fn run_train(&mut self, inputs: &[f64], lr: f64) -> std::result::Result<Vec<f64>, usize> {

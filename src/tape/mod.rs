@@ -650,6 +650,12 @@ impl Tape {
         self.graph_id
     }
 
+    /// The graph node slot `s` holds, if one does (a search over the graph's nodes: for
+    /// error messages).
+    pub fn node_of(&self, s: Slot) -> Option<u32> {
+        (0..self.slot_of.len() as u32).find(|&n| self.slot_of.get(n) == s.0)
+    }
+
     /// The slot of a value of the graph this tape was built from.
     pub fn slot(&self, v: Value<'_>) -> Result<Slot> {
         if v.graph().id() != self.graph_id {
