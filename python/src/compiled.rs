@@ -35,6 +35,18 @@ pub struct Compiled {
     optimizer: Option<Py<PyAny>>,
     /// The optimized IR, or why there is none.
     ir: Result<String, String>,
+    /// What `compile` was given (the graph under the loss, the leaves' roles and the
+    /// options): what a pickle holds, to compile again where it is loaded.
+    recipe: Recipe,
+}
+
+/// `compile`'s arguments, the params as given (the defaults worked out).
+struct Recipe {
+    loss: Py<Value>,
+    inputs: Vec<Py<Value>>,
+    outputs: Vec<Py<Value>>,
+    opt: String,
+    keep_ir: bool,
 }
 
 /// `x` as a contiguous slice of `f64`s (a copy only if numpy must make one).
@@ -161,8 +173,51 @@ pub fn compile(
         params,
         optimizer,
         ir,
+        recipe: Recipe {
+            loss,
+            inputs,
+            outputs,
+            opt: opt.to_string(),
+            keep_ir,
+        },
     })
 }
+
+/// A pickled program back: `compile` of its recipe, then its params and optimizer state.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+pub fn restore_program(
+    py: Python<'_>,
+    recipe: Recipe7,
+    values: &Bound<'_, PyAny>,
+    state: &Bound<'_, PyDict>,
+) -> PyResult<Compiled> {
+    let (loss, inputs, params, outputs, opt, keep_ir, optimizer) = recipe;
+    let mut program = compile(
+        py,
+        loss,
+        inputs,
+        Some(params),
+        outputs,
+        &opt,
+        keep_ir,
+        optimizer,
+    )?;
+    program.set_params(values)?;
+    program.set_optimizer_state(state)?;
+    Ok(program)
+}
+
+/// A recipe as a pickle holds it (`compile`'s arguments in order).
+type Recipe7 = (
+    Py<Value>,
+    Vec<Py<Value>>,
+    Vec<Py<Value>>,
+    Vec<Py<Value>>,
+    String,
+    bool,
+    Option<Py<PyAny>>,
+);
 
 /// The Rust optimizer of a `tapejit.optim` one (its `_settings()`: a name and a dict).
 fn optimizer_of(o: &Bound<'_, PyAny>) -> PyResult<Optimizer> {
@@ -448,6 +503,27 @@ impl Compiled {
         buffers.sort_by_key(|(n, _)| names.iter().position(|m| m == n));
         let state = tapejit::optim::State { steps, buffers };
         program.set_optimizer_state(&state).map_err(error)
+    }
+
+    /// Pickles as its graph (the `Value`s under the loss), the leaves' roles, its options,
+    /// params and optimizer state: loading compiles it again (LLVM's code is not portable
+    /// between processes) and puts the params and state back, so a process pool can ship
+    /// a program and get back one that continues where it left off.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+        let r = &self.recipe;
+        let clone = |vs: &[Py<Value>]| vs.iter().map(|v| v.clone_ref(py)).collect::<Vec<_>>();
+        let recipe = (
+            r.loss.clone_ref(py),
+            clone(&r.inputs),
+            clone(&self.params),
+            clone(&r.outputs),
+            r.opt.clone(),
+            r.keep_ir,
+            self.optimizer.as_ref().map(|o| o.clone_ref(py)),
+        );
+        let restore = py.import("tapejit._tapejit")?.getattr("restore_program")?;
+        let args = (recipe, self.params(py), self.optimizer_state(py)?);
+        Ok((restore, args.into_pyobject(py)?.into_any()))
     }
 
     /// The optimized LLVM IR, if compiled with `keep_ir=True`.

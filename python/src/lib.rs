@@ -16,6 +16,7 @@ fn _tapejit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<value::Value>()?;
     m.add_class::<compiled::Compiled>()?;
     m.add_function(wrap_pyfunction!(compiled::compile, m)?)?;
+    m.add_function(wrap_pyfunction!(compiled::restore_program, m)?)?;
     m.add_function(wrap_pyfunction!(dot::to_dot, m)?)?;
     m.add_function(wrap_pyfunction!(params::save_params, m)?)?;
     m.add_function(wrap_pyfunction!(params::load_params, m)?)?;
