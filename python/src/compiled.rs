@@ -12,7 +12,7 @@ use std::sync::{Mutex, MutexGuard};
 use tapejit::{Graph, Interpreter, Jit, Op, OptLevel, Program};
 
 use crate::drop_in::{error, graph_of, linearize, position};
-use crate::value::Value;
+use crate::value::{flag, Value};
 
 /// A leaf's part in a compiled graph.
 #[derive(Clone, Copy)]
@@ -62,7 +62,7 @@ pub fn compile(
     keep_ir: bool,
 ) -> PyResult<Compiled> {
     let root = loss.get();
-    let (order, _) = linearize(root);
+    let (order, _) = linearize(py, root);
     let in_graph = |v: &Value, what: &str, i: usize| -> PyResult<usize> {
         let p = position(v);
         match order.get(p) {
@@ -179,7 +179,7 @@ fn default_params(
     let mut found: Vec<Option<Py<Value>>> = (0..order.len()).map(|_| None).collect();
     let mut offer = |p: &Py<Value>| {
         let v = p.get();
-        if v.op.is_none() && !v.constant && !inputs.contains(&(v as *const Value)) {
+        if v.op.is_none() && !v.has(flag::CONSTANT) && !inputs.contains(&(v as *const Value)) {
             found[position(v)].get_or_insert_with(|| p.clone_ref(py));
         }
     };
@@ -273,7 +273,7 @@ impl Compiled {
         let program = self.program();
         let (values, grads) = (program.params(), program.param_grads());
         for ((p, v), g) in self.params.iter().zip(values).zip(grads) {
-            p.get().data.set(v);
+            p.get().set_number(v, false);
             p.get().grad.set(g);
         }
     }

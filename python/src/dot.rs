@@ -5,14 +5,14 @@ use pyo3::prelude::*;
 use tapejit::{Graph, Tape};
 
 use crate::drop_in::{error, graph_of, linearize};
-use crate::value::Value;
+use crate::value::{flag, Value};
 
 /// The graph under `root` as Graphviz DOT (summarised by its loops when large).
 #[pyfunction]
-pub fn to_dot(root: Py<Value>) -> PyResult<String> {
-    let (order, _) = linearize(root.get());
+pub fn to_dot(root: Bound<'_, Value>) -> PyResult<String> {
+    let (order, _) = linearize(root.py(), root.get());
     let g = Graph::new();
-    let leaf = |_: usize, v: &Value| match v.constant {
+    let leaf = |_: usize, v: &Value| match v.has(flag::CONSTANT) {
         true => g.constant(v.data.get()),
         false => g.param(v.data.get()),
     };

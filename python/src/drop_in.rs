@@ -54,7 +54,7 @@ const UNPLACED: u64 = u32::MAX as u64;
 /// ([`position`]). (The order values were made in, not micrograd's depth-first one: a graph
 /// built layer by layer and copy by copy keeps the regular structure loop recovery rolls,
 /// where a depth-first order interleaves a copy's layers.)
-pub fn linearize(root: &Value) -> (Vec<&Value>, Vec<u64>) {
+pub fn linearize<'v>(py: Python<'_>, root: &'v Value) -> (Vec<&'v Value>, Vec<u64>) {
     let call = CALLS.fetch_add(1, Ordering::Relaxed) + 1;
     // Whether `v` was not yet seen by this call (and now is).
     let first_visit =
@@ -71,7 +71,8 @@ pub fn linearize(root: &Value) -> (Vec<&Value>, Vec<u64>) {
             }
         }
     }
-    order.sort_unstable_by_key(|v| v.serial);
+    // By serial: the word holding it above the value's flags orders values as it does.
+    order.sort_unstable_by_key(|v| v.sort_key(py));
     for (k, v) in order.iter().enumerate() {
         v.mark.store(call << 32 | k as u64, Ordering::Relaxed);
     }
@@ -179,14 +180,14 @@ pub fn error(e: tapejit::Error) -> PyErr {
 }
 
 /// micrograd's `backward` from `root`.
-pub fn backward(_py: Python<'_>, root: &Py<Value>) -> PyResult<()> {
+pub fn backward(py: Python<'_>, root: &Py<Value>) -> PyResult<()> {
     let root = root.get();
     if root.op.is_none() {
         // A leaf's gradient with respect to itself.
         root.grad.set(1.0);
         return Ok(());
     }
-    let (order, key) = linearize(root);
+    let (order, key) = linearize(py, root);
     let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
     let cache = cache.get_or_insert_with(Cache::default);
     cache.clock += 1;

@@ -6,7 +6,9 @@ mod compiled;
 mod datasets;
 mod dot;
 mod drop_in;
+mod number;
 mod params;
+mod release;
 mod value;
 
 use pyo3::prelude::*;
