@@ -2,6 +2,7 @@
 //! tape, natively once a structure repeats (`drop_in.rs`). The Python package around this
 //! module (`tapejit/`) adds micrograd's `nn`.
 
+mod attrs;
 mod compiled;
 mod datasets;
 mod dot;
@@ -16,6 +17,7 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _tapejit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<value::Value>()?;
+    m.add_class::<attrs::Attribute>()?;
     m.add_class::<compiled::Compiled>()?;
     m.add_function(wrap_pyfunction!(compiled::compile, m)?)?;
     m.add_function(wrap_pyfunction!(dot::to_dot, m)?)?;

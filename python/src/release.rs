@@ -2,7 +2,7 @@
 //! frees each whose last reference that was, dropping it in turn: down a chain of 100,000
 //! values (`x = x + 1` in a loop) that recursion overflows the stack. So the outermost drop
 //! collects operands in a list and releases them one at a time; a drop inside it only adds
-//! its operands to the list.
+//! its operands to the list. (A value with attributes lets go of them last.)
 
 use std::cell::RefCell;
 
@@ -31,12 +31,13 @@ impl Drop for Value {
                 }
             }
         });
-        if !outermost {
-            return;
+        let extra = self.extra.take();
+        if outermost {
+            while let Some(operand) = RELEASING.with(|list| list.borrow_mut().as_mut()?.pop()) {
+                drop(operand);
+            }
+            RELEASING.with(|list| list.borrow_mut().take());
         }
-        while let Some(operand) = RELEASING.with(|list| list.borrow_mut().as_mut()?.pop()) {
-            drop(operand);
-        }
-        RELEASING.with(|list| list.borrow_mut().take());
+        drop(extra);
     }
 }

@@ -3,16 +3,20 @@
 //! (`tapejit::op`), so what Python sees is what the interpreter and the JIT compute. Derived
 //! operators are built from the same primitives as micrograd builds them (`a - b` is
 //! `a + (-b)`, `-a` is `a * -1`, `a / b` is `a * b**-1`), so the numbers match micrograd's.
-//! `data` keeps its Python type where micrograd's does (`number.rs`). Dropping a value
-//! releases its graph without recursion (`release.rs`).
+//!
+//! micrograd's `Value` is a plain Python object, and programs use it so: they set attributes
+//! on values and take weak references to them (`attrs.rs`). `data` keeps its Python type
+//! where micrograd's does (`number.rs`). Dropping a value releases its graph without
+//! recursion (`release.rs`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyInt, PySet};
+use pyo3::types::{PyDict, PyInt, PySet, PyString};
 use tapejit::op::{Op, F64};
 
+use crate::attrs::ExtraCell;
 use crate::number::{int_flag, int_result};
 pub use crate::number::{number, python_float, Number};
 
@@ -25,16 +29,21 @@ pub mod flag {
     pub const INT_EXPONENT: u64 = 2;
     /// A leaf an operator made of a number (`2` in `2 * x`): a constant to `compile`.
     pub const CONSTANT: u64 = 4;
+    /// It and every value under it are tracked by Python's cycle collector (`attrs.rs`).
+    pub const GRAPH_TRACKED: u64 = 8;
     /// How many low bits of [`super::Value::serial_and_flags`] the flags take.
     pub const BITS: u32 = 8;
 }
 
-/// A scalar and its gradient, as micrograd's `Value`. Immutable but for `data`, `grad` and
-/// its int flag (and `mark`, `backward`'s own).
+/// A scalar and its gradient, as micrograd's `Value`. Immutable but for `data`, `grad`, its
+/// attributes and some flags (and `mark`, `backward`'s own).
 ///
 /// Its size is the drop-in's speed: a graph is built of hundreds of thousands of them, each
-/// step anew. Its flags share its serial's word: 64 bytes.
-#[pyclass(name = "Value", module = "tapejit", frozen)]
+/// step anew. Its flags share its serial's word: 72 bytes, 112 with Python's header and a
+/// weak reference's slot, as before attributes and weak references (a `#[pyclass(dict)]`
+/// would cost an empty dict per value too, made at once by CPython 3.11 and 3.12: see
+/// `attrs.rs`).
+#[pyclass(name = "Value", module = "tapejit", frozen, weakref)]
 pub struct Value {
     pub data: Number,
     pub grad: Number,
@@ -42,6 +51,8 @@ pub struct Value {
     pub op: Option<Op>,
     /// Its operands, in order (every op here takes one or two).
     pub(crate) operands: [Option<Py<Value>>; 2],
+    /// What few values have, made when first needed: attributes (`attrs.rs`).
+    pub extra: ExtraCell,
     /// Which `backward` last visited this value and where it put it (see `drop_in.rs`).
     pub mark: AtomicU64,
     /// When it was made (values are numbered as they are made, so operands come first) above
@@ -61,14 +72,16 @@ impl Value {
             grad: Number::new(0.0),
             op,
             operands,
+            extra: ExtraCell::new(),
             mark: AtomicU64::new(0),
             serial_and_flags: AtomicU64::new(serial << flag::BITS | flags),
         }
     }
 
-    /// `Value(x)`: a leaf.
+    /// `Value(x)`: a leaf, which Python's collector tracks (pyo3 tracks what it allocates).
     fn leaf(data: f64, int: bool) -> Value {
-        Value::with(data, int_flag(data, int), None, [None, None])
+        let flags = flag::GRAPH_TRACKED | int_flag(data, int);
+        Value::with(data, flags, None, [None, None])
     }
 
     /// A leaf made of a number an operator met.
@@ -86,9 +99,9 @@ impl Value {
     /// per value, and atomic reads are each done anew (micrograd's demo: 1.5% more
     /// instructions a step).
     pub fn sort_key(&self, _: Python<'_>) -> u64 {
-        // SAFETY: the word is written only with the GIL held (a value is made, or its data
-        // set, by Python code), and the `Python` token says the caller holds it: no write
-        // runs while this reads.
+        // SAFETY: the word is written only with the GIL held (a value is made, or its data or
+        // attributes set, by Python code), and the `Python` token says the caller holds it:
+        // no write runs while this reads.
         unsafe { *self.serial_and_flags.as_ptr() }
     }
 
@@ -154,11 +167,12 @@ impl Value {
         .into_untracked(py)
     }
 
-    /// The value as a Python object that Python's cycle collector does not track. Values
-    /// cannot be part of a cycle: a value refers only to its operands, made before it, and
-    /// never changes them. Yet pyo3 makes every class a collected one, so each
+    /// The value as a Python object that Python's cycle collector does not track. A value
+    /// without attributes cannot be part of a cycle: it refers only to its operands, made
+    /// before it, and never changes them. Yet pyo3 makes every class a collected one, so each
     /// of a graph's values would be traversed by every collection its allocations set off:
-    /// half the time of a drop-in step of micrograd's demo (39 ms, 18.5 untracked).
+    /// half the time of a drop-in step of micrograd's demo (39 ms, 18.5 untracked). Setting
+    /// an attribute tracks the value (`attrs.rs`).
     #[inline]
     fn into_untracked(self, py: Python<'_>) -> PyResult<Py<Value>> {
         let value = Py::new(py, self)?;
@@ -271,6 +285,32 @@ impl Value {
     #[getter]
     fn _prev<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PySet>> {
         PySet::new(py, self.prev().map(|v| v.bind(py)))
+    }
+
+    /// The value's attributes (`attrs.rs`).
+    #[getter]
+    fn __dict__<'py>(slf: &Bound<'py, Self>) -> Bound<'py, PyDict> {
+        crate::attrs::dict(slf)
+    }
+
+    /// Attributes, as on micrograd's values (`attrs.rs`).
+    fn __setattr__(
+        slf: &Bound<'_, Self>,
+        name: &Bound<'_, PyString>,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        crate::attrs::set(slf, name, Some(value))
+    }
+
+    fn __delattr__(slf: &Bound<'_, Self>, name: &Bound<'_, PyString>) -> PyResult<()> {
+        crate::attrs::set(slf, name, None)
+    }
+
+    /// What the cycle collector follows from a tracked value: its operands and its
+    /// attributes.
+    fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
+        self.prev().try_for_each(|v| visit.call(v))?;
+        visit.call(self.extra.get().map(|e| &e.attrs))
     }
 
     fn __add__(slf: Py<Self>, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
