@@ -34,16 +34,20 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
+use crate::custom::Custom;
 use crate::value::{flag, Value};
 
-/// What few values have: attributes.
+/// What few values have: the program's op (`custom.rs`) and attributes.
 pub struct Extra {
+    /// For a node made as micrograd makes a new op's (`Value(data, children, 'name')`).
+    pub custom: Option<Custom>,
     pub attrs: Py<PyDict>,
 }
 
 impl Extra {
-    pub fn new(py: Python<'_>) -> Extra {
+    pub fn new(py: Python<'_>, custom: Option<Custom>) -> Extra {
         Extra {
+            custom,
             attrs: PyDict::new(py).unbind(),
         }
     }
@@ -105,7 +109,7 @@ impl Drop for ExtraCell {
 /// The attributes of `v` (made if it has none yet).
 pub fn dict<'py>(v: &Bound<'py, Value>) -> Bound<'py, PyDict> {
     let py = v.py();
-    let extra = v.get().extra.get_or_init(|| Extra::new(py));
+    let extra = v.get().extra.get_or_init(|| Extra::new(py, None));
     extra.attrs.bind(py).clone()
 }
 
@@ -116,7 +120,7 @@ pub fn existing<'py>(v: &Bound<'py, Value>) -> Option<Bound<'py, PyDict>> {
 }
 
 /// `setattr(v, name, value)` (`del` for `None`): Python's own attribute setting, for the
-/// properties (`data`, `grad`) and attributes ([`Attribute`], given to the class
+/// properties (`data`, `grad`, `_backward`) and attributes ([`Attribute`], given to the class
 /// the first time a value is given the name), then, but for `data` and `grad`, the
 /// collector's tracking (see the module's comment).
 pub fn set(
@@ -236,6 +240,6 @@ pub fn track_graph(root: &Bound<'_, Value>) {
             continue;
         }
         track(v.bind(py).as_any());
-        stack.extend(node.prev().map(|c| c.clone_ref(py)));
+        stack.extend(node.children().map(|c| c.clone_ref(py)));
     }
 }

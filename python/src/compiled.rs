@@ -62,7 +62,15 @@ pub fn compile(
     keep_ir: bool,
 ) -> PyResult<Compiled> {
     let root = loss.get();
-    let (order, _) = linearize(py, root);
+    let (order, _) = linearize(py, root).map_err(|v| {
+        PyValueError::new_err(format!(
+            "the loss's graph holds a value whose backward is a Python function (op {:?}, \
+             made by Value(data, children, op) or given a _backward), which native code \
+             cannot run: build the op from Value's operators and methods to compile it, or \
+             train with loss.backward(), which runs such a graph by micrograd's algorithm",
+            v._op()
+        ))
+    })?;
     let in_graph = |v: &Value, what: &str, i: usize| -> PyResult<usize> {
         let p = position(v);
         match order.get(p) {
@@ -84,7 +92,7 @@ pub fn compile(
     ] {
         for (i, v) in list.iter().enumerate() {
             let v = v.get();
-            if v.op.is_some() {
+            if !v.is_leaf() {
                 return Err(PyValueError::new_err(format!(
                     "{what} #{i} is not a leaf: inputs and params are Value(x)s"
                 )));
@@ -179,7 +187,7 @@ fn default_params(
     let mut found: Vec<Option<Py<Value>>> = (0..order.len()).map(|_| None).collect();
     let mut offer = |p: &Py<Value>| {
         let v = p.get();
-        if v.op.is_none() && !v.has(flag::CONSTANT) && !inputs.contains(&(v as *const Value)) {
+        if v.is_leaf() && !v.has(flag::CONSTANT) && !inputs.contains(&(v as *const Value)) {
             found[position(v)].get_or_insert_with(|| p.clone_ref(py));
         }
     };

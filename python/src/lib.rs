@@ -4,6 +4,7 @@
 
 mod attrs;
 mod compiled;
+mod custom;
 mod datasets;
 mod dot;
 mod drop_in;
@@ -17,6 +18,7 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _tapejit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<value::Value>()?;
+    m.add_class::<custom::Backward>()?;
     m.add_class::<attrs::Attribute>()?;
     m.add_class::<compiled::Compiled>()?;
     m.add_function(wrap_pyfunction!(compiled::compile, m)?)?;

@@ -2,12 +2,15 @@
 //! frees each whose last reference that was, dropping it in turn: down a chain of 100,000
 //! values (`x = x + 1` in a loop) that recursion overflows the stack. So the outermost drop
 //! collects operands in a list and releases them one at a time; a drop inside it only adds
-//! its operands to the list. (A value with attributes lets go of them last.)
+//! its operands to the list. (A node of the program's op adds its children, and lets go of
+//! its attributes last.)
 
 use std::cell::RefCell;
 
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 
+use crate::attrs::Extra;
 use crate::value::Value;
 
 thread_local! {
@@ -31,13 +34,29 @@ impl Drop for Value {
                 }
             }
         });
-        let extra = self.extra.take();
+        let attrs = self.extra.take().map(|extra| release_children(*extra));
         if outermost {
             while let Some(operand) = RELEASING.with(|list| list.borrow_mut().as_mut()?.pop()) {
                 drop(operand);
             }
             RELEASING.with(|list| list.borrow_mut().take());
         }
-        drop(extra);
+        drop(attrs);
     }
+}
+
+/// Adds a node's children to the list of values being released (see `Drop for Value`), and
+/// returns its attributes.
+#[cold]
+fn release_children(extra: Extra) -> Py<PyDict> {
+    let Extra { custom, attrs } = extra;
+    if let Some(custom) = custom {
+        RELEASING.with(|list| {
+            let mut list = list.borrow_mut();
+            list.as_mut()
+                .expect("a drop is releasing")
+                .extend(custom.children)
+        });
+    }
+    attrs
 }

@@ -5,9 +5,10 @@
 //! `a + (-b)`, `-a` is `a * -1`, `a / b` is `a * b**-1`), so the numbers match micrograd's.
 //!
 //! micrograd's `Value` is a plain Python object, and programs use it so: they set attributes
-//! on values and take weak references to them (`attrs.rs`). `data` keeps its Python type
-//! where micrograd's does (`number.rs`). Dropping a value releases its graph without
-//! recursion (`release.rs`).
+//! on values and take weak references to them (`attrs.rs`), and add ops of their own whose
+//! backward is a Python function (`custom.rs`). `data` keeps its Python type where
+//! micrograd's does (`number.rs`). Dropping a value releases its graph without recursion
+//! (`release.rs`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -16,7 +17,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyInt, PySet, PyString};
 use tapejit::op::{Op, F64};
 
-use crate::attrs::ExtraCell;
+use crate::attrs::{Extra, ExtraCell};
 use crate::number::{int_flag, int_result};
 pub use crate::number::{number, python_float, Number};
 
@@ -31,6 +32,11 @@ pub mod flag {
     pub const CONSTANT: u64 = 4;
     /// It and every value under it are tracked by Python's cycle collector (`attrs.rs`).
     pub const GRAPH_TRACKED: u64 = 8;
+    /// Its backward must run micrograd's algorithm (`custom.rs`): a node made by
+    /// `Value(data, children, op)`, or one whose `_backward` the program set.
+    pub const PYTHON_BACKWARD: u64 = 16;
+    /// Its attributes hold a `_backward` the program set.
+    pub const USER_BACKWARD: u64 = 32;
     /// How many low bits of [`super::Value::serial_and_flags`] the flags take.
     pub const BITS: u32 = 8;
 }
@@ -39,19 +45,20 @@ pub mod flag {
 /// attributes and some flags (and `mark`, `backward`'s own).
 ///
 /// Its size is the drop-in's speed: a graph is built of hundreds of thousands of them, each
-/// step anew. Its flags share its serial's word: 72 bytes, 112 with Python's header and a
-/// weak reference's slot, as before attributes and weak references (a `#[pyclass(dict)]`
-/// would cost an empty dict per value too, made at once by CPython 3.11 and 3.12: see
-/// `attrs.rs`).
+/// step anew. This is 72 bytes, 112 with Python's header and a weak reference's slot, as
+/// before attributes and weak references (a `#[pyclass(dict)]` would cost an empty dict per
+/// value too, made at once by CPython 3.11 and 3.12: see `attrs.rs`).
 #[pyclass(name = "Value", module = "tapejit", frozen, weakref)]
 pub struct Value {
     pub data: Number,
     pub grad: Number,
-    /// The op that made it; `None` for a leaf (`Value(x)`, or a number an operator met).
+    /// The op that made it; `None` for a leaf (`Value(x)`, or a number an operator met) and
+    /// for a node of the program's op (`custom.rs`).
     pub op: Option<Op>,
     /// Its operands, in order (every op here takes one or two).
     pub(crate) operands: [Option<Py<Value>>; 2],
-    /// What few values have, made when first needed: attributes (`attrs.rs`).
+    /// What few values have, made when first needed: a node of the program's op, its name
+    /// and children; attributes (`attrs.rs`).
     pub extra: ExtraCell,
     /// Which `backward` last visited this value and where it put it (see `drop_in.rs`).
     pub mark: AtomicU64,
@@ -79,9 +86,21 @@ impl Value {
     }
 
     /// `Value(x)`: a leaf, which Python's collector tracks (pyo3 tracks what it allocates).
-    fn leaf(data: f64, int: bool) -> Value {
+    pub fn leaf(data: f64, int: bool) -> Value {
         let flags = flag::GRAPH_TRACKED | int_flag(data, int);
         Value::with(data, flags, None, [None, None])
+    }
+
+    /// A node of the program's op (`custom.rs`), with `extra`'s attributes.
+    pub fn custom_node(data: f64, int: bool, extra: Extra) -> Value {
+        let node = Value::with(
+            data,
+            flag::PYTHON_BACKWARD | int_flag(data, int),
+            None,
+            [None, None],
+        );
+        node.extra.get_or_init(|| extra);
+        node
     }
 
     /// A leaf made of a number an operator met.
@@ -94,14 +113,24 @@ impl Value {
         )
     }
 
-    /// Its serial and flags' word for sorting (it orders values as their serials do), a plain
-    /// read: a sort reads it a dozen times
+    /// When it was made: operands before the values made of them.
+    pub fn serial(&self) -> u64 {
+        self.serial_and_flags() >> flag::BITS
+    }
+
+    /// Its serial and its flags in one word (see [`Value::serial`]): orders values as their
+    /// serials do.
+    pub fn serial_and_flags(&self) -> u64 {
+        self.serial_and_flags.load(Ordering::Relaxed)
+    }
+
+    /// [`Value::serial_and_flags`] for sorting, a plain read: a sort reads it a dozen times
     /// per value, and atomic reads are each done anew (micrograd's demo: 1.5% more
     /// instructions a step).
     pub fn sort_key(&self, _: Python<'_>) -> u64 {
-        // SAFETY: the word is written only with the GIL held (a value is made, or its data or
-        // attributes set, by Python code), and the `Python` token says the caller holds it:
-        // no write runs while this reads.
+        // SAFETY: the word is written only with the GIL held (a value is made, or its data,
+        // attributes or `_backward` set, by Python code), and the `Python` token says the
+        // caller holds it: no write runs while this reads.
         unsafe { *self.serial_and_flags.as_ptr() }
     }
 
@@ -139,9 +168,31 @@ impl Value {
         crate::number::repr(self.data.get(), self.has(flag::INT))
     }
 
-    /// Its operands, in order.
+    /// Its operands, in order (none for a node of the program's op: see
+    /// [`Value::children`]).
     pub fn prev(&self) -> impl Iterator<Item = &Py<Value>> {
         self.operands.iter().flatten()
+    }
+
+    /// Every value it was made of: its operands, or the program's op's children.
+    pub fn children(&self) -> impl Iterator<Item = &Py<Value>> {
+        let custom = self.custom().into_iter().flat_map(|c| c.children.iter());
+        self.prev().chain(custom)
+    }
+
+    /// What the program's op made it of, if it is a node of one.
+    pub fn custom(&self) -> Option<&crate::custom::Custom> {
+        self.extra.get()?.custom.as_ref()
+    }
+
+    /// Whether its backward is a Python function (see [`flag::PYTHON_BACKWARD`]).
+    pub fn runs_python(&self) -> bool {
+        self.has(flag::PYTHON_BACKWARD)
+    }
+
+    /// Whether it is a leaf: no op, not the program's op.
+    pub fn is_leaf(&self) -> bool {
+        self.op.is_none() && self.custom().is_none()
     }
 
     /// `op` applied to its `N` (one or two) operands, its data computed now.
@@ -174,7 +225,7 @@ impl Value {
     /// half the time of a drop-in step of micrograd's demo (39 ms, 18.5 untracked). Setting
     /// an attribute tracks the value (`attrs.rs`).
     #[inline]
-    fn into_untracked(self, py: Python<'_>) -> PyResult<Py<Value>> {
+    pub fn into_untracked(self, py: Python<'_>) -> PyResult<Py<Value>> {
         let value = Py::new(py, self)?;
         // SAFETY: `value` is a live object of a garbage-collected type (pyo3 gives every class
         // `Py_TPFLAGS_HAVE_GC`), and we hold the GIL; untracking an object that nothing
@@ -226,22 +277,18 @@ fn negate(py: Python<'_>, a: &Py<Value>) -> PyResult<Py<Value>> {
 
 #[pymethods]
 impl Value {
-    /// `Value(data)`: a leaf. micrograd's private `_children` and `_op` are not taken:
-    /// values with operands come from operators.
+    /// `Value(data)`: a leaf. `Value(data, children, 'name')`, micrograd's way of adding an
+    /// op, makes a node whose `_backward` the program sets (`custom.rs`).
     #[new]
     #[pyo3(signature = (data, _children = None, _op = None))]
     fn new(
+        py: Python<'_>,
         data: &Bound<'_, PyAny>,
         _children: Option<&Bound<'_, PyAny>>,
         _op: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Value> {
-        if _children.is_some() || _op.is_some() {
-            return Err(PyTypeError::new_err(
-                "Value(data) makes a leaf; values with operands come from operators",
-            ));
-        }
         let (x, int) = number(data)?;
-        Ok(Value::leaf(x, int))
+        crate::custom::new(py, x, int, _children, _op)
     }
 
     /// Its number: an int where micrograd's would be one (`number.rs`), else a float.
@@ -269,9 +316,9 @@ impl Value {
 
     /// The op that made this value, as micrograd names it (`''` for a leaf).
     #[getter]
-    fn _op(&self) -> String {
+    pub(crate) fn _op(&self) -> String {
         match self.op {
-            None => String::new(),
+            None => self.custom().map_or(String::new(), |c| c.name.clone()),
             Some(Op::Add) => "+".into(),
             Some(Op::Mul) => "*".into(),
             Some(Op::Powf(c)) if self.has(flag::INT_EXPONENT) => format!("**{}", c as i64),
@@ -284,7 +331,31 @@ impl Value {
     /// The operands, as a set (as micrograd's).
     #[getter]
     fn _prev<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PySet>> {
-        PySet::new(py, self.prev().map(|v| v.bind(py)))
+        PySet::new(py, self.children().map(|v| v.bind(py)))
+    }
+
+    /// What this node's backward does, as micrograd's closure: the function the program set,
+    /// or one that adds this node's local derivatives into its operands' `grad`.
+    #[getter]
+    fn _backward<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        crate::custom::get_backward(slf)
+    }
+
+    #[setter(_backward)]
+    fn set_backward(slf: &Bound<'_, Self>, f: &Bound<'_, PyAny>) -> PyResult<()> {
+        crate::custom::set_backward(slf, Some(f))
+    }
+
+    #[deleter(_backward)]
+    fn delete_backward(slf: &Bound<'_, Self>) -> PyResult<()> {
+        crate::custom::set_backward(slf, None)
+    }
+
+    /// The graph under this value in the order micrograd's `backward` builds it (depth
+    /// first, operands before the values made of them): `reversed(v.topo())` is the order
+    /// the nodes' `_backward`s run in.
+    fn topo(slf: &Bound<'_, Self>) -> Vec<Py<Value>> {
+        crate::custom::topo(slf)
     }
 
     /// The value's attributes (`attrs.rs`).
@@ -306,10 +377,10 @@ impl Value {
         crate::attrs::set(slf, name, None)
     }
 
-    /// What the cycle collector follows from a tracked value: its operands and its
-    /// attributes.
+    /// What the cycle collector follows from a tracked value: the values it was made of,
+    /// and its attributes.
     fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
-        self.prev().try_for_each(|v| visit.call(v))?;
+        self.children().try_for_each(|v| visit.call(v))?;
         visit.call(self.extra.get().map(|e| &e.attrs))
     }
 

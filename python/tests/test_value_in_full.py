@@ -1,10 +1,12 @@
 """micrograd's Value in full: what programs written for micrograd do with its values besides
 arithmetic, run with only the import changed, checked against micrograd's own engine
 (reference_micrograd.py): attributes and weak references on values (and cycles through
-attributes freed), data that keeps its Python type where micrograd's does, and a newer
+attributes freed), data that keeps its Python type where micrograd's does, micrograd's way
+of adding an op (`Value(data, children, op)` with a Python `_backward`), and a newer
 micrograd-style program (AdamW state on the params) on both engines."""
 
 import gc
+import math
 import random
 import weakref
 
@@ -79,6 +81,21 @@ def test_a_cycle_through_an_attribute_is_collected(shape):
     assert alive() is None
 
 
+def test_a_custom_ops_closure_cycle_is_collected():
+    # micrograd's idiom: out._backward is a closure over out itself.
+    x = Value(0.5)
+    out = Value(math.sin(x.data), (x,), "sin")
+
+    def _backward():
+        x.grad += math.cos(x.data) * out.grad
+
+    out._backward = _backward
+    alive = weakref.ref(out)
+    del out, _backward
+    gc.collect()
+    assert alive() is None
+
+
 # Data keeps its Python type where micrograd's does.
 
 
@@ -141,6 +158,119 @@ def test_gradients_are_the_same_with_int_data():
     (x * x + 2 * x).backward()
     (y * y + 2 * y).backward()
     assert x.grad == y.grad == 8.0
+
+
+# micrograd's way of adding an op.
+
+
+def sin(self):
+    """An op added as micrograd adds one, for whichever Value class `self` is."""
+    out = type(self)(math.sin(self.data), (self,), "sin")
+
+    def _backward():
+        self.grad += math.cos(self.data) * out.grad
+
+    out._backward = _backward
+    return out
+
+
+def clamp_sum(*values):
+    """A three-operand op (micrograd's children are any number)."""
+    V = type(values[0])
+    out = V(max(-1.0, min(1.0, sum(v.data for v in values))), values, "clamp_sum")
+
+    def _backward():
+        inside = -1.0 < out.data < 1.0
+        for v in values:
+            v.grad += inside * out.grad
+
+    out._backward = _backward
+    return out
+
+
+def custom_graph(V):
+    x, w, b = V(0.5), V(-1.5), V(0.25)
+    h = sin(x * w + b) * x
+    y = clamp_sum(h, x.relu(), b * b) ** 2 + sin(h)
+    return y, [x, w, b]
+
+
+def test_a_graph_with_a_python_backward_runs_micrograds_algorithm():
+    for _ in range(3):  # never cached: every backward runs the program's functions
+        ours, our_leaves = custom_graph(Value)
+        theirs, their_leaves = custom_graph(micrograd.Value)
+        assert ours.data == theirs.data
+        ours.backward()
+        theirs.backward()
+        for p, q in zip(our_leaves, their_leaves):
+            assert p.grad == pytest.approx(q.grad, rel=1e-12, abs=1e-15)
+        assert ours._op == "+" and {v._op for v in ours.topo()} >= {"sin", "clamp_sum", "**2"}
+
+
+def test_a_backward_set_on_a_built_in_value_is_the_one_that_runs():
+    calls = []
+    x = Value(2.0)
+    y = x * 3
+    y._backward = lambda: calls.append(y.grad)
+    z = y + 1
+    z.backward()
+    assert calls == [1.0] and x.grad == 0.0
+    del y._backward
+    x.grad = 0
+    z.backward()
+    assert x.grad == 3.0
+
+
+def test_topo_is_micrograds_order_and_backward_readable_on_every_value():
+    x, w = Value(0.5), Value(3.0)
+    y = (x * w + 1).tanh() * x
+    order = y.topo()
+    assert order[-1] is y and len(order) == 7 and len(set(map(id, order))) == 7
+    position = {id(v): k for k, v in enumerate(order)}
+    assert all(position[id(c)] < position[id(v)] for v in order for c in v._prev)
+    # micrograd's backward written out by hand, with each value's own _backward.
+    for v in order:
+        v.grad = 0
+    y.grad = 1
+    for v in reversed(order):
+        v._backward()
+    by_hand = (x.grad, w.grad)
+    x.grad = w.grad = 0
+    y.backward()
+    assert (x.grad, w.grad) == pytest.approx(by_hand, rel=1e-15)
+    assert x._backward() is None and "_backward of Value" in repr(y._backward)
+
+
+def test_compile_refuses_a_python_backward_and_draw_dot_names_the_op():
+    y, leaves = custom_graph(Value)
+    with pytest.raises(ValueError, match="Python function.*op \"sin\"|op \"clamp_sum\""):
+        tapejit.compile(y, inputs=leaves[:1])
+    dot = tapejit.draw_dot(y).source
+    assert "{ sin |" in dot and "{ clamp_sum |" in dot and "{ + (root) |" in dot
+    nodes = y.topo()
+    assert dot.count("[label=") == len(nodes) == 13
+    # An edge per operand: `b * b` has two, its _prev one.
+    assert dot.count("->") == sum(len(v._prev) for v in nodes) + 1
+
+
+def test_a_deep_chain_of_custom_nodes_runs_and_frees():
+    x = leaf = Value(1.0)
+    for _ in range(20_000):
+        x = sin(x)
+    x.backward()
+    assert 0 < leaf.grad < 1
+    alive = weakref.ref(x)
+    del x
+    gc.collect()
+    assert alive() is None
+    # Without closures (no cycles), freed by reference counts, as deep as the stack is not.
+    x = Value(1.0)
+    for _ in range(300_000):
+        x = Value(x.data, (x,), "id")
+    x.backward()
+    alive = weakref.ref(x)
+    del x
+    assert alive() is None
 
 
 # A newer micrograd program, on both engines.
