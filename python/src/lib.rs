@@ -10,6 +10,7 @@ mod dot;
 mod drop_in;
 mod number;
 mod params;
+mod pickle;
 mod release;
 mod value;
 
@@ -20,6 +21,7 @@ fn _tapejit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<value::Value>()?;
     m.add_class::<custom::Backward>()?;
     m.add_class::<attrs::Attribute>()?;
+    m.add_function(wrap_pyfunction!(pickle::rebuild, m)?)?;
     m.add_class::<compiled::Compiled>()?;
     m.add_function(wrap_pyfunction!(compiled::compile, m)?)?;
     m.add_function(wrap_pyfunction!(dot::to_dot, m)?)?;

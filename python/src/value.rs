@@ -5,7 +5,7 @@
 //! `a + (-b)`, `-a` is `a * -1`, `a / b` is `a * b**-1`), so the numbers match micrograd's.
 //!
 //! micrograd's `Value` is a plain Python object, and programs use it so: they set attributes
-//! on values and take weak references to them (`attrs.rs`), and add ops of their own whose
+//! on values (`attrs.rs`), copy and pickle them (`pickle.rs`), and add ops of their own whose
 //! backward is a Python function (`custom.rs`). `data` keeps its Python type where
 //! micrograd's does (`number.rs`). Dropping a value releases its graph without recursion
 //! (`release.rs`).
@@ -101,6 +101,18 @@ impl Value {
         );
         node.extra.get_or_init(|| extra);
         node
+    }
+
+    /// A value as a copy or a pickle describes it (`pickle.rs`): its flags but the
+    /// collector's, its gradient 0.
+    pub fn restored(
+        data: f64,
+        flags: u64,
+        op: Option<Op>,
+        operands: [Option<Py<Value>>; 2],
+    ) -> Value {
+        let flags = flags & (flag::INT | flag::INT_EXPONENT | flag::CONSTANT);
+        Value::with(data, flags, op, operands)
     }
 
     /// A leaf made of a number an operator met.
@@ -382,6 +394,23 @@ impl Value {
     fn __traverse__(&self, visit: pyo3::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
         self.children().try_for_each(|v| visit.call(v))?;
         visit.call(self.extra.get().map(|e| &e.attrs))
+    }
+
+    /// A pickle of the value and the graph under it, flattened (`pickle.rs`).
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        crate::pickle::reduce(slf)
+    }
+
+    fn __setstate__(slf: &Bound<'_, Self>, state: &Bound<'_, PyAny>) -> PyResult<()> {
+        crate::pickle::set_state(slf, state)
+    }
+
+    fn __copy__(slf: &Bound<'_, Self>) -> PyResult<Py<Value>> {
+        crate::pickle::copy(slf)
+    }
+
+    fn __deepcopy__(slf: &Bound<'_, Self>, memo: &Bound<'_, PyDict>) -> PyResult<Py<PyAny>> {
+        crate::pickle::deep_copy(slf, memo)
     }
 
     fn __add__(slf: Py<Self>, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {

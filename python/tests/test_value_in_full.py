@@ -1,12 +1,14 @@
 """micrograd's Value in full: what programs written for micrograd do with its values besides
-arithmetic, run with only the import changed, checked against micrograd's own engine
-(reference_micrograd.py): attributes and weak references on values (and cycles through
-attributes freed), data that keeps its Python type where micrograd's does, micrograd's way
-of adding an op (`Value(data, children, op)` with a Python `_backward`), and a newer
-micrograd-style program (AdamW state on the params) on both engines."""
+arithmetic, run with only the import changed. Attributes and weak references on values (and
+cycles through attributes freed), copy, deepcopy and pickle of values and of tapejit.nn
+models (a chain deeper than Python's recursion too), data that keeps its Python type where
+micrograd's does, and micrograd's way of adding an op (`Value(data, children, op)` with a
+Python `_backward`), checked against micrograd's own engine (reference_micrograd.py)."""
 
+import copy
 import gc
 import math
+import pickle
 import random
 import weakref
 
@@ -160,6 +162,138 @@ def test_gradients_are_the_same_with_int_data():
     assert x.grad == y.grad == 8.0
 
 
+# copy, deepcopy and pickle.
+
+
+def graph_of(v):
+    return [(n.data, type(n.data), n.grad, n._op) for n in v.topo()]
+
+
+def built():
+    x, w = Value(3), Value(-0.5)
+    y = ((x * w + 1) ** 2 + x.relu() / 4).tanh()
+    y.color = "blue"
+    x.name = "x"
+    y.backward()
+    return x, w, y
+
+
+def test_copy_shares_the_operands_and_copies_the_attributes():
+    x, w, y = built()
+    c = copy.copy(y)
+    assert c is not y and (c.data, c.grad, c._op) == (y.data, y.grad, y._op)
+    assert c._prev == y._prev and c.color == "blue"
+    c.color = "red"
+    assert y.color == "blue"
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_a_graph_copies_whole(how):
+    x, w, y = built()
+    if how == "deepcopy":
+        c = copy.deepcopy(y)
+    else:
+        c = pickle.loads(pickle.dumps(y))
+    assert graph_of(c) == graph_of(y)
+    assert c.color == "blue"
+    leaves = {n.__dict__.get("name"): n for n in c.topo() if n._op == ""}
+    assert leaves["x"] is not x and leaves["x"].name == "x"
+    # The copy is a graph of its own: backward on it gives the original's gradients.
+    for n in c.topo():
+        n.grad = 0
+    c.backward()
+    assert graph_of(c) == graph_of(y)
+    assert x.grad == leaves["x"].grad
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_values_keep_their_identity_through_a_copy(how):
+    x = Value(2.0)
+    y = x * x  # one operand, twice
+    z = y + x
+    if how == "deepcopy":
+        x2, y2, z2 = copy.deepcopy([x, y, z])
+    else:
+        x2, y2, z2 = pickle.loads(pickle.dumps([x, y, z]))
+    assert y2._prev == {x2} and z2._prev == {y2, x2}
+    z2.backward()
+    assert x2.grad == 5.0 and x.grad == 0.0
+
+
+def test_a_chain_deeper_than_the_stack_pickles_and_copies():
+    x = leaf = Value(1.0)
+    for _ in range(100_000):
+        x = x + 1
+    middle = x
+    for _ in range(1000):
+        x = x * 1.0
+    for c in [pickle.loads(pickle.dumps(x)), copy.deepcopy(x)]:
+        assert c.data == 100_001.0 and type(c.data) is float
+        c.backward()
+        assert c.grad == 1.0
+    # Each pickle is its own: a value saved inside another's graph pickles whole later too,
+    # and after a pickle that failed.
+    x.unpicklable = lambda: None
+    with pytest.raises(Exception):
+        pickle.dumps(x)
+    assert pickle.loads(pickle.dumps(middle)).data == 100_001.0
+    assert copy.copy(x)._prev == x._prev and leaf.grad == 0.0
+
+
+def mlp(seed):
+    random.seed(seed)
+    return tapejit.nn.MLP(3, [4, 4, 1])
+
+
+def moons_like(n, seed):
+    rng = random.Random(seed)
+    X = [[rng.uniform(-1, 1) for _ in range(3)] for _ in range(n)]
+    y = [1 if a * b + c > 0 else -1 for a, b, c in X]
+    return X, y
+
+
+def train(model, X, y, steps):
+    losses = []
+    for k in range(steps):
+        scores = [model(list(map(Value, row))) for row in X]
+        loss = sum((1 + -yi * s).relu() for yi, s in zip(y, scores)) * (1.0 / len(X))
+        model.zero_grad()
+        loss.backward()
+        for p in model.parameters():
+            p.data -= 0.1 * p.grad
+        losses.append(loss.data)
+    return losses
+
+
+def test_a_deep_copied_model_trains_independently():
+    X, y = moons_like(12, 1)
+    model = mlp(2)
+    before = [p.data for p in model.parameters()]
+    twin = copy.deepcopy(model)
+    assert [p.data for p in twin.parameters()] == before
+    assert not set(map(id, twin.parameters())) & set(map(id, model.parameters()))
+    copied = train(twin, X, y, 4)
+    assert [p.data for p in model.parameters()] == before
+    assert train(model, X, y, 4) == copied
+    assert [p.data for p in model.parameters()] == [p.data for p in twin.parameters()]
+
+
+def test_a_pickled_model_gives_the_same_outputs_and_gradients():
+    X, y = moons_like(8, 3)
+    model = mlp(4)
+    train(model, X, y, 2)
+    loaded = pickle.loads(pickle.dumps(model))
+    assert repr(loaded) == repr(model)
+    assert type(loaded.layers[0].neurons[0].b.data) is type(model.layers[0].neurons[0].b.data)
+    for m in (model, loaded):
+        m.zero_grad()
+        out = [m(list(map(Value, row))) for row in X]
+        sum(out).backward()
+        m.outputs = [o.data for o in out]
+    assert loaded.outputs == model.outputs
+    assert [p.grad for p in loaded.parameters()] == [p.grad for p in model.parameters()]
+
+
 # micrograd's way of adding an op.
 
 
@@ -271,6 +405,22 @@ def test_a_deep_chain_of_custom_nodes_runs_and_frees():
     alive = weakref.ref(x)
     del x
     assert alive() is None
+
+
+def _double_backward():
+    """A module-level `_backward` (picklable, unlike a closure)."""
+
+
+def test_a_custom_node_copies_and_pickles_with_its_backward():
+    x = Value(3)
+    out = Value(6, (x,), "double")
+    out._backward = _double_backward
+    out.note = "kept"
+    for c in [pickle.loads(pickle.dumps(out)), copy.deepcopy(out)]:
+        assert (c.data, c._op, c.note, c._backward) == (6, "double", "kept", _double_backward)
+        assert [v.data for v in c._prev] == [3] and next(iter(c._prev)) is not x
+    with pytest.raises(AttributeError, match="none was set"):
+        del Value(1.0, (x,), "op")._backward
 
 
 # A newer micrograd program, on both engines.
