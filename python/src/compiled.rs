@@ -14,7 +14,7 @@ use tapejit::optim::{Adam, AdamW, Optimizer, Sgd};
 use tapejit::{Graph, Interpreter, Jit, Op, OptLevel, Program};
 
 use crate::drop_in::{error, graph_of, linearize, position};
-use crate::value::Value;
+use crate::value::{flag, Value};
 
 /// A leaf's part in a compiled graph.
 #[derive(Clone, Copy)]
@@ -85,7 +85,15 @@ pub fn compile(
         None => Optimizer::default(),
     };
     let root = loss.get();
-    let (order, _) = linearize(root);
+    let (order, _) = linearize(py, root).map_err(|v| {
+        PyValueError::new_err(format!(
+            "the loss's graph holds a value whose backward is a Python function (op {:?}, \
+             made by Value(data, children, op) or given a _backward), which native code \
+             cannot run: build the op from Value's operators and methods to compile it, or \
+             train with loss.backward(), which runs such a graph by micrograd's algorithm",
+            v._op()
+        ))
+    })?;
     let reaches = |v: &Value| order.get(position(v)).is_some_and(|&w| std::ptr::eq(w, v));
     let in_graph = |v: &Value, what: &str, i: usize| -> PyResult<usize> {
         let p = position(v);
@@ -109,7 +117,7 @@ pub fn compile(
     ] {
         for (i, v) in list.iter().enumerate() {
             let v = v.get();
-            if v.op.is_some() {
+            if !v.is_leaf() {
                 return Err(PyValueError::new_err(format!(
                     "{what} #{i} is not a leaf: inputs and params are Value(x)s"
                 )));
@@ -314,7 +322,7 @@ fn default_params(
     let mut number = vec![false; order.len()];
     for (k, v) in order.iter().enumerate() {
         number[k] = match v.op {
-            None => v.constant,
+            None => v.has(flag::CONSTANT),
             Some(_) => v.prev().all(|p| number[position(p.get())]),
         };
     }
@@ -340,7 +348,8 @@ fn default_params(
     let mut offer = |p: &Py<Value>| {
         let v = p.get();
         let k = position(v);
-        if v.op.is_none() && !v.constant && !inputs.contains(&(v as *const Value)) && varies[k] {
+        let constant = v.has(flag::CONSTANT);
+        if v.is_leaf() && !constant && !inputs.contains(&(v as *const Value)) && varies[k] {
             found[k].get_or_insert_with(|| p.clone_ref(py));
         }
     };
@@ -456,7 +465,7 @@ impl Compiled {
         let program = self.program();
         let (values, grads) = (program.params(), program.param_grads());
         for ((p, v), g) in self.params.iter().zip(values).zip(grads) {
-            p.get().data.set(v);
+            p.get().set_number(v, false);
             p.get().grad.set(g);
         }
     }

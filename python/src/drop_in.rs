@@ -53,8 +53,12 @@ const UNPLACED: u64 = u32::MAX as u64;
 /// made from them), and its structural key. Marks each value with its position
 /// ([`position`]). (The order values were made in, not micrograd's depth-first one: a graph
 /// built layer by layer and copy by copy keeps the regular structure loop recovery rolls,
-/// where a depth-first order interleaves a copy's layers.)
-pub fn linearize(root: &Value) -> (Vec<&Value>, Vec<u64>) {
+/// where a depth-first order interleaves a copy's layers.) A graph holding a value whose
+/// backward is a Python function (`custom.rs`) has no tape: that value is the error.
+pub fn linearize<'v>(
+    py: Python<'_>,
+    root: &'v Value,
+) -> Result<(Vec<&'v Value>, Vec<u64>), &'v Value> {
     let call = CALLS.fetch_add(1, Ordering::Relaxed) + 1;
     // Whether `v` was not yet seen by this call (and now is).
     let first_visit =
@@ -71,8 +75,12 @@ pub fn linearize(root: &Value) -> (Vec<&Value>, Vec<u64>) {
             }
         }
     }
-    order.sort_unstable_by_key(|v| v.serial);
+    // By serial: the word holding it above the value's flags orders values as it does.
+    order.sort_unstable_by_key(|v| v.sort_key(py));
     for (k, v) in order.iter().enumerate() {
+        if v.runs_python() {
+            return Err(v);
+        }
         v.mark.store(call << 32 | k as u64, Ordering::Relaxed);
     }
     let mut key = Vec::with_capacity(order.len() * 4);
@@ -80,7 +88,7 @@ pub fn linearize(root: &Value) -> (Vec<&Value>, Vec<u64>) {
         push_op(&mut key, v);
         key.extend(v.prev().map(|p| position(p.get()) as u64));
     }
-    (order, key)
+    Ok((order, key))
 }
 
 /// Where the last [`linearize`] placed `v`.
@@ -178,15 +186,18 @@ pub fn error(e: tapejit::Error) -> PyErr {
     PyValueError::new_err(e.to_string())
 }
 
-/// micrograd's `backward` from `root`.
-pub fn backward(_py: Python<'_>, root: &Py<Value>) -> PyResult<()> {
-    let root = root.get();
-    if root.op.is_none() {
+/// micrograd's `backward` from `root`; micrograd's own algorithm for a graph that holds a
+/// Python backward (`custom.rs`).
+pub fn backward(py: Python<'_>, root_object: &Py<Value>) -> PyResult<()> {
+    let root = root_object.get();
+    if root.is_leaf() && !root.runs_python() {
         // A leaf's gradient with respect to itself.
         root.grad.set(1.0);
         return Ok(());
     }
-    let (order, key) = linearize(root);
+    let Ok((order, key)) = linearize(py, root) else {
+        return crate::custom::backward(root_object.bind(py));
+    };
     let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
     let cache = cache.get_or_insert_with(Cache::default);
     cache.clock += 1;

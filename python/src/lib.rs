@@ -2,11 +2,16 @@
 //! tape, natively once a structure repeats (`drop_in.rs`). The Python package around this
 //! module (`tapejit/`) adds micrograd's `nn`.
 
+mod attrs;
 mod compiled;
+mod custom;
 mod datasets;
 mod dot;
 mod drop_in;
+mod number;
 mod params;
+mod pickle;
+mod release;
 mod value;
 
 use pyo3::prelude::*;
@@ -14,6 +19,9 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _tapejit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<value::Value>()?;
+    m.add_class::<custom::Backward>()?;
+    m.add_class::<attrs::Attribute>()?;
+    m.add_function(wrap_pyfunction!(pickle::rebuild, m)?)?;
     m.add_class::<compiled::Compiled>()?;
     m.add_function(wrap_pyfunction!(compiled::compile, m)?)?;
     m.add_function(wrap_pyfunction!(compiled::restore_program, m)?)?;
