@@ -46,3 +46,12 @@ def test_optimizers_example_runs():
         capture_output=True, text=True, check=True,
     ).stdout
     assert "AdamW" in out and "x plain SGD" in out
+
+
+def test_pool_trains_pickled_programs_in_worker_processes():
+    out = subprocess.run(
+        [sys.executable, ROOT / "python" / "examples" / "pool.py", "--models", "2", "--steps", "20",
+         "--workers", "2"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    assert out.count("20 steps") == 2, out
