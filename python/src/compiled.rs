@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use numpy::{PyArray1, PyReadonlyArrayDyn, PyUntypedArrayMethods};
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyFloatingPointError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::sync::{Mutex, MutexGuard};
@@ -35,6 +35,9 @@ pub struct Compiled {
     optimizer: Option<Py<PyAny>>,
     /// The optimized IR, or why there is none.
     ir: Result<String, String>,
+    /// Per value of the loss's graph (in the order `linearize` gives): its node in the
+    /// program's graph (none for an addition folded into a sum), for naming anomalies.
+    nodes: Vec<Option<u32>>,
     /// What `compile` was given (the graph under the loss, the leaves' roles and the
     /// options): what a pickle holds, to compile again where it is loaded.
     recipe: Recipe,
@@ -151,6 +154,7 @@ pub fn compile(
         None => g.constant(v.data.get()),
     };
     let nodes = graph_of(&g, &order, leaf, Some(&folds))?;
+    let node_ids = nodes.iter().map(|n| n.map(|n| n.id())).collect();
     let value = |k: usize| nodes[k].expect("outputs and the loss are not folded");
     for &p in &output_positions {
         g.add_output(value(p)).map_err(error)?;
@@ -181,6 +185,7 @@ pub fn compile(
         params,
         optimizer,
         ir,
+        nodes: node_ids,
         recipe: Recipe {
             loss,
             inputs,
@@ -365,6 +370,23 @@ impl Compiled {
         self.program.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// `e`, an anomaly's graph node told as the value of the loss's graph it is (and where
+    /// it was made, which anomaly mode records).
+    fn in_terms_of_values(&self, py: Python<'_>, e: tapejit::Error) -> PyErr {
+        let tapejit::Error::Anomaly { node: Some(n), .. } = &e else {
+            return error(e);
+        };
+        let Some(k) = self.nodes.iter().position(|&m| m == Some(*n)) else {
+            return error(e);
+        };
+        let Ok((order, _)) = linearize(py, self.recipe.loss.get()) else {
+            return error(e);
+        };
+        let v = order[k];
+        let made_at = crate::anomaly::made_at(v.serial());
+        PyFloatingPointError::new_err(format!("{e}: the value {}{made_at}", v.__repr__()))
+    }
+
     /// The rate a step runs at: `lr` if given, else the optimizer's `lr` (read at every
     /// call, so that a schedule may set it between steps).
     fn rate(&self, py: Python<'_>, lr: Option<f64>) -> PyResult<f64> {
@@ -395,7 +417,9 @@ impl Compiled {
             .as_slice()
             .map_err(|e| PyValueError::new_err(e.to_string()))?;
         let program = self.program.get_mut().unwrap_or_else(|e| e.into_inner());
-        py.detach(|| program.step(x, lr)).map_err(error)
+        program.detect_anomaly(crate::anomaly::on());
+        let done = py.detach(|| program.step(x, lr));
+        done.map_err(|e| self.in_terms_of_values(py, e))
     }
 
     /// `step` on each sample of `X` (one row per sample, or the samples one after another),
@@ -414,7 +438,9 @@ impl Compiled {
             .as_slice()
             .map_err(|e| PyValueError::new_err(e.to_string()))?;
         let program = self.program.get_mut().unwrap_or_else(|e| e.into_inner());
-        let losses = py.detach(|| program.train(x, lr)).map_err(error)?;
+        program.detect_anomaly(crate::anomaly::on());
+        let done = py.detach(|| program.train(x, lr));
+        let losses = done.map_err(|e| self.in_terms_of_values(py, e))?;
         Ok(PyArray1::from_vec(py, losses))
     }
 

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyFloatingPointError, PyValueError};
 use pyo3::prelude::*;
 use rustc_hash::FxBuildHasher;
 use tapejit::{Graph, Interpreter, Jit, Op, Program};
@@ -28,6 +28,8 @@ struct Compiled {
     program: Box<dyn Program + Send>,
     /// Per node, in topological order: its slot.
     slots: Vec<u32>,
+    /// Per node, in topological order: its node in the program's graph.
+    nodes: Vec<u32>,
     /// Whether `program` is the JIT's.
     native: bool,
     /// When it was last used (the cache's clock).
@@ -128,9 +130,37 @@ fn build(order: &[&Value], native: bool) -> PyResult<Compiled> {
     Ok(Compiled {
         program,
         slots,
+        nodes: nodes.iter().map(|n| n.id()).collect(),
         native,
         used: 0,
     })
+}
+
+/// `e` of a program of `order`'s graph (`nodes`: each value's graph node), told in terms
+/// of the values: a non-finite leaf (param `k` of the program: the `k`-th leaf of `order`)
+/// and an anomaly's node by the value, and where it was made (anomaly mode records it).
+fn in_terms_of_values(e: tapejit::Error, order: &[&Value], nodes: &[u32]) -> PyErr {
+    let value_of = |node: u32| nodes.iter().position(|&n| n == node).map(|k| order[k]);
+    let about = |v: &Value| format!("{}{}", v.__repr__(), crate::anomaly::made_at(v.serial()));
+    let leaf = |k: usize| order.iter().filter(|v| v.op.is_none()).nth(k);
+    match &e {
+        tapejit::Error::NonFinite {
+            what: "param",
+            index,
+            value,
+        } => match leaf(*index) {
+            Some(v) => PyValueError::new_err(format!(
+                "a leaf of the graph is not finite ({value}): {}",
+                about(v)
+            )),
+            None => error(e),
+        },
+        tapejit::Error::Anomaly { node: Some(n), .. } => match value_of(*n) {
+            Some(v) => PyFloatingPointError::new_err(format!("{e}: the value {}", about(v))),
+            None => error(e),
+        },
+        _ => error(e),
+    }
 }
 
 /// The values of `order` ([`linearize`]'s, marks current) as nodes of `g`: each leaf as
@@ -227,10 +257,15 @@ pub fn backward(py: Python<'_>, root_object: &Py<Value>) -> PyResult<()> {
         .map(|v| v.data.get())
         .collect();
     let program = compiled.program.as_mut();
-    program.set_params(&leaves).map_err(error)?;
+    let in_terms_of_values = |e| in_terms_of_values(e, &order, &compiled.nodes);
+    program.set_params(&leaves).map_err(in_terms_of_values)?;
     program.forward();
     program.zero_grad();
-    program.backward().map_err(error)?;
+    let anomaly = crate::anomaly::on();
+    program.detect_anomaly(anomaly);
+    let done = program.backward();
+    program.detect_anomaly(false);
+    done.map_err(in_terms_of_values)?;
     let (_, grads) = program.every_value_and_grad();
     for (v, &slot) in order.iter().zip(&compiled.slots) {
         let g = grads[slot as usize];

@@ -2,6 +2,7 @@
 //! tape, natively once a structure repeats (`drop_in.rs`). The Python package around this
 //! module (`tapejit/`) adds micrograd's `nn`.
 
+mod anomaly;
 mod attrs;
 mod compiled;
 mod custom;
@@ -25,6 +26,7 @@ fn _tapejit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<compiled::Compiled>()?;
     m.add_function(wrap_pyfunction!(compiled::compile, m)?)?;
     m.add_function(wrap_pyfunction!(compiled::restore_program, m)?)?;
+    m.add_function(wrap_pyfunction!(anomaly::set_detect_anomaly, m)?)?;
     m.add_function(wrap_pyfunction!(dot::to_dot, m)?)?;
     m.add_function(wrap_pyfunction!(params::save_params, m)?)?;
     m.add_function(wrap_pyfunction!(params::load_params, m)?)?;

@@ -220,6 +220,17 @@ impl Value {
         Value::with(data, int, Some(op), operands)
     }
 
+    /// In anomaly mode: where this value is being made, recorded, and an op that made a
+    /// NaN or an infinity of finite operands refused ([`crate::anomaly`]).
+    fn check_anomaly(&self, py: Python<'_>) -> PyResult<()> {
+        crate::anomaly::record(py, self.serial());
+        let Some(op) = self.op else {
+            return Ok(());
+        };
+        let operands: Vec<f64> = self.prev().map(|p| p.get().data.get()).collect();
+        crate::anomaly::check_made(op.name(), &operands, self.data.get())
+    }
+
     /// [`Value::made`] of one or two operands, as a Python object.
     fn apply(py: Python<'_>, op: Op, operands: &[&Py<Value>]) -> PyResult<Py<Value>> {
         match *operands {
@@ -238,6 +249,9 @@ impl Value {
     /// an attribute tracks the value (`attrs.rs`).
     #[inline]
     pub fn into_untracked(self, py: Python<'_>) -> PyResult<Py<Value>> {
+        if crate::anomaly::on() {
+            self.check_anomaly(py)?;
+        }
         let value = Py::new(py, self)?;
         // SAFETY: `value` is a live object of a garbage-collected type (pyo3 gives every class
         // `Py_TPFLAGS_HAVE_GC`), and we hold the GIL; untracking an object that nothing
@@ -566,7 +580,7 @@ impl Value {
         crate::drop_in::backward(py, &slf)
     }
 
-    fn __repr__(&self) -> String {
+    pub(crate) fn __repr__(&self) -> String {
         format!(
             "Value(data={}, grad={})",
             self.data_repr(),

@@ -12,10 +12,15 @@ many times: its ``Program`` steps and trains on numpy arrays natively (``step(x)
 torch.optim's definitions), or by plain SGD at the rate given (``step(x, lr)``).
 
 ``draw_dot(value)`` draws the graph under a value, as micrograd's notebook does.
+
+``with tapejit.detect_anomaly():`` names the first value that makes a NaN or an infinity,
+and where it was made (``tapejit.anomaly``).
 """
 
 from ._tapejit import Program, Value, compile
 from . import datasets, nn, optim
+from .anomaly import detect_anomaly, set_detect_anomaly
 from .viz import draw_dot
 
-__all__ = ["Program", "Value", "compile", "datasets", "draw_dot", "nn", "optim"]
+__all__ = ["Program", "Value", "compile", "datasets", "detect_anomaly", "draw_dot", "nn", "optim",
+           "set_detect_anomaly"]
