@@ -113,6 +113,27 @@ impl Optimizer {
         *self == Optimizer::default()
     }
 
+    /// Adam's settings (AdamW's are the same three), and whether the weight decay is
+    /// decoupled (AdamW); `None` for SGD.
+    pub(crate) fn adam(&self) -> Option<(Adam, bool)> {
+        match *self {
+            Optimizer::Adam(a) => Some((a, false)),
+            Optimizer::AdamW(AdamW {
+                betas,
+                eps,
+                weight_decay,
+            }) => Some((
+                Adam {
+                    betas,
+                    eps,
+                    weight_decay,
+                },
+                true,
+            )),
+            Optimizer::Sgd(_) => None,
+        }
+    }
+
     /// Its name, as checkpoints and errors give it: `sgd`, `adam`, `adamw`.
     pub fn name(&self) -> &'static str {
         match self {
@@ -156,16 +177,15 @@ impl Optimizer {
                 }
                 Ok(())
             }
-            Optimizer::Adam(Adam {
-                betas,
-                eps,
-                weight_decay,
-            })
-            | Optimizer::AdamW(AdamW {
-                betas,
-                eps,
-                weight_decay,
-            }) => {
+            Optimizer::Adam(_) | Optimizer::AdamW(_) => {
+                let (
+                    Adam {
+                        betas,
+                        eps,
+                        weight_decay,
+                    },
+                    _,
+                ) = self.adam().expect("Adam or AdamW");
                 for (name, beta) in [("betas[0]", betas.0), ("betas[1]", betas.1)] {
                     at_least_zero(name, beta)?;
                     if beta >= 1.0 {

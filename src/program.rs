@@ -555,18 +555,12 @@ impl<B: Backend> Program for B {
     }
 
     fn optimizer_state(&self) -> crate::optim::State {
-        let slots = self.tape().param_slots();
-        self.stepper()
-            .state(slots.len(), |k| self.leaf_address(slots[k]))
+        let addresses = param_addresses(self);
+        self.stepper().state(addresses.len(), |k| addresses[k])
     }
 
     fn set_optimizer_state(&mut self, state: &crate::optim::State) -> Result<()> {
-        let addresses: Vec<usize> = self
-            .tape()
-            .param_slots()
-            .iter()
-            .map(|&s| self.leaf_address(s))
-            .collect();
+        let addresses = param_addresses(self);
         let optimizer = self.stepper().optimizer;
         self.stepper_mut()
             .set_state(state, addresses.len(), |k| addresses[k])
@@ -590,12 +584,7 @@ impl<B: Backend> Program for B {
             });
         }
         check_finite("param", params)?;
-        let addresses: Vec<usize> = self
-            .tape()
-            .param_slots()
-            .iter()
-            .map(|&s| self.leaf_address(s))
-            .collect();
+        let addresses = param_addresses(self);
         let values = self.buffers_mut().0;
         for (a, &p) in addresses.into_iter().zip(params) {
             values[a] = p;
@@ -733,6 +722,12 @@ fn checked_step<B: Backend + ?Sized>(b: &mut B, inputs: &[f64], lr: f64) -> f64 
     } else {
         b.value_at(loss)
     }
+}
+
+/// Where `b`'s buffers hold each param, in creation order.
+fn param_addresses<B: Backend + ?Sized>(b: &B) -> Vec<usize> {
+    let slots = b.program_tape().param_slots();
+    slots.iter().map(|&s| b.leaf_address(s)).collect()
 }
 
 /// In anomaly mode, the first node that made a non-finite value or gradient, if any.

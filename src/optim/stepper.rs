@@ -1,7 +1,7 @@
 //! An optimizer's state over a backend's params, and one step of it ([`super`] has the
 //! formulas). Crate-private: `Program` owns the state and calls these.
 
-use super::{Adam, AdamW, Optimizer, State};
+use super::{Adam, Optimizer, State};
 use crate::op::MathFn;
 
 /// An optimizer and its state, over the params as a backend lays them out (addresses
@@ -102,10 +102,7 @@ pub struct Scalars {
 impl Scalars {
     /// Step `t` (from 1) of `optimizer` at rate `lr`.
     pub fn of(optimizer: &Optimizer, t: u64, lr: f64) -> Scalars {
-        let (b1, b2) = match *optimizer {
-            Optimizer::Adam(Adam { betas, .. }) | Optimizer::AdamW(AdamW { betas, .. }) => betas,
-            Optimizer::Sgd(_) => (0.0, 0.0),
-        };
+        let (b1, b2) = optimizer.adam().map_or((0.0, 0.0), |(a, _)| a.betas);
         // Python's `beta ** step` and `x ** 0.5`: C's pow, the very function ops call (which
         // LLVM cannot see through, and so cannot turn into a square root).
         let pow = |x: f64, c: f64| MathFn::Pow.eval(&[x, c]);
@@ -149,18 +146,15 @@ pub fn update(
                 finite &= p.is_finite();
             }
         }
-        Optimizer::Adam(Adam {
-            betas,
-            eps,
-            weight_decay,
-        })
-        | Optimizer::AdamW(AdamW {
-            betas,
-            eps,
-            weight_decay,
-        }) => {
-            let decoupled = matches!(optimizer, Optimizer::AdamW(_));
-            let (b1, b2) = betas;
+        Optimizer::Adam(_) | Optimizer::AdamW(_) => {
+            let (
+                Adam {
+                    betas: (b1, b2),
+                    eps,
+                    weight_decay,
+                },
+                decoupled,
+            ) = optimizer.adam().expect("Adam or AdamW");
             let (w1, w2) = (1.0 - b1, 1.0 - b2);
             let shrink = 1.0 - s.lr * weight_decay;
             let [m, v] = buffers else {
