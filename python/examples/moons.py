@@ -69,20 +69,28 @@ def drop_in(engine, nn, X, y, steps, show=True):
     return times
 
 
-def compiled(X, y, steps):
-    """The same model and loss, built once on placeholders and compiled."""
-    model = mlp(tapejit.nn)
+def placeholders(model, X, y):
+    """The demo's loss of `model` built once on placeholder leaves for the data: the loss,
+    the inputs (each point's two coordinates, then the labels) and the scores; and the
+    data as the batch `step` takes."""
     xs = [[tapejit.Value(0.0), tapejit.Value(0.0)] for _ in X]
     ys = [tapejit.Value(0.0) for _ in y]
     scores = list(map(model, xs))
     losses = [(1 + -yi * scorei).relu() for yi, scorei in zip(ys, scores)]
     data_loss = sum(losses) * (1.0 / len(losses))
     total_loss = data_loss + 1e-4 * sum((p * p for p in model.parameters()))
-    start = time.perf_counter()
-    program = tapejit.compile(total_loss, inputs=[v for row in xs for v in row] + ys,
-                              params=model.parameters(), outputs=scores)
-    print(f"compiled in {time.perf_counter() - start:.3f} s: {program}")
     batch = np.array([v for row in X for v in row] + list(y), dtype=np.float64)
+    return total_loss, [v for row in xs for v in row] + ys, scores, batch
+
+
+def compiled(X, y, steps):
+    """The same model and loss, built once on placeholders and compiled."""
+    model = mlp(tapejit.nn)
+    total_loss, inputs, scores, batch = placeholders(model, X, y)
+    start = time.perf_counter()
+    program = tapejit.compile(total_loss, inputs=inputs, params=model.parameters(),
+                              outputs=scores)
+    print(f"compiled in {time.perf_counter() - start:.3f} s: {program}")
     labels = np.array(y)
     times = []
     for k in range(steps):

@@ -12,21 +12,15 @@ import argparse
 import statistics
 import time
 
-import numpy as np
-
 import tapejit
-from moons import SEED, mlp
+from moons import SEED, mlp, placeholders
 
 
 def program(X, y, optimizer):
     model = mlp(tapejit.nn)
-    xs = [[tapejit.Value(0.0), tapejit.Value(0.0)] for _ in X]
-    ys = [tapejit.Value(0.0) for _ in y]
-    scores = list(map(model, xs))
-    losses = [(1 + -yi * si).relu() for yi, si in zip(ys, scores)]
-    total = sum(losses) * (1.0 / len(losses)) + 1e-4 * sum((p * p for p in model.parameters()))
-    return tapejit.compile(total, inputs=[v for row in xs for v in row] + ys,
-                           params=model.parameters(), optimizer=optimizer)
+    loss, inputs, _, batch = placeholders(model, X, y)
+    program = tapejit.compile(loss, inputs=inputs, params=model.parameters(), optimizer=optimizer)
+    return program, batch
 
 
 def main():
@@ -35,7 +29,6 @@ def main():
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
     X, y = tapejit.datasets.make_moons(100, 0.1, SEED)
-    batch = np.array([v for row in X for v in row] + list(y), dtype=np.float64)
     optimizers = {
         "plain SGD": tapejit.optim.SGD(lr=0.05),
         "SGD momentum 0.9": tapejit.optim.SGD(lr=0.05, momentum=0.9),
@@ -45,7 +38,7 @@ def main():
     programs = {name: program(X, y, o) for name, o in optimizers.items()}
     times = {name: [] for name in programs}
     for _ in range(args.rounds):
-        for name, p in programs.items():
+        for name, (p, batch) in programs.items():
             start = time.perf_counter()
             for _ in range(args.steps):
                 p.step(batch)

@@ -11,26 +11,20 @@ their losses and params.
 
 import argparse
 import multiprocessing
-
-import numpy as np
+import random
 
 import tapejit
+from moons import SEED, placeholders
 
 
 def build(seed, lr):
-    """The moons demo's model and loss on placeholders, compiled with AdamW."""
-    import random
+    """The moons demo's model (its params from `seed`) and loss, compiled with AdamW."""
     random.seed(seed)
     model = tapejit.nn.MLP(2, [16, 16, 1])
-    X, y = tapejit.datasets.make_moons(100, 0.1, 1337)
-    xs = [[tapejit.Value(0.0), tapejit.Value(0.0)] for _ in X]
-    ys = [tapejit.Value(0.0) for _ in y]
-    scores = list(map(model, xs))
-    losses = [(1 + -yi * si).relu() for yi, si in zip(ys, scores)]
-    total = sum(losses) * (1.0 / len(losses)) + 1e-4 * sum((p * p for p in model.parameters()))
-    program = tapejit.compile(total, inputs=[v for row in xs for v in row] + ys,
-                              params=model.parameters(), optimizer=tapejit.optim.AdamW(lr=lr))
-    batch = np.array([v for row in X for v in row] + list(y), dtype=np.float64)
+    X, y = tapejit.datasets.make_moons(100, 0.1, SEED)
+    loss, inputs, _, batch = placeholders(model, X, y)
+    program = tapejit.compile(loss, inputs=inputs, params=model.parameters(),
+                              optimizer=tapejit.optim.AdamW(lr=lr))
     return program, batch
 
 
