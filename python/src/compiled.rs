@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::sync::{Mutex, MutexGuard};
 
+use tapejit::checkpoint::Checkpoint;
 use tapejit::optim::{Adam, AdamW, Optimizer, Sgd};
 use tapejit::{Graph, Interpreter, Jit, Op, OptLevel, Program};
 
@@ -494,6 +495,32 @@ impl Compiled {
             p.get().set_number(v, false);
             p.get().grad.set(g);
         }
+    }
+
+    /// Writes a checkpoint (safetensors, as `tapejit::checkpoint` writes): the params and,
+    /// if the optimizer keeps state, its moments and step count. `architecture`: the sizes
+    /// of an MLP whose params these are (then named as PyTorch's `nn.Linear`s), or none.
+    #[pyo3(signature = (path, architecture = Vec::new()))]
+    fn save(&self, py: Python<'_>, path: &str, architecture: Vec<usize>) -> PyResult<()> {
+        let checkpoint = Checkpoint::of(self.program().as_ref(), &architecture);
+        py.detach(|| checkpoint.save(path)).map_err(error)
+    }
+
+    /// Reads a checkpoint `save` wrote (or the Rust trainer's): its params and optimizer
+    /// state, both or neither. One of another count of params, or holding another
+    /// optimizer's state (or none where this program's optimizer keeps one), is a
+    /// `ValueError`.
+    fn load(&mut self, py: Python<'_>, path: &str) -> PyResult<()> {
+        let checkpoint = py.detach(|| Checkpoint::load(path)).map_err(error)?;
+        let program = self.program.get_mut().unwrap_or_else(|e| e.into_inner());
+        let n = program.tape().num_params();
+        if checkpoint.params.len() != n {
+            return Err(PyValueError::new_err(format!(
+                "{path}: holds {} params, but this program has {n}",
+                checkpoint.params.len()
+            )));
+        }
+        checkpoint.restore(program.as_mut(), path).map_err(error)
     }
 
     /// The optimizer given to `compile` (`None`: plain SGD).

@@ -130,3 +130,33 @@ def test_a_pickled_program_continues_where_it_left_off():
         program.step(data)
         copy.step(data)
     assert list(copy.params) == list(program.params)
+
+
+def test_a_checkpoint_holds_the_params_and_the_optimizers_state(tmp_path):
+    """Program.save writes the params and the moments and step count (safetensors tensors
+    optimizer.exp_avg, ...); load puts both back, and training continues to the same bits.
+    Another optimizer's checkpoint, or one without the state this optimizer keeps, is
+    refused and changes nothing."""
+    loss, inputs, params, data = model()
+    compiled = lambda o: tapejit.compile(loss, inputs=inputs, params=params, optimizer=o)
+    a = compiled(tapejit.optim.Adam(lr=0.01))
+    for _ in range(4):
+        a.step(data)
+    path = str(tmp_path / "adam.safetensors")
+    a.save(path)
+    b = compiled(tapejit.optim.Adam(lr=0.01))
+    b.load(path)
+    assert b.optimizer_state["step"] == 4
+    for _ in range(4):
+        a.step(data)
+        b.step(data)
+    assert list(a.params) == list(b.params)
+
+    plain = compiled(None)
+    before = list(plain.params)
+    with pytest.raises(ValueError, match="optimizer adam"):
+        plain.load(path)
+    assert list(plain.params) == before
+    plain.save(str(tmp_path / "plain.safetensors"))
+    with pytest.raises(ValueError, match="no optimizer state"):
+        b.load(str(tmp_path / "plain.safetensors"))
