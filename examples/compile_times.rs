@@ -1,5 +1,5 @@
 //! Compile time and step time of an MNIST-shaped MLP (784-h-10, softmax cross-entropy) at each
-//! level: the table in the README. Each row also gives the machine code's size and the
+//! level: the table in docs/benchmarks.md. Each row also gives the machine code's size and the
 //! process's resident memory right after compiling (`VmRSS`, with the row's `Jit` live).
 //! `--dag N,...` measures random irregular DAGs of N nodes instead (`workload::random_dag`:
 //! nothing for loop recovery to find, the straight-line worst case).
