@@ -14,12 +14,7 @@ use crate::error::{Error, Result};
 use crate::op::F64;
 use crate::tape::{Slot, Tape};
 
-/// Which pass found the anomaly.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Pass {
-    Forward,
-    Backward,
-}
+pub use crate::error::Pass;
 
 /// `Err(Error::Anomaly)` naming the first node to make a non-finite value (`values`, one per
 /// slot) or, with `grads`, gradient; `Ok` if every number the loss depends on is finite.

@@ -1,4 +1,4 @@
-//! Pictures of a tape in Graphviz's DOT language ([`to_dot`], [`crate::Graph::to_dot`]), as
+//! Pictures of a tape in Graphviz's DOT language ([`to_dot`], [`graph_to_dot`], [`program_to_dot`]), as
 //! micrograd's `draw_dot` draws its graphs: one box per node with its op, value and
 //! gradient, an edge from each operand to the node it feeds, left to right.
 //!
@@ -11,6 +11,8 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
+use crate::error::Result;
+use crate::graph::Graph;
 use crate::op::Op;
 use crate::passes::loops::{self, AccessKind, Item};
 use crate::tape::{Slot, Tape};
@@ -35,6 +37,18 @@ pub fn to_dot(tape: &Tape, numbers: Numbers<'_>) -> String {
     }
     out.push_str("}\n");
     out
+}
+
+/// The nodes `graph`'s outputs and loss depend on, as DOT: ops, params' initial values and
+/// constants (for every value and gradient, draw a program: [`program_to_dot`]).
+pub fn graph_to_dot(graph: &Graph) -> Result<String> {
+    let tape = Tape::from_graph(graph)?;
+    let (values, _) = tape.initial_buffers();
+    let leaf = |s: Slot| {
+        let known = tape.op(s).is_leaf() && !matches!(tape.op(s), Op::Input(_));
+        (known.then(|| values[s.index()]), None)
+    };
+    Ok(to_dot(&tape, &leaf))
 }
 
 /// One record per node: `{ op | data | grad }`, and its operands' edges.

@@ -88,7 +88,7 @@ pub enum Error {
     /// position (creation order) if it is a param, which an update made non-finite.
     #[error("{}", describe_anomaly(*pass, *node, op, *param, operands, *value))]
     Anomaly {
-        pass: crate::anomaly::Pass,
+        pass: Pass,
         node: Option<u32>,
         op: &'static str,
         param: Option<usize>,
@@ -116,9 +116,25 @@ pub enum Error {
 
 pub type Result<T> = std::result::Result<T, Error>;
 
+impl Error {
+    /// The error for the first non-finite number of `inputs` from index `from` on (the start
+    /// of the sample, or chunk, where a backend's `run_train` or the minibatch threads
+    /// stopped; everything before it is finite).
+    pub(crate) fn non_finite_input(inputs: &[f64], from: usize) -> Error {
+        let index = (from..inputs.len())
+            .find(|&i| !inputs[i].is_finite())
+            .unwrap_or(from);
+        Error::NonFinite {
+            what: "input",
+            index,
+            value: inputs.get(index).copied().unwrap_or(f64::NAN),
+        }
+    }
+}
+
 /// [`Error::Anomaly`]'s message.
 fn describe_anomaly(
-    pass: crate::anomaly::Pass,
+    pass: Pass,
     node: Option<u32>,
     op: &str,
     param: Option<usize>,
@@ -128,12 +144,19 @@ fn describe_anomaly(
     let node = node.map_or("a node".to_string(), |n| format!("node #{n}"));
     match (pass, param) {
         (_, Some(k)) => format!("anomaly: param {k} ({node}) is {value}, made so by an update"),
-        (crate::anomaly::Pass::Forward, None) => {
+        (Pass::Forward, None) => {
             format!("anomaly in forward: {node} ({op}) gave {value} from operands {operands:?}")
         }
-        (crate::anomaly::Pass::Backward, None) => format!(
+        (Pass::Backward, None) => format!(
             "anomaly in backward: {node} ({op}), operands {operands:?}, gave its operand the \
              non-finite gradient {value}"
         ),
     }
+}
+
+/// Which pass found an anomaly ([`Error::Anomaly`]; also `tapejit::anomaly::Pass`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pass {
+    Forward,
+    Backward,
 }

@@ -8,9 +8,10 @@ use crate::aligned::AlignedBuf;
 use crate::error::Result;
 use crate::graph::Graph;
 use crate::minibatch::Workspace;
+use crate::minibatch::{Replica, Replicas};
 use crate::op::F64;
 use crate::optim::Stepper;
-use crate::program::{initial_buffers, Backend, Replica};
+use crate::program::Backend;
 use crate::tape::Tape;
 
 /// Runs a tape by walking it. Slow, simple, and the definition of the right answer.
@@ -36,7 +37,7 @@ impl Interpreter {
         // (The oracle walks every node, each as stored: as fast with a batch's copies as
         // without.)
         let tape = tape.without_copies();
-        let (values, grads) = initial_buffers(&tape);
+        let (values, grads) = tape.initial_buffers();
         Interpreter {
             tape,
             values,
@@ -73,17 +74,14 @@ impl Backend for Interpreter {
         backward(&self.tape, &self.values, &mut self.grads, operands, local);
     }
 
-    fn replica(&self) -> Box<dyn Replica + '_> {
-        Box::new(InterpreterReplica {
-            tape: &self.tape,
-            values: self.values.clone(),
-            operands: Vec::new(),
-            local: Vec::new(),
-        })
-    }
-
-    fn workspace(&self) -> &Workspace {
-        &self.workspace
+    fn run_minibatches(
+        &mut self,
+        inputs: &[f64],
+        batch: usize,
+        lr: f64,
+        threads: usize,
+    ) -> Result<Vec<f64>> {
+        crate::minibatch::train(self, inputs, batch, lr, threads)
     }
 
     fn stepper(&self) -> &Stepper {
@@ -152,6 +150,21 @@ fn backward(
     }
 }
 
+impl Replicas for Interpreter {
+    fn replica(&self) -> Box<dyn Replica + '_> {
+        Box::new(InterpreterReplica {
+            tape: &self.tape,
+            values: self.values.clone(),
+            operands: Vec::new(),
+            local: Vec::new(),
+        })
+    }
+
+    fn workspace(&self) -> &Workspace {
+        &self.workspace
+    }
+}
+
 /// The interpreter's walk over buffers of its own ([`Backend::replica`]).
 struct InterpreterReplica<'t> {
     tape: &'t Tape,
@@ -161,9 +174,6 @@ struct InterpreterReplica<'t> {
 }
 
 impl Replica for InterpreterReplica<'_> {
-    fn values(&self) -> &[f64] {
-        &self.values
-    }
     fn values_mut(&mut self) -> &mut [f64] {
         &mut self.values
     }

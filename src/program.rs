@@ -77,11 +77,9 @@ use crate::graph::Value;
 use crate::op::F64;
 use crate::tape::{Slot, Tape};
 
-pub(crate) use backend::{Backend, Replica, Stages};
+pub(crate) use backend::Backend;
 
 mod backend {
-    use std::ops::Range;
-
     use crate::tape::{Slot, Tape};
 
     /// What a backend supplies: its tape, its buffers and the passes over them. Crate-private
@@ -171,21 +169,15 @@ mod backend {
         fn prepare_train(&mut self) -> crate::Result<()> {
             Ok(())
         }
-        /// Called before `replica`s are made: a backend may build what they run (the JIT
-        /// compiles `accumulate` when minibatches first need it). Fails only as compiling
-        /// does.
-        fn prepare_replicas(&mut self) -> crate::Result<()> {
-            Ok(())
-        }
-        /// A copy of the buffers that runs forward and backward as this backend does, on
-        /// another thread if need be ([`crate::minibatch`]); after `prepare_replicas`.
-        fn replica(&self) -> Box<dyn Replica + '_>;
-        /// What `train_minibatches` keeps from one call to the next.
-        fn workspace(&self) -> &crate::minibatch::Workspace;
-        /// Whether replicas have [`Stages`] (after `prepare_replicas`).
-        fn has_stages(&self) -> bool {
-            false
-        }
+        /// `train_minibatches` on checked arguments (`threads >= 1`): the backend's
+        /// `crate::minibatch::train`, which builds what the replicas run first.
+        fn run_minibatches(
+            &mut self,
+            inputs: &[f64],
+            batch: usize,
+            lr: f64,
+            threads: usize,
+        ) -> crate::Result<Vec<f64>>;
         /// The optimizer and its state ([`crate::optim`]), over the params' addresses
         /// `0..params_len`. The hooks above update by plain SGD; `Program` applies any other.
         fn stepper(&self) -> &crate::optim::Stepper;
@@ -193,60 +185,6 @@ mod backend {
         /// Whether anomaly mode is on ([`crate::anomaly`]), and the switch.
         fn anomaly_mode(&self) -> bool;
         fn set_anomaly_mode(&mut self, on: bool);
-    }
-
-    /// A values buffer of its own, and this program's forward and backward over it.
-    pub trait Replica: Send {
-        fn values(&self) -> &[f64];
-        fn values_mut(&mut self) -> &mut [f64];
-        /// The values, the replica done with.
-        fn into_values(self: Box<Self>) -> crate::aligned::AlignedBuf;
-        /// A chunk of a minibatch ([`crate::minibatch`]) with `grads` (one per slot) as the
-        /// gradients: params' gradients set to 0, then each sample of `inputs`
-        /// (`losses.len() >= 1` whole samples) written to the inputs, run forward (its loss
-        /// into `losses`) and backward. Only called when the tape has a loss.
-        fn accumulate(&mut self, inputs: &[f64], losses: &mut [f64], grads: &mut [f64]);
-        /// `accumulate` in stages, `train`'s dot cut by its rows, if this backend can
-        /// ([`crate::plan::split`]).
-        fn stages(&mut self) -> Option<&mut dyn Stages> {
-            None
-        }
-    }
-
-    /// One sample of a minibatch in stages ([`crate::minibatch`]): the first layer's sums
-    /// over ranges of its steps (rows), the rest of the sample from the sums, the rows'
-    /// weight gradients from the sums' gradients. `sample` is one whole sample; `rows` lie
-    /// inside the layout's; sums and their gradients are one number per sum.
-    pub trait Stages {
-        /// Where the dot's rows, weights and sums are in the buffers.
-        fn layout(&self) -> &crate::plan::split::SplitRows;
-        /// The sums continued over `rows` of `sample`, from the biases or from `start`
-        /// (`ahead`: the sample the next call reads, which may be asked into the cache).
-        fn head(
-            &mut self,
-            sample: &[f64],
-            ahead: &[f64],
-            rows: Range<usize>,
-            start: Option<&[f64]>,
-        ) -> &[f64];
-        /// The rest of `sample` forward and backward from the finished `sums`, into `grads`
-        /// (one per slot; the sums' gradients left at the layout's sums); the loss.
-        fn rest(&mut self, sample: &[f64], sums: &[f64], grads: &mut [f64]) -> f64;
-        /// The minibatch's gradients of the weights of `rows` into `grads` (one per slot):
-        /// per chunk of `chunk` samples (a power of 2 up to 64) of `samples` (side by side)
-        /// a sum from 0, the chunks' sums added in chunk order; from the samples' sums'
-        /// gradients (one after another).
-        fn tail(
-            &mut self,
-            samples: &[f64],
-            rows: Range<usize>,
-            sums_grads: &[f64],
-            chunk: usize,
-            grads: &mut [f64],
-        );
-        /// Says whether this replica's weights of its own rows are finite (after it updated
-        /// them), which `head` and `tail` need to skip zero inputs.
-        fn set_rows_finite(&mut self, finite: bool);
     }
 
     /// `Program`'s supertrait: implemented for every `Backend` and nothing else.
@@ -499,7 +437,7 @@ impl<B: Backend> Program for B {
             check_finite("input", inputs)?;
             return self
                 .run_train(inputs, lr)
-                .map_err(|sample| non_finite_input(inputs, sample * width));
+                .map_err(|sample| Error::non_finite_input(inputs, sample * width));
         }
         // Checked as the steps reach them, and the buffers put back if one is not finite:
         // one pass over the inputs instead of two. (A 60,000-sample epoch of MNIST is 376 MB
@@ -509,7 +447,7 @@ impl<B: Backend> Program for B {
             let (values, grads) = self.buffers_mut();
             values.copy_from_slice(&before.0);
             grads.copy_from_slice(&before.1);
-            non_finite_input(inputs, sample * width)
+            Error::non_finite_input(inputs, sample * width)
         })
     }
 
@@ -526,14 +464,11 @@ impl<B: Backend> Program for B {
             return Err(Error::EmptyMinibatch);
         }
         check_learning_rate(lr)?;
-        self.prepare_replicas()?;
         let threads = match threads {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n,
         };
-        let width = self.tape().num_inputs();
-        crate::minibatch::train(self, inputs, batch, lr, threads)
-            .map_err(|sample| non_finite_input(inputs, sample * width))
+        self.run_minibatches(inputs, batch, lr, threads)
     }
 
     fn set_optimizer(&mut self, optimizer: crate::optim::Optimizer) -> Result<()> {
@@ -823,20 +758,6 @@ fn check_inputs(tape: &Tape, inputs: &[f64]) -> Result<()> {
     check_finite("input", inputs)
 }
 
-/// The error for the first non-finite number of `inputs` from index `from` on (the start of
-/// the sample, or chunk, where a backend's `run_train` or the minibatch threads stopped;
-/// everything before it is finite).
-fn non_finite_input(inputs: &[f64], from: usize) -> Error {
-    let index = (from..inputs.len())
-        .find(|&i| !inputs[i].is_finite())
-        .unwrap_or(from);
-    Error::NonFinite {
-        what: "input",
-        index,
-        value: inputs.get(index).copied().unwrap_or(f64::NAN),
-    }
-}
-
 fn check_finite(what: &'static str, xs: &[f64]) -> Result<()> {
     if all_finite(xs) {
         return Ok(());
@@ -887,21 +808,4 @@ fn scan<const NEGATIVE_ZEROS: bool>(xs: &[f64]) -> (bool, bool) {
     let none =
         negative_zeros.iter().all(|&c| c == 0) && rest.iter().all(|x| x.to_bits() != negative_zero);
     (finite, none)
-}
-
-/// The values a fresh program starts from, other than 0: each param's initial value and each
-/// constant, with its slot.
-pub(crate) fn for_each_initial_value(tape: &Tape, mut f: impl FnMut(Slot, f64)) {
-    for (&s, &p) in tape.param_slots().iter().zip(tape.param_init()) {
-        f(s, p);
-    }
-    tape.for_each_constant(f);
-}
-
-/// Fresh value and gradient buffers for a tape, in slot order: [`for_each_initial_value`],
-/// everything else 0.
-pub(crate) fn initial_buffers(tape: &Tape) -> (Vec<f64>, Vec<f64>) {
-    let mut values = vec![0.0; tape.len()];
-    for_each_initial_value(tape, |s, x| values[s.index()] = x);
-    (values, vec![0.0; tape.len()])
 }

@@ -1,6 +1,6 @@
 """Pictures of a graph, as micrograd's trace_graph notebook draws them: ``draw_dot(value)``.
 
-The DOT text comes from tapejit (``Graph::to_dot`` in Rust): one box per node with its op,
+The DOT text comes from tapejit (``tapejit::dot::graph_to_dot`` in Rust): one box per node with its op,
 ``data`` and ``grad``; a graph of more than 300 nodes is summarised by the loops tapejit
 finds in it. Graphviz's ``dot`` program, if installed, turns it into SVG.
 """

@@ -216,20 +216,6 @@ impl Graph {
         Ok(())
     }
 
-    /// The nodes the outputs and the loss depend on, as Graphviz DOT ([`crate::dot`]): ops,
-    /// params' initial values and constants (for every value and gradient, draw a program:
-    /// [`crate::dot::program_to_dot`]). Summarised by recovered loops above
-    /// [`crate::dot::MAX_NODES`] nodes.
-    pub fn to_dot(&self) -> Result<String> {
-        let tape = crate::tape::Tape::from_graph(self)?;
-        let (values, _) = crate::program::initial_buffers(&tape);
-        let leaf = |s: crate::Slot| {
-            let known = tape.op(s).is_leaf() && !matches!(tape.op(s), Op::Input(_));
-            (known.then(|| values[s.index()]), None)
-        };
-        Ok(crate::dot::to_dot(&tape, &leaf))
-    }
-
     pub fn num_inputs(&self) -> usize {
         self.data.borrow().num_inputs as usize
     }

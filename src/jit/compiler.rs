@@ -15,7 +15,7 @@ use inkwell::targets::{CodeModel, FileType, RelocMode, Target, TargetMachine};
 use inkwell::OptimizationLevel;
 
 use super::emit::{Emitter, HostCpu, LazyEntry, Lowered, ModuleRole};
-use super::{JitBuilder, JitStats};
+use super::options::{JitBuilder, JitStats};
 use crate::error::{Error, Result};
 use crate::plan::Plan;
 use crate::tape::Tape;

@@ -34,30 +34,24 @@ use inkwell::memory_buffer::MemoryBuffer;
 use inkwell::targets::{InitializationConfig, Target};
 
 use super::compiler::{compile_modules, llvm_error};
-use super::emit::{
-    LazyEntry, ACC_HEAD, ACC_REST, ACC_TAIL, BACKWARD, FORWARD, MATERIALIZE, STEP, UPDATE,
-};
-use super::{JitBuilder, JitStats};
+use super::emit::LazyEntry;
+use super::options::{JitBuilder, JitStats};
 use crate::aligned::{AlignedBuf, Spares};
 use crate::error::Result;
+use crate::minibatch::SplitRows;
 use crate::minibatch::Workspace;
 use crate::op::MathFn;
-use crate::plan::split::SplitRows;
 use crate::plan::{Buffers, Plan, GUARD_FINITE, GUARD_NO_NEGATIVE_ZERO};
 use crate::program::finite_without_negative_zero;
 use crate::tape::{Slot, Tape};
 use strum::IntoEnumIterator;
 
-type PassFn = unsafe extern "C" fn(*mut f64, *mut f64);
-type UpdateFn = unsafe extern "C" fn(*mut f64, *mut f64, f64);
-type TrainFn =
-    unsafe extern "C" fn(*mut f64, *mut f64, f64, *const f64, i64, *mut f64, *mut i64, *mut i64);
-type AccumulateFn = unsafe extern "C" fn(*mut f64, *mut f64, *const f64, i64, *mut f64, *mut i64);
-type HeadFn =
-    unsafe extern "C" fn(*mut f64, *mut f64, *const f64, *mut i64, i64, i64, i64, *const f64);
-type RestFn = unsafe extern "C" fn(*mut f64, *mut f64, *const f64, *mut f64);
-type TailFn =
-    unsafe extern "C" fn(*mut f64, *mut f64, *const f64, i64, i64, i64, *const f64, i64, *mut u64);
+use super::abi::{
+    AccumulateFn, Entry, HeadFn, PassFn, RestFn, Signature, TailFn, TrainFn, UpdateFn,
+};
+use super::abi::{
+    ACCUMULATE, ACC_HEAD, ACC_REST, ACC_TAIL, BACKWARD, FORWARD, MATERIALIZE, STEP, TRAIN, UPDATE,
+};
 
 /// `accumulate`'s stages where the plan splits `train`'s dot (`emit/split.rs`).
 #[derive(Clone)]
@@ -314,6 +308,16 @@ impl Code {
         }
     }
 
+    /// The entry point `entry`, under its Rust type; the first lookup links the objects.
+    fn entry<F: Signature>(&self, entry: &Entry<F>) -> Result<F> {
+        const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<usize>()) };
+        let address = self.address(entry.name)? as usize;
+        // SAFETY: the emitter declared `entry.name` from `F` itself (`Emitter::begin_entry`:
+        // the two buffers, then `F::PARAMS`), so the code there is a function of type `F`; a
+        // function pointer is an address. It stays valid while `self` lives.
+        Ok(unsafe { std::mem::transmute_copy::<usize, F>(&address) })
+    }
+
     /// The address of the function `name` defines; the first lookup links the object.
     fn address(&self, name: &str) -> Result<u64> {
         let name = CString::new(name).expect("entry names have no NUL");
@@ -411,27 +415,19 @@ impl Native {
         if let Some(functions) = profiled {
             write_perf_map(&code, &functions);
         }
-        let address = |name| code.address(name).map(|a| a as usize);
-        let (forward, backward) = (address(FORWARD)?, address(BACKWARD)?);
-        let (update, step) = (address(UPDATE)?, address(STEP)?);
-        let materialize = address(MATERIALIZE)?;
+        let entries = Entries {
+            forward: code.entry(&FORWARD)?,
+            backward: code.entry(&BACKWARD)?,
+            update: code.entry(&UPDATE)?,
+            step: code.entry(&STEP)?,
+            materialize: code.entry(&MATERIALIZE)?,
+            train: None,
+            accumulate: None,
+            stages: None,
+        };
         // The first lookup linked the objects; the linker's graph of them is gone too.
         release_free_memory();
         stats.codegen_secs += start.elapsed().as_secs_f64();
-        // SAFETY: the addresses are of functions the emitter defined with exactly these
-        // signatures (see `emit/mod.rs`), and they stay valid while `code` lives.
-        let entries = unsafe {
-            Entries {
-                forward: std::mem::transmute::<usize, PassFn>(forward),
-                backward: std::mem::transmute::<usize, PassFn>(backward),
-                update: std::mem::transmute::<usize, UpdateFn>(update),
-                step: std::mem::transmute::<usize, UpdateFn>(step),
-                materialize: std::mem::transmute::<usize, PassFn>(materialize),
-                train: None,
-                accumulate: None,
-                stages: None,
-            }
-        };
         let layout = plan.buffers.clone();
         Ok(Native {
             vals: layout.initial_values(tape),
@@ -488,36 +484,20 @@ impl Native {
             ir.push_str(more);
         }
         self.code.add(object.bytes)?;
-        let address = self.code.address(entry.name())? as usize;
+        match entry {
+            LazyEntry::Train => self.entries.train = Some(self.code.entry(&TRAIN)?),
+            LazyEntry::Accumulate => self.entries.accumulate = Some(self.code.entry(&ACCUMULATE)?),
+        }
         if let Some(functions) = profiled {
             write_perf_map(&self.code, &functions);
         }
-        // SAFETY: the address is of the function the emitter defined with exactly this
-        // signature (see `emit/mod.rs`), and it stays valid while `code` lives.
-        unsafe {
-            match entry {
-                LazyEntry::Train => {
-                    self.entries.train = Some(std::mem::transmute::<usize, TrainFn>(address))
-                }
-                LazyEntry::Accumulate => {
-                    self.entries.accumulate =
-                        Some(std::mem::transmute::<usize, AccumulateFn>(address))
-                }
-            }
-        }
         if let (LazyEntry::Accumulate, Some(layout)) = (entry, split) {
-            let head = self.code.address(ACC_HEAD)? as usize;
-            let rest = self.code.address(ACC_REST)? as usize;
-            let tail = self.code.address(ACC_TAIL)? as usize;
-            // SAFETY: as above: the emitter defined the stages with these signatures where
-            // the plan splits the dot (`emit/split.rs`).
-            self.entries.stages = Some(unsafe {
-                StageFns {
-                    head: std::mem::transmute::<usize, HeadFn>(head),
-                    rest: std::mem::transmute::<usize, RestFn>(rest),
-                    tail: std::mem::transmute::<usize, TailFn>(tail),
-                    layout: layout.clone(),
-                }
+            // (The emitter defines the stages where the plan splits the dot, `emit/split.rs`.)
+            self.entries.stages = Some(StageFns {
+                head: self.code.entry(&ACC_HEAD)?,
+                rest: self.code.entry(&ACC_REST)?,
+                tail: self.code.entry(&ACC_TAIL)?,
+                layout: layout.clone(),
             });
         }
         Ok(())
@@ -750,16 +730,12 @@ impl Drop for NativeReplica<'_> {
     }
 }
 
-impl crate::program::Replica for NativeReplica<'_> {
-    fn stages(&mut self) -> Option<&mut dyn crate::program::Stages> {
+impl crate::minibatch::Replica for NativeReplica<'_> {
+    fn stages(&mut self) -> Option<&mut dyn crate::minibatch::Stages> {
         match self.stages {
             Some(_) => Some(self),
             None => None,
         }
-    }
-
-    fn values(&self) -> &[f64] {
-        &self.vals
     }
 
     fn into_values(mut self: Box<Self>) -> AlignedBuf {
@@ -800,8 +776,8 @@ impl crate::program::Replica for NativeReplica<'_> {
     }
 }
 
-impl crate::program::Stages for NativeReplica<'_> {
-    fn layout(&self) -> &SplitRows {
+impl crate::minibatch::Stages for NativeReplica<'_> {
+    fn split(&self) -> &SplitRows {
         &self.stage_fns().layout
     }
 

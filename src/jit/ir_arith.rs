@@ -10,8 +10,10 @@ use inkwell::values::{
 };
 use inkwell::FloatPredicate;
 
-use super::emit::Emit;
 use crate::op::{Arith, MathFn, ROUNDER};
+
+/// What emitting IR returns: inkwell's builder fails only on misuse.
+pub(super) type Emit<T> = Result<T, BuilderError>;
 
 /// What [`IrArith`] computes on: one `f64` (a [`FloatValue`]), or a vector of them (a
 /// [`VectorValue`]), one lane per repetition of a nest. Every IEEE operation acts lane by

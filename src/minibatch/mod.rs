@@ -42,6 +42,7 @@
 mod stages;
 mod workspace;
 
+pub(crate) use stages::{SplitRows, Stages};
 pub(crate) use workspace::Workspace;
 
 use std::ops::Range;
@@ -49,8 +50,44 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, RwLock};
 
 use crate::aligned::{AlignedBuf, Spares};
+use crate::error::{Error, Result};
 use crate::optim::{self, Optimizer, Scalars};
-use crate::program::{all_finite, Backend, Replica};
+use crate::program::{all_finite, Backend};
+
+/// What a backend supplies for minibatches, beside its [`Backend`] hooks.
+pub(crate) trait Replicas: Backend {
+    /// Called before `replica`s are made: a backend may build what they run (the JIT
+    /// compiles `accumulate` when minibatches first need it). Fails only as compiling does.
+    fn prepare_replicas(&mut self) -> Result<()> {
+        Ok(())
+    }
+    /// A copy of the buffers that runs forward and backward as this backend does, on
+    /// another thread if need be; after `prepare_replicas`.
+    fn replica(&self) -> Box<dyn Replica + '_>;
+    /// What `train_minibatches` keeps from one call to the next.
+    fn workspace(&self) -> &Workspace;
+    /// Whether replicas have [`Stages`] (after `prepare_replicas`).
+    fn has_stages(&self) -> bool {
+        false
+    }
+}
+
+/// A values buffer of its own, and this program's forward and backward over it.
+pub(crate) trait Replica: Send {
+    fn values_mut(&mut self) -> &mut [f64];
+    /// The values, the replica done with.
+    fn into_values(self: Box<Self>) -> AlignedBuf;
+    /// A chunk of a minibatch with `grads` (one per slot) as the
+    /// gradients: params' gradients set to 0, then each sample of `inputs`
+    /// (`losses.len() >= 1` whole samples) written to the inputs, run forward (its loss
+    /// into `losses`) and backward. Only called when the tape has a loss.
+    fn accumulate(&mut self, inputs: &[f64], losses: &mut [f64], grads: &mut [f64]);
+    /// `accumulate` in stages, `train`'s dot cut by its rows, if this backend can
+    /// ([`crate::plan::split`]).
+    fn stages(&mut self) -> Option<&mut dyn stages::Stages> {
+        None
+    }
+}
 
 /// Samples per chunk: the unit of work a thread takes, and of the order of additions.
 pub const CHUNK: usize = 16;
@@ -64,13 +101,27 @@ pub const CHUNK: usize = 16;
 /// barrier, the error is the first sample of the first chunk holding one (every number
 /// before it is finite) and the buffers are as they were (the threads work on copies,
 /// written back only at the end).
-pub(crate) fn train<B: Backend + ?Sized>(
+pub(crate) fn train<B: Replicas + ?Sized>(
     b: &mut B,
     inputs: &[f64],
     batch: usize,
     lr: f64,
     threads: usize,
-) -> Result<Vec<f64>, usize> {
+) -> Result<Vec<f64>> {
+    b.prepare_replicas()?;
+    let width = b.program_tape().num_inputs();
+    train_prepared(b, inputs, batch, lr, threads)
+        .map_err(|sample| Error::non_finite_input(inputs, sample * width))
+}
+
+/// [`train`], its replicas' code built; the error is the sample the threads stopped at.
+fn train_prepared<B: Replicas + ?Sized>(
+    b: &mut B,
+    inputs: &[f64],
+    batch: usize,
+    lr: f64,
+    threads: usize,
+) -> std::result::Result<Vec<f64>, usize> {
     let tape = b.program_tape();
     if tape.loss().is_none() {
         return Ok(Vec::new());
@@ -254,7 +305,7 @@ fn in_order(
     done: Vec<Vec<(usize, f64)>>,
     non_finite: usize,
     samples: usize,
-) -> Result<Vec<f64>, usize> {
+) -> std::result::Result<Vec<f64>, usize> {
     if non_finite != usize::MAX {
         return Err(non_finite);
     }

@@ -33,9 +33,68 @@ use super::{
     in_order, into_inner, keep, last_chunk, read, step, write, write_back, Shape, SpinBarrier,
     CHUNK, SPINS,
 };
+use super::{Replica, Replicas};
 use crate::aligned::AlignedBuf;
-use crate::plan::split::SplitRows;
-use crate::program::{all_finite, Backend, Replica};
+use crate::program::all_finite;
+
+/// The layout of `train`'s dot that a split minibatch relies on (addresses in the buffers).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct SplitRows {
+    /// The dot's steps, one per input: the rows of its weights.
+    pub rows: usize,
+    /// Where row `t` of weights starts: `first_weight + t * row_stride` (one weight per
+    /// repetition of the nest, side by side; the rest of a row a gap no code reads).
+    pub first_weight: usize,
+    pub row_stride: usize,
+    /// The dot's sums, one per repetition, side by side.
+    pub sums: Range<usize>,
+    /// Where step 0's input is in a sample (step `t`'s at `first_input + t`).
+    pub first_input: usize,
+}
+
+impl SplitRows {
+    /// The weights of rows `rows` (with the gaps between them).
+    pub(crate) fn weights(&self, rows: Range<usize>) -> Range<usize> {
+        self.first_weight + rows.start * self.row_stride
+            ..self.first_weight + rows.end * self.row_stride
+    }
+}
+
+/// One sample of a minibatch in stages: the first layer's sums
+/// over ranges of its steps (rows), the rest of the sample from the sums, the rows'
+/// weight gradients from the sums' gradients. `sample` is one whole sample; `rows` lie
+/// inside the layout's; sums and their gradients are one number per sum.
+pub(crate) trait Stages {
+    /// Where the dot's rows, weights and sums are in the buffers.
+    fn split(&self) -> &SplitRows;
+    /// The sums continued over `rows` of `sample`, from the biases or from `start`
+    /// (`ahead`: the sample the next call reads, which may be asked into the cache).
+    fn head(
+        &mut self,
+        sample: &[f64],
+        ahead: &[f64],
+        rows: Range<usize>,
+        start: Option<&[f64]>,
+    ) -> &[f64];
+    /// The rest of `sample` forward and backward from the finished `sums`, into `grads`
+    /// (one per slot; the sums' gradients left at the layout's sums); the loss.
+    fn rest(&mut self, sample: &[f64], sums: &[f64], grads: &mut [f64]) -> f64;
+    /// The minibatch's gradients of the weights of `rows` into `grads` (one per slot):
+    /// per chunk of `chunk` samples (a power of 2 up to 64) of `samples` (side by side)
+    /// a sum from 0, the chunks' sums added in chunk order; from the samples' sums'
+    /// gradients (one after another).
+    fn tail(
+        &mut self,
+        samples: &[f64],
+        rows: Range<usize>,
+        sums_grads: &[f64],
+        chunk: usize,
+        grads: &mut [f64],
+    );
+    /// Says whether this replica's weights of its own rows are finite (after it updated
+    /// them), which `head` and `tail` need to skip zero inputs.
+    fn set_rows_finite(&mut self, finite: bool);
+}
 
 /// Samples whose sums a thread takes from the one before it at a time (their lines then cross
 /// cores side by side; the thread starts that many samples behind).
@@ -117,8 +176,8 @@ fn cut_rows(layout: &SplitRows, inputs: &[f64], width: usize, stages: usize) -> 
 }
 
 /// [`super::train`] on `threads >= 1` threads in stages, for a backend whose replicas have
-/// them ([`crate::program::Stages`]). The same contract and the same bits.
-pub(super) fn train<B: Backend + ?Sized>(
+/// them ([`Stages`]). The same contract and the same bits.
+pub(super) fn train<B: Replicas + ?Sized>(
     b: &mut B,
     shape: &Shape<'_>,
     lr: f64,
@@ -137,7 +196,7 @@ pub(super) fn train<B: Backend + ?Sized>(
     let spares = &workspace.spares;
     let mut replicas: Vec<Box<dyn Replica + '_>> = (0..threads).map(|_| b.replica()).collect();
     let layout = match replicas[0].stages() {
-        Some(stages) => stages.layout().clone(),
+        Some(stages) => stages.split().clone(),
         None => unreachable!("called for a backend with stages"),
     };
     let sums = layout.sums.len();

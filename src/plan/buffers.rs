@@ -408,12 +408,12 @@ impl Buffers {
         self.in_place
     }
 
-    /// Fresh laid-out values ([`crate::program::for_each_initial_value`], 0 elsewhere), with
+    /// Fresh laid-out values ([`Tape::for_each_initial_value`], 0 elsewhere), with
     /// only those numbers written: a batch of copies has millions of slots, and a page the
     /// compile does not touch costs nothing until the program runs.
     pub fn initial_values(&self, tape: &Tape) -> AlignedBuf {
         let mut out = AlignedBuf::zeros(self.buffer_len());
-        crate::program::for_each_initial_value(tape, |s, x| {
+        tape.for_each_initial_value(|s, x| {
             if self.holds(s.index()) {
                 out[self.address(s)] = x;
             }

@@ -81,7 +81,7 @@ pub struct Plan {
     /// `step`'s own backward, if it pays (else `step` calls the four passes).
     pub step: Option<StepPlan>,
     /// Where minibatches cut `train`'s dot by its rows across threads, if they can.
-    pub split: Option<split::SplitRows>,
+    pub split: Option<crate::minibatch::SplitRows>,
     /// Whether recovered loops may use fast-math ([`crate::JitBuilder::fast_math`]).
     pub fast_math: bool,
     /// Loops made, tape nodes they cover, and how deep nests nest.

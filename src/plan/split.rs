@@ -11,35 +11,11 @@
 //! block of whole rows (no other param among them), the sums side by side, the inputs in
 //! step order.
 
-use std::ops::Range;
-
 use super::buffers::Buffers;
 use super::step::StepPlan;
+use crate::minibatch::SplitRows;
 use crate::passes::loops::{DotLoop, Item, Lanes, Nest};
 use crate::tape::{Slot, Tape};
-
-/// The layout of `train`'s dot that a split minibatch relies on (addresses in the buffers).
-#[derive(Clone, Debug, PartialEq)]
-pub struct SplitRows {
-    /// The dot's steps, one per input: the rows of its weights.
-    pub rows: usize,
-    /// Where row `t` of weights starts: `first_weight + t * row_stride` (one weight per
-    /// repetition of the nest, side by side; the rest of a row a gap no code reads).
-    pub first_weight: usize,
-    pub row_stride: usize,
-    /// The dot's sums, one per repetition, side by side.
-    pub sums: Range<usize>,
-    /// Where step 0's input is in a sample (step `t`'s at `first_input + t`).
-    pub first_input: usize,
-}
-
-impl SplitRows {
-    /// The weights of rows `rows` (with the gaps between them).
-    pub fn weights(&self, rows: Range<usize>) -> Range<usize> {
-        self.first_weight + rows.start * self.row_stride
-            ..self.first_weight + rows.end * self.row_stride
-    }
-}
 
 /// The nest that `train`'s dot opens and the dot, if it is the first item of function 0
 /// (where `train_plan` found it first on the tape).

@@ -626,6 +626,23 @@ impl Tape {
         }
     }
 
+    /// The values a fresh program starts from, other than 0: each param's initial value and
+    /// each constant, with its slot.
+    pub(crate) fn for_each_initial_value(&self, mut f: impl FnMut(Slot, f64)) {
+        for (&s, &p) in self.param_slots().iter().zip(self.param_init()) {
+            f(s, p);
+        }
+        self.for_each_constant(f);
+    }
+
+    /// Fresh value and gradient buffers, in slot order: [`Tape::for_each_initial_value`],
+    /// everything else 0.
+    pub(crate) fn initial_buffers(&self) -> (Vec<f64>, Vec<f64>) {
+        let mut values = vec![0.0; self.len()];
+        self.for_each_initial_value(|s, x| values[s.index()] = x);
+        (values, vec![0.0; self.len()])
+    }
+
     /// The batch's copies, if linearization found some: their nodes are the first copy's
     /// (ops and gradient flags), their operands the first copy's moved by
     /// [`Copies::stride`].

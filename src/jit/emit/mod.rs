@@ -16,19 +16,8 @@
 //! The arithmetic itself is [`crate::op`]'s formulas, instantiated with [`IrArith`]: the IR
 //! performs exactly the interpreter's IEEE operations in the interpreter's order.
 //!
-//! Native signatures (all buffers have one `f64` per slot):
-//! - `forward(ptr vals, ptr grads)`
-//! - `backward(ptr vals, ptr grads)`
-//! - `update(ptr vals, ptr grads, double lr)`
-//! - `step(ptr vals, ptr grads, double lr)`: zero_grad, forward, backward, update
-//! - `materialize(ptr vals, ptr grads)`: stores the gradients `step` deferred
-//! - `train(ptr vals, ptr grads, double lr, ptr inputs, i64 n, ptr losses, ptr guard)`:
-//!   `step` on `n` samples, where the plan merges a first layer (`guard`: the `i64` word of
-//!   its zero-skipping, see [`crate::plan::ZeroSkip`])
-//! - `accumulate(ptr vals, ptr grads, ptr inputs, i64 n, ptr losses, ptr guard)`: params'
-//!   gradients zeroed, then forward and backward on each of `n` samples, where the tape has
-//!   a loss (`guard`: bit 0 says the weights of `train`'s dot are finite, see
-//!   [`crate::plan::ZeroSkip`])
+//! The entry points' names and signatures are [`super::abi`]'s: the emitter declares each
+//! from its Rust type there, which the engine calls it under.
 
 mod items;
 mod known;
@@ -43,7 +32,7 @@ mod straight;
 mod vertical;
 
 use inkwell::attributes::{Attribute, AttributeLoc};
-use inkwell::builder::{Builder, BuilderError};
+use inkwell::builder::Builder;
 use inkwell::context::Context;
 use inkwell::module::Module;
 use inkwell::types::{BasicMetadataTypeEnum, FloatType};
@@ -52,6 +41,9 @@ use inkwell::IntPredicate;
 use std::ops::Range;
 use strum::IntoEnumIterator;
 
+use super::abi::{Entry, Param, Signature};
+use super::abi::{ACCUMULATE, BACKWARD, FORWARD, STEP_UPDATE, TRAIN, UPDATE};
+pub(super) use super::ir_arith::Emit;
 use super::ir_arith::{IrArith, Lanes, MathTable};
 use crate::op::MathFn;
 use crate::plan::lanes::VECTOR_WIDTH;
@@ -70,22 +62,6 @@ const INLINE_ZEROS: usize = 128;
 /// one item and loaded by the next (an RNN cell's input terms, stored in lanes and summed
 /// right after) is forwarded in registers.
 const UNROLLED_ITERATIONS: u32 = 4;
-
-/// Names of the generated entry points.
-pub const FORWARD: &str = "forward";
-pub const BACKWARD: &str = "backward";
-pub const UPDATE: &str = "update";
-pub const STEP: &str = "step";
-pub const MATERIALIZE: &str = "materialize";
-pub const TRAIN: &str = "train";
-pub const ACCUMULATE: &str = "accumulate";
-pub const ACC_HEAD: &str = "acc_head";
-pub const ACC_REST: &str = "acc_rest";
-pub const ACC_TAIL: &str = "acc_tail";
-/// `step`'s update of the params its backward did not update in place.
-const STEP_UPDATE: &str = "step_update";
-
-pub(super) type Emit<T> = Result<T, BuilderError>;
 
 /// The host CPU, stamped on every function so codegen uses its features (AVX2, FMA, ...).
 pub struct HostCpu {
@@ -153,8 +129,8 @@ impl LazyEntry {
     /// The entry point's name.
     pub fn name(self) -> &'static str {
         match self {
-            LazyEntry::Train => TRAIN,
-            LazyEntry::Accumulate => ACCUMULATE,
+            LazyEntry::Train => TRAIN.name,
+            LazyEntry::Accumulate => ACCUMULATE.name,
         }
     }
 }
@@ -431,7 +407,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
                     let step_backward = self.backward_parts("step_bwd", true)?;
                     // Module 0 defines `step`'s update.
                     let update = Part {
-                        f: self.declare_function(STEP_UPDATE, &[self.f64_type.into()], false),
+                        f: self.declare_entry(&STEP_UPDATE, false),
                         second: Buf::Grads,
                         lr: true,
                     };
@@ -453,9 +429,9 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
                 module: self.module,
             });
         }
-        self.driver(FORWARD, &forward, false)?;
-        self.driver(BACKWARD, &backward, false)?;
-        let update = self.update_function(UPDATE, None)?;
+        self.driver(&FORWARD, &forward)?;
+        self.driver(&BACKWARD, &backward)?;
+        let update = self.update_function(&UPDATE, None)?;
         self.step_entries(&forward, &backward, &step_backward, update)?;
         Ok(Lowered {
             module: self.module,
@@ -688,6 +664,25 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         self.begin_body(self.declare_function(name, extra, inline))
     }
 
+    /// [`Emitter::begin_function`] for an entry point (or a function of its convention),
+    /// its parameters from [`super::abi`].
+    fn begin_entry<F: Signature>(&self, entry: &Entry<F>, inline: bool) -> FunctionValue<'ctx> {
+        self.begin_body(self.declare_entry(entry, inline))
+    }
+
+    /// [`Emitter::declare_function`] for an entry point (or a function of its convention).
+    fn declare_entry<F: Signature>(&self, entry: &Entry<F>, inline: bool) -> FunctionValue<'ctx> {
+        let ptr = self.context.ptr_type(Default::default());
+        let params: Vec<BasicMetadataTypeEnum<'ctx>> = (entry.params().iter())
+            .map(|p| match p {
+                Param::Ptr => ptr.into(),
+                Param::F64 => self.f64_type.into(),
+                Param::I64 => self.context.i64_type().into(),
+            })
+            .collect();
+        self.declare_function(entry.name, &params, inline)
+    }
+
     /// The declaration of [`Emitter::begin_function`]'s function, without a body (which
     /// makes it a call to a function another module defines).
     fn declare_function(
@@ -827,8 +822,8 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
     }
 
     /// An entry point that calls `parts` in order (taking `lr` if `with_lr`).
-    fn driver(&self, name: &str, parts: &[Part<'ctx>], with_lr: bool) -> Emit<()> {
-        let f = self.begin_function(name, &self.lr_param(with_lr), true);
+    fn driver<F: Signature>(&self, entry: &Entry<F>, parts: &[Part<'ctx>]) -> Emit<()> {
+        let f = self.begin_entry(entry, true);
         let (vals, grads) = self.buffers(f);
         let lr = f.get_nth_param(2).map(|lr| lr.into_float_value());
         self.calls(parts, vals, grads, lr)?;

@@ -20,9 +20,10 @@ use inkwell::types::VectorType;
 use inkwell::values::{BasicValue, BasicValueEnum, IntValue, PointerValue, VectorValue};
 use inkwell::{FloatPredicate, IntPredicate};
 
+use super::super::abi::{ACC_HEAD, ACC_REST, ACC_TAIL};
 use super::lanes::{LaneIo, Reps};
 use super::sparse::Rows;
-use super::{Emit, Emitter, Frame, Part, Pass, ACC_HEAD, ACC_REST, ACC_TAIL};
+use super::{Emit, Emitter, Frame, Part, Pass};
 use crate::passes::loops::{Affine, DotLoop, Nest};
 use crate::plan::split::split_nest;
 use crate::plan::ZeroSkip;
@@ -47,19 +48,8 @@ impl<'ctx> Emitter<'ctx, '_> {
     }
 
     fn acc_head(&self, nest: &Nest, dot: &DotLoop, skip: &ZeroSkip) -> Emit<()> {
-        let (ptr, i64t) = (
-            self.context.ptr_type(Default::default()),
-            self.context.i64_type(),
-        );
-        let types = [
-            ptr.into(),
-            ptr.into(),
-            i64t.into(),
-            i64t.into(),
-            i64t.into(),
-            ptr.into(),
-        ];
-        let f = self.begin_function(ACC_HEAD, &types, true);
+        let i64t = self.context.i64_type();
+        let f = self.begin_entry(&ACC_HEAD, true);
         let (vals, grads) = self.buffers(f);
         let param = |i| f.get_nth_param(i).unwrap();
         let guard = param(3).into_pointer_value();
@@ -102,9 +92,9 @@ impl<'ctx> Emitter<'ctx, '_> {
     fn acc_rest(&self, forward: &[Part<'ctx>], backward: &[Part<'ctx>]) -> Emit<()> {
         let ptr = self.context.ptr_type(Default::default());
         let zero = self.context.i64_type().const_zero();
-        let rest = |backward| self.accumulate_function(ACC_REST, backward, true);
+        let rest = |backward| self.accumulate_function(ACC_REST.name, backward, true);
         let (forward0, backward0) = (rest(false)?, rest(true)?);
-        let f = self.begin_function(ACC_REST, &[ptr.into(), ptr.into()], true);
+        let f = self.begin_entry(&ACC_REST, true);
         let (vals, grads) = self.buffers(f);
         let param = |i| f.get_nth_param(i).unwrap().into_pointer_value();
         let (sample, loss) = (param(2), param(3));
@@ -141,20 +131,8 @@ impl<'ctx> Emitter<'ctx, '_> {
     /// over in `grads`: at 256 samples 1.74-1.89 us per sample on one thread against
     /// 1.85-1.99 with every word per row.
     fn acc_tail(&self, nest: &Nest, dot: &DotLoop, skip: &ZeroSkip) -> Emit<()> {
-        let (ptr, i64t) = (
-            self.context.ptr_type(Default::default()),
-            self.context.i64_type(),
-        );
-        let types = [
-            ptr.into(),
-            i64t.into(),
-            i64t.into(),
-            i64t.into(),
-            ptr.into(),
-            i64t.into(),
-            ptr.into(),
-        ];
-        let f = self.begin_function(ACC_TAIL, &types, true);
+        let i64t = self.context.i64_type();
+        let f = self.begin_entry(&ACC_TAIL, true);
         let (vals, grads) = self.buffers(f);
         let param = |i| f.get_nth_param(i).unwrap();
         let samples = param(2).into_pointer_value();

@@ -3,9 +3,10 @@
 
 use inkwell::values::{FloatValue, IntValue, PointerValue, VectorValue};
 
+use super::super::abi::{Entry, UpdateFn, ACCUMULATE, MATERIALIZE, STEP, STEP_UPDATE, TRAIN};
 use super::known::Place;
 use super::lanes::{Reps, Vector};
-use super::{Buf, Emit, Emitter, Frame, Part, Pass, Samples, ACCUMULATE, MATERIALIZE, STEP, TRAIN};
+use super::{Buf, Emit, Emitter, Frame, Part, Pass, Samples};
 use crate::op::Arith;
 use crate::passes::loops::Affine;
 use crate::plan::{StepPlan, TrainPlan};
@@ -31,14 +32,14 @@ impl<'ctx> Emitter<'ctx, '_> {
             parts.extend_from_slice(forward);
             parts.extend_from_slice(backward);
             parts.push(update);
-            self.driver(STEP, &parts, true)?;
+            self.driver(&STEP, &parts)?;
             return self.materialize(None);
         };
-        let step_update = self.update_function(super::STEP_UPDATE, Some(&plan.fused))?;
+        let step_update = self.update_function(&STEP_UPDATE, Some(&plan.fused))?;
         let mut parts = forward.to_vec();
         parts.extend_from_slice(step_backward);
         parts.push(step_update);
-        self.driver(STEP, &parts, true)?;
+        self.driver(&STEP, &parts)?;
         self.materialize(Some(plan))
     }
 
@@ -95,18 +96,7 @@ impl<'ctx> Emitter<'ctx, '_> {
             self.backward_body(frame, &self.plan.functions[0])?;
         }
 
-        let f = self.begin_function(
-            TRAIN,
-            &[
-                self.f64_type.into(),
-                ptr.into(),
-                i64t.into(),
-                ptr.into(),
-                ptr.into(),
-                ptr.into(),
-            ],
-            true,
-        );
+        let f = self.begin_entry(&TRAIN, true);
         let (vals, grads) = self.buffers(f);
         let lr = f.get_nth_param(2).unwrap().into_float_value();
         let inputs = f.get_nth_param(3).unwrap().into_pointer_value();
@@ -281,7 +271,6 @@ impl<'ctx> Emitter<'ctx, '_> {
     /// ([`Emitter::sparse_dot_forward`], [`Emitter::sparse_dot_backward`]; the zeroed
     /// gradients here are what makes the backward's skipping exact).
     pub(super) fn accumulate(&self, forward: &[Part<'ctx>], backward: &[Part<'ctx>]) -> Emit<()> {
-        let ptr = self.context.ptr_type(Default::default());
         let i64t = self.context.i64_type();
         // `backward`'s parts are init, the functions from the last, rest.
         let (forward_at, backward_at) = (0, backward.len() - 2);
@@ -294,11 +283,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         };
         // Its own name: module 0 defines `zero_params` too, and the linker sees both.
         let zero = self.zero_param_grads("acc_zero_params")?;
-        let f = self.begin_function(
-            ACCUMULATE,
-            &[ptr.into(), i64t.into(), ptr.into(), ptr.into()],
-            true,
-        );
+        let f = self.begin_entry(&ACCUMULATE, true);
         let (vals, grads) = self.buffers(f);
         let param = |i| f.get_nth_param(i).unwrap();
         let inputs = param(2).into_pointer_value();
@@ -518,7 +503,7 @@ impl<'ctx> Emitter<'ctx, '_> {
     /// `materialize(vals, grads)`: stores the gradients `step` deferred, from the values and
     /// sum gradients it left in the buffers.
     fn materialize(&self, plan: Option<&StepPlan>) -> Emit<()> {
-        let f = self.begin_function(MATERIALIZE, &[], true);
+        let f = self.begin_entry(&MATERIALIZE, true);
         let (vals, grads) = self.buffers(f);
         let frame = Frame {
             vals,
@@ -539,8 +524,12 @@ impl<'ctx> Emitter<'ctx, '_> {
     /// every result exact). The loops run over addresses, the gaps between lined rows
     /// ([`crate::plan::Buffers::compact_bridged`]) too: their 0s stay 0 (`0 - lr * 0` is +0
     /// for a finite `lr`), and the runs stay whole.
-    pub(super) fn update_function(&self, name: &str, skip: Option<&[bool]>) -> Emit<Part<'ctx>> {
-        let f = self.begin_function(name, &[self.f64_type.into()], true);
+    pub(super) fn update_function(
+        &self,
+        entry: &Entry<UpdateFn>,
+        skip: Option<&[bool]>,
+    ) -> Emit<Part<'ctx>> {
+        let f = self.begin_entry(entry, true);
         let (vals, grads) = self.buffers(f);
         let lr = f.get_nth_param(2).unwrap().into_float_value();
         lr.set_name("lr");
