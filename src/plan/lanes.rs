@@ -124,6 +124,38 @@ fn decide_within(item: &Item, outer: &[u32], buffers: &Buffers, check_each: bool
     Item::Nest(out)
 }
 
+/// That `item`'s lanes (a nest's, and those of the nests in its body, inside nests of
+/// `outer` repetitions) are ones [`decide`] could have chosen: forward in lanes only where no
+/// repetition reads what another writes, backward in lanes only where the lane order (plain
+/// or vertical, with the maps' operand orders as the plan has them) adds every gradient's
+/// contributions in the interpreter's order. [`Plan::verify`](super::Plan::verify) asks it
+/// of every item, so no plan that would change a bit reaches the emitter.
+pub fn check(item: &Item, outer: &[u32]) -> Result<(), String> {
+    let Item::Nest(nest) = item else {
+        return Ok(());
+    };
+    let Some(group) = nest.lanes.forward() else {
+        let within: Vec<u32> = outer.iter().copied().chain([nest.count]).collect();
+        return nest.body.iter().try_for_each(|b| check(b, &within));
+    };
+    let instances = every_instance(nest, outer, false);
+    if !instances
+        .iter()
+        .all(|body| repetitions_independent(body, nest.count))
+    {
+        return Err("lanes over repetitions that read what others write".into());
+    }
+    if let Lanes::Both { vertical, .. } = nest.lanes {
+        let keeps = |body: &Vec<Item>| backward_lanes_keep_order(body, nest.count, group, vertical);
+        if !instances.iter().all(keeps) {
+            return Err(format!(
+                "backward lanes in groups of {group} that reorder a gradient's additions"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Which maps of a flat nest's body (in every one of its `instances`) add into their
 /// operands from the last in backward, so that lanes in groups of `group` keep every
 /// gradient's order in the plain lane order

@@ -157,6 +157,78 @@ fn a_nest_whose_lane_order_would_reorder_a_gradient_runs_neuron_by_neuron() {
     assert!(nests[0].0 >= 3 && !nests[0].1, "{nests:?}");
 }
 
+/// `Plan::verify` holds the lanes to the proofs that chose them: lanes over a nest whose lane
+/// order would reorder a gradient, or a chain's links adding from the first operand where the
+/// order needs the last, are refused, as are buffers too short for a loop's addresses.
+#[test]
+fn plans_whose_lanes_or_addresses_break_a_proof_are_refused() {
+    use crate::passes::loops::Lanes;
+    /// Whether `change` changed some nest of `item` (at any depth).
+    fn change_nests(item: &mut Item, change: &dyn Fn(&mut Nest) -> bool) -> bool {
+        let Item::Nest(n) = item else {
+            return false;
+        };
+        let mut changed = change(n);
+        for b in &mut n.body {
+            changed |= change_nests(b, change);
+        }
+        changed
+    }
+    /// The error `verify` gives the plan with `change` made.
+    fn tampered(plan: &Plan, tape: &Tape, change: &dyn Fn(&mut Nest) -> bool) -> String {
+        let mut plan = plan.clone();
+        let mut changed = false;
+        for item in plan.functions.iter_mut().flatten() {
+            changed |= change_nests(item, change);
+        }
+        assert!(changed, "nothing to tamper with");
+        plan.verify(tape).expect_err("a tampered plan").to_string()
+    }
+    // The layer whose lane order would reorder a gradient runs forward in lanes only.
+    let g = Graph::new();
+    let mut rng = StdRng::seed_from_u64(13);
+    let layer = Layer::new(&g, 10, 6, Activation::Linear, &mut rng);
+    let shared = g.param(0.3);
+    let x = g.inputs(10);
+    let out: Vec<Value> = (layer.neurons.iter())
+        .map(|n| (n.call(&x).unwrap() * shared) + shared)
+        .collect();
+    g.set_loss(g.sum(out.iter().map(|&o| o * o))).unwrap();
+    let (tape, plan) = planned(&g);
+    let both = |n: &mut Nest| match n.lanes {
+        Lanes::Forward { group } => {
+            n.lanes = Lanes::Both {
+                group,
+                vertical: false,
+            };
+            true
+        }
+        _ => false,
+    };
+    let refused = tampered(&plan, &tape, &both);
+    assert!(refused.contains("reorder a gradient"), "{refused}");
+    // A chain's links turned back to their first operand first.
+    let g = Graph::new();
+    chain(&g, 12, 20);
+    let (tape, plan) = planned(&g);
+    let first_operand_first = |n: &mut Nest| {
+        let mut turned = false;
+        for item in &mut n.body {
+            if let Item::Map(m) = item {
+                turned |= std::mem::replace(&mut m.operands_from_last, false);
+            }
+        }
+        turned
+    };
+    let refused = tampered(&plan, &tape, &first_operand_first);
+    assert!(refused.contains("reorder a gradient"), "{refused}");
+    // Buffers shorter than the addresses the loops form.
+    let mut short = plan.clone();
+    short.buffers = std::sync::Arc::new(super::Buffers::slot_by_slot(tape.len() / 2, None));
+    let refused = short.verify(&tape).expect_err("short buffers").to_string();
+    assert!(refused.contains("outside buffers"), "{refused}");
+}
+
 #[test]
 fn modules_cover_the_functions_in_runs_of_bounded_size() {
     use super::functions::{forward_functions, modules, MODULE_FUNCTIONS, MODULE_MULTIPLE};

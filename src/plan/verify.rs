@@ -15,6 +15,9 @@ pub(super) fn verify(plan: &Plan, tape: &Tape) -> Result<()> {
         ));
     }
     verify_items(plan.functions.iter().flatten(), tape)?;
+    for item in plan.functions.iter().flatten() {
+        check_addresses(plan, item).map_err(|(slot, what)| bad(slot, what))?;
+    }
     // The emitter defines each function in the one module whose range holds it, and the
     // entry points (which call function 0's variants defined beside them) in module 0.
     let mut next = 0;
@@ -58,7 +61,8 @@ pub(super) fn verify_shapes(items: &[Item], tape: &Tape) -> Result<()> {
 }
 
 /// The items, in order, compute every non-leaf slot of `tape` once, as the tape says, in
-/// shapes the emitter lowers, at addresses inside the buffers.
+/// shapes the emitter lowers, at addresses inside the buffers, in lanes only where the
+/// order proofs hold ([`super::lanes::check`]).
 fn verify_items<'a>(items: impl IntoIterator<Item = &'a Item>, tape: &Tape) -> Result<()> {
     let bad = |slot: u32, what: String| Error::InvalidPlan { slot, what };
     // Coverage: every non-leaf slot once, in slot order, as the tape says.
@@ -70,6 +74,7 @@ fn verify_items<'a>(items: impl IntoIterator<Item = &'a Item>, tape: &Tape) -> R
     for item in items {
         check_shape(item, 0).map_err(|what| bad(next.expected, what))?;
         check_bounds(item, tape).map_err(|(slot, what)| bad(slot, what))?;
+        super::lanes::check(item, &[]).map_err(|what| bad(next.expected, what))?;
         let (item, skipped) = match over_copies(item, tape) {
             Some(first_two) => (std::borrow::Cow::Owned(first_two.0), first_two.1),
             None => (std::borrow::Cow::Borrowed(item), 0),
@@ -151,6 +156,33 @@ fn check_shape(item: &Item, depth: usize) -> std::result::Result<(), String> {
         }
         _ => Ok(()),
     }
+}
+
+/// Every buffer address a loop forms lies inside the buffers: each access of a loop item,
+/// at its addresses ([`Buffers::affine`](super::Buffers::affine)), stays within
+/// `0..buffer_len` over all its iterations and repetitions. (An access whose slots all live
+/// in a function's scratch, [`super::local`], in values and gradients alike, forms none;
+/// straight-line code addresses kept slots one by one, each inside by construction.)
+fn check_addresses(plan: &Plan, item: &Item) -> std::result::Result<(), (u32, String)> {
+    if matches!(item, Item::Straight(_)) {
+        return Ok(());
+    }
+    let len = plan.buffers.buffer_len() as i64;
+    for (access, counts) in item.nested_accesses() {
+        let local = plan.local_values.place(access.at).is_some()
+            && plan.grads.local.place(access.at).is_some();
+        if local {
+            continue;
+        }
+        let (lo, hi) = plan.buffers.affine(access.at).bounds(access.len, &counts);
+        if lo < 0 || hi >= len {
+            return Err((
+                access.at.base.max(0) as u32,
+                format!("addresses {lo}..={hi} outside buffers of {len}"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Whether `op` takes `n` operands.
