@@ -165,7 +165,7 @@ impl Replicas for Interpreter {
     }
 }
 
-/// The interpreter's walk over buffers of its own ([`Backend::replica`]).
+/// The interpreter's walk over buffers of its own ([`Replicas::replica`]).
 struct InterpreterReplica<'t> {
     tape: &'t Tape,
     values: Vec<f64>,

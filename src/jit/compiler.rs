@@ -168,6 +168,15 @@ pub(super) fn host_cpu() -> HostCpu {
     }
 }
 
+/// Whether the host packs a vector's chosen lanes together in a register quickly: AVX-512
+/// VL's `vpcompressd` ([`crate::plan::tactics::Tactics::compress_steps`]).
+pub(super) fn host_compresses() -> bool {
+    let cpu = host_cpu();
+    ["+avx512f", "+avx512vl"]
+        .iter()
+        .all(|f| cpu.features.split(',').any(|g| g == *f))
+}
+
 /// The host's target machine at `level`, for both the pass pipeline (whose cost models must
 /// see the CPU the functions are stamped with) and code generation. Small code model and PIC:
 /// the objects are linked by a JIT linker, so code and its constants are near each other, and

@@ -59,7 +59,7 @@ struct StageFns {
     head: HeadFn,
     rest: RestFn,
     tail: TailFn,
-    layout: SplitRows,
+    split: SplitRows,
 }
 
 /// Initializes the native target and sets LLVM's global codegen options, once per process.
@@ -99,7 +99,7 @@ fn initialize_llvm() -> Result<()> {
 
 /// Compiled native code and everything it lives in.
 pub struct Native {
-    /// One value and one gradient per kept slot, where `layout` says; the only memory the
+    /// One value and one gradient per kept slot, where `buffers` says; the only memory the
     /// native code touches.
     vals: AlignedBuf,
     /// In a cell because reading gradients (a `&self` method) may first have to store the
@@ -108,9 +108,9 @@ pub struct Native {
     /// `step` deferred gradients to `materialize`; nothing has read `grads` since.
     pending: Cell<bool>,
     /// Where each slot lives in the buffers.
-    layout: Arc<Buffers>,
+    buffers: Arc<Buffers>,
     /// The buffers in slot order, for readers of every slot ([`Native::slot_values`]), made
-    /// when first asked for after the buffers changed (unless `layout` is in place).
+    /// when first asked for after the buffers changed (unless `buffers` is in place).
     in_slot_order: UnsafeCell<(Vec<f64>, Vec<f64>)>,
     /// Whether `in_slot_order` holds the buffers as they are.
     in_slot_order_fresh: Cell<bool>,
@@ -428,12 +428,12 @@ impl Native {
         // The first lookup linked the objects; the linker's graph of them is gone too.
         release_free_memory();
         stats.codegen_secs += start.elapsed().as_secs_f64();
-        let layout = plan.buffers.clone();
+        let buffers = plan.buffers.clone();
         Ok(Native {
-            vals: layout.initial_values(tape),
-            grads: UnsafeCell::new(AlignedBuf::zeros(layout.buffer_len())),
+            vals: buffers.initial_values(tape),
+            grads: UnsafeCell::new(AlignedBuf::zeros(buffers.buffer_len())),
             pending: Cell::new(false),
-            layout,
+            buffers,
             in_slot_order: UnsafeCell::new((Vec::new(), Vec::new())),
             in_slot_order_fresh: Cell::new(false),
             workspace: Workspace::default(),
@@ -491,13 +491,13 @@ impl Native {
         if let Some(functions) = profiled {
             write_perf_map(&self.code, &functions);
         }
-        if let (LazyEntry::Accumulate, Some(layout)) = (entry, split) {
+        if let (LazyEntry::Accumulate, Some(split)) = (entry, split) {
             // (The emitter defines the stages where the plan splits the dot, `emit/split.rs`.)
             self.entries.stages = Some(StageFns {
                 head: self.code.entry(&ACC_HEAD)?,
                 rest: self.code.entry(&ACC_REST)?,
                 tail: self.code.entry(&ACC_TAIL)?,
-                layout: layout.clone(),
+                split: split.clone(),
             });
         }
         Ok(())
@@ -517,23 +517,23 @@ impl Native {
     }
 
     /// Where each slot lives in the buffers.
-    pub fn layout(&self) -> &Buffers {
-        &self.layout
+    pub fn buffers(&self) -> &Buffers {
+        &self.buffers
     }
 
     /// The value of kept slot `s`.
     pub fn value_at(&self, s: Slot) -> f64 {
-        self.vals[self.layout.address(s)]
+        self.vals[self.buffers.address(s)]
     }
 
     /// The gradient of kept slot `s`.
     pub fn grad_at(&self, s: Slot) -> f64 {
-        self.grads()[self.layout.address(s)]
+        self.grads()[self.buffers.address(s)]
     }
 
     /// Every slot's value in slot order (0 for slots the buffers do not hold).
     pub fn slot_values(&self) -> &[f64] {
-        if self.layout.in_place() {
+        if self.buffers.in_place() {
             return &self.vals;
         }
         &self.in_slot_order().0
@@ -541,7 +541,7 @@ impl Native {
 
     /// Every slot's gradient in slot order (0 for slots the buffers do not hold).
     pub fn slot_grads(&self) -> &[f64] {
-        if self.layout.in_place() {
+        if self.buffers.in_place() {
             return self.grads();
         }
         &self.in_slot_order().1
@@ -555,8 +555,8 @@ impl Native {
             // and only `&mut self` methods (which end those borrows) make it stale: none is
             // alive here.
             let (vals, slot_grads) = unsafe { &mut *self.in_slot_order.get() };
-            self.layout.in_slot_order(&self.vals, vals);
-            self.layout.in_slot_order(grads, slot_grads);
+            self.buffers.in_slot_order(&self.vals, vals);
+            self.buffers.in_slot_order(grads, slot_grads);
         }
         // SAFETY: fresh from here until a `&mut self` method, which ends this borrow.
         unsafe { &*self.in_slot_order.get() }
@@ -596,7 +596,7 @@ impl Native {
     pub fn forward(&mut self) {
         let f = self.entries.forward;
         let (vals, grads) = self.buffers_mut();
-        // SAFETY: the code reads and writes addresses below the layout's length only, both
+        // SAFETY: the code reads and writes addresses below the buffers' length only, both
         // buffers have that length (they are never resized), and the code is alive (owned
         // by self).
         unsafe { f(vals.as_mut_ptr(), grads.as_mut_ptr()) }
@@ -778,7 +778,7 @@ impl crate::minibatch::Replica for NativeReplica<'_> {
 
 impl crate::minibatch::Stages for NativeReplica<'_> {
     fn split(&self) -> &SplitRows {
-        &self.stage_fns().layout
+        &self.stage_fns().split
     }
 
     fn head(
@@ -788,11 +788,11 @@ impl crate::minibatch::Stages for NativeReplica<'_> {
         rows: Range<usize>,
         start: Option<&[f64]>,
     ) -> &[f64] {
-        let StageFns { head, layout, .. } = self.stage_fns().clone();
-        self.check(sample, &rows, &layout);
-        self.check(ahead, &rows, &layout);
+        let StageFns { head, split, .. } = self.stage_fns().clone();
+        self.check(sample, &rows, &split);
+        self.check(ahead, &rows, &split);
         if let Some(start) = start {
-            self.vals[layout.sums.clone()].copy_from_slice(start);
+            self.vals[split.sums.clone()].copy_from_slice(start);
         }
         let guard: *mut i64 = self.guard.word(&self.vals);
         // SAFETY: as in `accumulate`: `vals` has the tape's length; `head` reads the
@@ -811,14 +811,14 @@ impl crate::minibatch::Stages for NativeReplica<'_> {
                 ahead.as_ptr(),
             )
         }
-        &self.vals[layout.sums]
+        &self.vals[split.sums]
     }
 
     fn rest(&mut self, sample: &[f64], sums: &[f64], grads: &mut [f64]) -> f64 {
-        let StageFns { rest, layout, .. } = self.stage_fns().clone();
-        self.check(sample, &(0..0), &layout);
+        let StageFns { rest, split, .. } = self.stage_fns().clone();
+        self.check(sample, &(0..0), &split);
         assert_eq!(grads.len(), self.vals.len(), "checked by the caller");
-        self.vals[layout.sums].copy_from_slice(sums);
+        self.vals[split.sums].copy_from_slice(sums);
         let mut loss = 0.0;
         // SAFETY: as in `accumulate`, for one sample (whole, checked) and one loss.
         unsafe {
@@ -840,7 +840,7 @@ impl crate::minibatch::Stages for NativeReplica<'_> {
         chunk: usize,
         grads: &mut [f64],
     ) {
-        let StageFns { tail, layout, .. } = self.stage_fns().clone();
+        let StageFns { tail, split, .. } = self.stage_fns().clone();
         let m = samples.len() / self.sample_width;
         assert!(
             m >= 1
@@ -848,11 +848,11 @@ impl crate::minibatch::Stages for NativeReplica<'_> {
                 && chunk.is_power_of_two()
                 && chunk <= 64
                 && grads.len() == self.vals.len()
-                && sums_grads.len() == m * layout.sums.len(),
+                && sums_grads.len() == m * split.sums.len(),
             "checked by the caller"
         );
-        self.check(&samples[..self.sample_width], &rows, &layout);
-        self.masks.resize(m.div_ceil(64) * layout.rows, 0);
+        self.check(&samples[..self.sample_width], &rows, &split);
+        self.masks.resize(m.div_ceil(64) * split.rows, 0);
         // SAFETY: as in `head`, for `m` whole samples side by side (checked); `tail` reads
         // them, the sums' gradients (`m` samples' worth, checked) and `vals`, and stores into
         // `grads` (the tape's length, checked) the weights' gradients of `rows`, using
@@ -886,9 +886,9 @@ impl NativeReplica<'_> {
     }
 
     /// The stages' arguments are whole: a sample of the tape's width, steps of the dot.
-    fn check(&self, sample: &[f64], rows: &Range<usize>, layout: &SplitRows) {
+    fn check(&self, sample: &[f64], rows: &Range<usize>, split: &SplitRows) {
         assert!(
-            sample.len() == self.sample_width && rows.start <= rows.end && rows.end <= layout.rows,
+            sample.len() == self.sample_width && rows.start <= rows.end && rows.end <= split.rows,
             "checked by the caller"
         );
     }

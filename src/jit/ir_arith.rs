@@ -18,7 +18,7 @@ pub(super) type Emit<T> = Result<T, BuilderError>;
 /// What [`IrArith`] computes on: one `f64` (a [`FloatValue`]), or a vector of them (a
 /// [`VectorValue`]), one lane per repetition of a nest. Every IEEE operation acts lane by
 /// lane, so a lane computes exactly what the scalar code would.
-pub(super) trait Lanes<'ctx>: FloatMathValue<'ctx> + Copy {
+pub(super) trait ScalarOrVector<'ctx>: FloatMathValue<'ctx> + Copy {
     /// The IR type of a value.
     type Ty: Copy + inkwell::types::BasicType<'ctx>;
     /// An `i64` per lane, for building numbers from bits.
@@ -28,7 +28,7 @@ pub(super) trait Lanes<'ctx>: FloatMathValue<'ctx> + Copy {
     /// straight-line code may use it thousands of times).
     const INLINE_FORMULAS: bool;
     fn ty_of(self) -> Self::Ty;
-    /// The type of [`Lanes::Int`] of as many lanes as `ty`.
+    /// The type of [`ScalarOrVector::Int`] of as many lanes as `ty`.
     fn int_ty(ty: Self::Ty) -> BasicTypeEnum<'ctx>;
     fn int_splat(ty: Self::Ty, c: u64) -> Self::Int;
     fn int_from_basic(v: BasicValueEnum<'ctx>) -> Self::Int;
@@ -44,7 +44,7 @@ pub(super) trait Lanes<'ctx>: FloatMathValue<'ctx> + Copy {
     ) -> Emit<Self>;
 }
 
-impl<'ctx> Lanes<'ctx> for FloatValue<'ctx> {
+impl<'ctx> ScalarOrVector<'ctx> for FloatValue<'ctx> {
     type Ty = FloatType<'ctx>;
     type Int = IntValue<'ctx>;
     const INLINE_FORMULAS: bool = false;
@@ -84,7 +84,7 @@ impl<'ctx> Lanes<'ctx> for FloatValue<'ctx> {
     }
 }
 
-impl<'ctx> Lanes<'ctx> for VectorValue<'ctx> {
+impl<'ctx> ScalarOrVector<'ctx> for VectorValue<'ctx> {
     type Ty = VectorType<'ctx>;
     type Int = VectorValue<'ctx>;
     const INLINE_FORMULAS: bool = true;
@@ -143,7 +143,7 @@ pub(super) type MathTable<'ctx> = std::collections::HashMap<MathFn, FunctionValu
 /// [`Arith`] over an LLVM builder: each method emits the one instruction (or math call) the
 /// interpreter performs, on one value or on every lane of a vector. Builder errors (an
 /// unpositioned builder, a bug of ours) are kept and reported by [`IrArith::finish`].
-pub(super) struct IrArith<'a, 'ctx, V: Lanes<'ctx> = FloatValue<'ctx>> {
+pub(super) struct IrArith<'a, 'ctx, V: ScalarOrVector<'ctx> = FloatValue<'ctx>> {
     builder: &'a Builder<'ctx>,
     /// Where intrinsics (`llvm.fma`) are declared.
     module: &'a Module<'ctx>,
@@ -154,7 +154,7 @@ pub(super) struct IrArith<'a, 'ctx, V: Lanes<'ctx> = FloatValue<'ctx>> {
     flags: Option<FastMathFlags>,
 }
 
-impl<'a, 'ctx, V: Lanes<'ctx>> IrArith<'a, 'ctx, V> {
+impl<'a, 'ctx, V: ScalarOrVector<'ctx>> IrArith<'a, 'ctx, V> {
     /// An emitter at the builder's position for values of type `ty`, calling the math
     /// functions `math` declares.
     pub(super) fn new(
@@ -264,7 +264,7 @@ impl<'a, 'ctx, V: Lanes<'ctx>> IrArith<'a, 'ctx, V> {
     }
 }
 
-impl<'ctx, V: Lanes<'ctx>> Arith for IrArith<'_, 'ctx, V> {
+impl<'ctx, V: ScalarOrVector<'ctx>> Arith for IrArith<'_, 'ctx, V> {
     type V = V;
     fn constant(&mut self, c: f64) -> V {
         V::splat(self.ty, c)

@@ -68,6 +68,7 @@ impl JitBuilder {
                 chunk_size: self.chunk_size,
                 fast_math: self.fast_math,
                 zero_skipping: self.zero_skipping,
+                host_compresses: compiler::host_compresses(),
             },
         )?;
         stats.schedule_secs = start.elapsed().as_secs_f64();
@@ -268,10 +269,10 @@ impl Backend for Jit {
         self.native.grads()
     }
     fn leaf_address(&self, s: Slot) -> usize {
-        self.native.layout().address(s)
+        self.native.buffers().address(s)
     }
     fn params_len(&self) -> usize {
-        self.native.layout().params_len(&self.tape)
+        self.native.buffers().params_len(&self.tape)
     }
     fn value_at(&self, s: Slot) -> f64 {
         self.native.value_at(s)
@@ -451,6 +452,7 @@ mod tests {
                 chunk_size: 40,
                 fast_math: false,
                 zero_skipping: ZeroSkipping::Auto,
+                host_compresses: false,
             },
         )
         .unwrap();

@@ -235,7 +235,7 @@ impl JitStats {
     }
 }
 
-/// Options for compiling; start from [`Jit::builder`].
+/// Options for compiling; start from [`Jit::builder`](super::Jit::builder).
 #[derive(Clone, Debug)]
 pub struct JitBuilder {
     pub(super) opt_level: OptLevel,
@@ -324,7 +324,7 @@ impl JitBuilder {
         self
     }
 
-    /// Whether to keep the optimized IR as text for [`Jit::ir`] (default off). Off, a compiled
+    /// Whether to keep the optimized IR as text for [`Jit::ir`](super::Jit::ir) (default off). Off, a compiled
     /// `Jit` keeps only its machine code: the LLVM module and context are freed as soon as the
     /// machine code exists (on a 1,000,000-node tape they are gigabytes; the code is tens of
     /// megabytes). On, the IR text stays too, about as large as the module was.
@@ -351,7 +351,7 @@ impl JitBuilder {
     /// The optimizer the program's updates use (default plain SGD, which `step` and `train`
     /// fuse into their backward passes): [`crate::optim`]'s [`crate::optim::Sgd`],
     /// [`crate::optim::Adam`] or [`crate::optim::AdamW`]; as
-    /// [`Program::set_optimizer`] after compiling (refused hyperparameters are its error).
+    /// [`crate::Program::set_optimizer`] after compiling (refused hyperparameters are its error).
     pub fn optimizer(mut self, optimizer: impl Into<Optimizer>) -> Self {
         self.optimizer = optimizer.into();
         self

@@ -37,7 +37,7 @@ use super::{Replica, Replicas};
 use crate::aligned::AlignedBuf;
 use crate::program::all_finite;
 
-/// The layout of `train`'s dot that a split minibatch relies on (addresses in the buffers).
+/// Where `train`'s dot lies, which a split minibatch relies on (addresses in the buffers).
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct SplitRows {
     /// The dot's steps, one per input: the rows of its weights.
@@ -63,7 +63,7 @@ impl SplitRows {
 /// One sample of a minibatch in stages: the first layer's sums
 /// over ranges of its steps (rows), the rest of the sample from the sums, the rows'
 /// weight gradients from the sums' gradients. `sample` is one whole sample; `rows` lie
-/// inside the layout's; sums and their gradients are one number per sum.
+/// inside the split's; sums and their gradients are one number per sum.
 pub(crate) trait Stages {
     /// Where the dot's rows, weights and sums are in the buffers.
     fn split(&self) -> &SplitRows;
@@ -77,7 +77,7 @@ pub(crate) trait Stages {
         start: Option<&[f64]>,
     ) -> &[f64];
     /// The rest of `sample` forward and backward from the finished `sums`, into `grads`
-    /// (one per slot; the sums' gradients left at the layout's sums); the loss.
+    /// (one per slot; the sums' gradients left at the split's sums); the loss.
     fn rest(&mut self, sample: &[f64], sums: &[f64], grads: &mut [f64]) -> f64;
     /// The minibatch's gradients of the weights of `rows` into `grads` (one per slot):
     /// per chunk of `chunk` samples (a power of 2 up to 64) of `samples` (side by side)
@@ -150,12 +150,12 @@ impl Handoff {
     }
 }
 
-/// The rows of `layout` cut into `stages` ranges holding about as many non-zero inputs of
+/// The rows of `split` cut into `stages` ranges holding about as many non-zero inputs of
 /// `inputs` (some samples of `width` numbers) each.
-fn cut_rows(layout: &SplitRows, inputs: &[f64], width: usize, stages: usize) -> Vec<usize> {
-    let mut nonzero = vec![1usize; layout.rows];
+fn cut_rows(split: &SplitRows, inputs: &[f64], width: usize, stages: usize) -> Vec<usize> {
+    let mut nonzero = vec![1usize; split.rows];
     for sample in inputs.chunks_exact(width).take(256) {
-        let x = &sample[layout.first_input..layout.first_input + layout.rows];
+        let x = &sample[split.first_input..split.first_input + split.rows];
         for (n, &x) in nonzero.iter_mut().zip(x) {
             *n += (x != 0.0) as usize;
         }
@@ -170,7 +170,7 @@ fn cut_rows(layout: &SplitRows, inputs: &[f64], width: usize, stages: usize) -> 
         seen += n;
     }
     while bounds.len() <= stages {
-        bounds.push(layout.rows);
+        bounds.push(split.rows);
     }
     bounds
 }
@@ -195,13 +195,13 @@ pub(super) fn train<B: Replicas + ?Sized>(
     let workspace = b.workspace();
     let spares = &workspace.spares;
     let mut replicas: Vec<Box<dyn Replica + '_>> = (0..threads).map(|_| b.replica()).collect();
-    let layout = match replicas[0].stages() {
+    let split = match replicas[0].stages() {
         Some(stages) => stages.split().clone(),
         None => unreachable!("called for a backend with stages"),
     };
-    let sums = layout.sums.len();
-    let bounds = cut_rows(&layout, minibatches[0], width, threads);
-    let block = layout.weights(0..layout.rows);
+    let sums = split.sums.len();
+    let bounds = cut_rows(&split, minibatches[0], width, threads);
+    let block = split.weights(0..split.rows);
     let others = [0..block.start, block.end..params];
     // Where each range of `others` lies in a chunk's gradients of them: the params with the
     // block taken out.
@@ -223,7 +223,7 @@ pub(super) fn train<B: Replicas + ?Sized>(
     let non_finite = [AtomicUsize::new(usize::MAX), AtomicUsize::new(usize::MAX)];
     let work = |w: usize, replica: &mut Box<dyn Replica + '_>| {
         let rows = bounds[w]..bounds[w + 1];
-        let own = layout.weights(rows.clone());
+        let own = split.weights(rows.clone());
         // The minibatch's gradients of its own rows (stored by `tail`, the gaps between
         // rows 0; nothing else is read).
         let mut row_grads = spares.any(buffer_len);
@@ -253,7 +253,7 @@ pub(super) fn train<B: Replicas + ?Sized>(
                 partial[w].put(s, generation, done);
                 // Each thread checks the inputs it read (in cache now), the chunk's owner
                 // the rest of them.
-                if !all_finite(&sample(s)[layout.first_input..][rows.clone()]) {
+                if !all_finite(&sample(s)[split.first_input..][rows.clone()]) {
                     non_finite.fetch_min(first + s / CHUNK * CHUNK, Ordering::Relaxed);
                 }
             }
@@ -261,7 +261,7 @@ pub(super) fn train<B: Replicas + ?Sized>(
             let per = chunks.div_ceil(threads);
             for c in (w * per..(w + 1) * per).take_while(|&c| c < chunks) {
                 let in_chunk = c * CHUNK..((c + 1) * CHUNK).min(m);
-                let read = layout.first_input..layout.first_input + layout.rows;
+                let read = split.first_input..split.first_input + split.rows;
                 let unread = |s| [&sample(s)[..read.start], &sample(s)[read.end..]];
                 if !in_chunk.clone().flat_map(unread).all(all_finite) {
                     non_finite.fetch_min(first + in_chunk.start, Ordering::Relaxed);
@@ -280,7 +280,7 @@ pub(super) fn train<B: Replicas + ?Sized>(
                 for (s, sums) in in_chunk.zip(finished.chunks_exact(sums)) {
                     let loss = stages.rest(sample(s), sums, &mut grads);
                     losses.push((first + s, loss));
-                    sums_grads.put(s, generation, &grads[layout.sums.clone()]);
+                    sums_grads.put(s, generation, &grads[split.sums.clone()]);
                 }
                 let mut of_chunk = write(&chunk_grads[c]);
                 for (r, at) in others.iter().zip(&packed) {
@@ -338,7 +338,7 @@ pub(super) fn train<B: Replicas + ?Sized>(
     let mut values: Vec<AlignedBuf> = replicas.into_iter().map(|r| r.into_values()).collect();
     let mut vals = std::mem::take(&mut values[last]);
     for (w, of_thread) in values.iter().enumerate().filter(|&(w, _)| w != last) {
-        let own = layout.weights(bounds[w]..bounds[w + 1]);
+        let own = split.weights(bounds[w]..bounds[w + 1]);
         vals[own.clone()].copy_from_slice(&of_thread[own]);
     }
     // (`acc_rest` copies only the inputs the first layer does not read; they lie side by

@@ -15,7 +15,7 @@
 
 use std::ops::Range;
 
-use super::loops::{every_rep, Item, Nest, MAX_NEST_DEPTH};
+use super::loops::{every_iteration, Item, Nest, MAX_NEST_DEPTH};
 use super::nest::{single, MIN_NEST_NODES};
 use crate::tape::{Copies, Slot, Tape};
 
@@ -80,7 +80,7 @@ fn strides_agree(copies: &Copies, nest: &Item) -> bool {
     nest.nested_accesses().iter().all(|(access, counts)| {
         let mut first_copy = counts.clone();
         first_copy[0] = 1;
-        every_rep(&first_copy, access.len, |t, js| {
+        every_iteration(&first_copy, access.len, |t, js| {
             copies.stride(access.at.at_levels(t, js)) == Some(access.at.outer[0])
         })
     })

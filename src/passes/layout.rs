@@ -18,7 +18,7 @@
 //! [`crate::Program::params`] and friends keep speaking creation order.
 
 use crate::error::Result;
-use crate::passes::loops::{every_rep, AccessKind, Affine, Item, Nest, Schedule, SumLoop};
+use crate::passes::loops::{every_iteration, AccessKind, Affine, Item, Nest, Schedule, SumLoop};
 use crate::passes::nest;
 use crate::tape::Tape;
 
@@ -234,7 +234,7 @@ fn remap_affine(a: Affine, len: u32, counts: &[u32], to: &[u32]) -> Option<Affin
             b.outer[level] = moved(a.at_levels(0, &js).0) as i64 - origin;
         }
     }
-    let affine = every_rep(&counts, len, |t, js| {
+    let affine = every_iteration(&counts, len, |t, js| {
         b.at_levels(t, js).0 == moved(a.at_levels(t, js).0)
     });
     affine.then_some(b)

@@ -383,12 +383,12 @@ impl Access {
 
 /// Whether `f(t, js)` holds for every iteration `t < len` of a loop in every repetition `js`
 /// of nests of `counts` repetitions (outermost first), stopping at the first that does not.
-pub fn every_rep(counts: &[u32], len: u32, mut f: impl FnMut(u32, &[u32]) -> bool) -> bool {
+pub fn every_iteration(counts: &[u32], len: u32, mut f: impl FnMut(u32, &[u32]) -> bool) -> bool {
     every_repetition(counts, |js| (0..len).all(|t| f(t, js)))
 }
 
 /// Whether `f(js)` holds for every repetition `js` of nests of `counts` repetitions
-/// (outermost first), stopping at the first that does not: [`every_rep`] for callers that
+/// (outermost first), stopping at the first that does not: [`every_iteration`] for callers that
 /// walk a repetition's iterations themselves. Nests of no repetitions have none.
 pub fn every_repetition(counts: &[u32], mut f: impl FnMut(&[u32]) -> bool) -> bool {
     if counts.contains(&0) {

@@ -137,7 +137,7 @@ struct Found {
 
 /// How many repetitions a nest's forward and backward run at a time.
 #[derive(Clone, Copy)]
-struct Lanes {
+struct GroupSizes {
     forward: u32,
     backward: u32,
 }
@@ -163,7 +163,7 @@ impl Finder<'_> {
             return;
         }
         counts.push(nest.count);
-        let lanes = Lanes {
+        let lanes = GroupSizes {
             forward: nest.lanes.forward().unwrap_or(1),
             backward: nest.lanes.backward().unwrap_or(1),
         };
@@ -184,7 +184,7 @@ impl Finder<'_> {
         counts: &[u32],
         (function, around): (usize, Option<&Alike>),
         found: &mut Found,
-        lanes: Lanes,
+        lanes: GroupSizes,
     ) {
         // The maps of one, each with what its derivative reads (if backward runs it).
         let maps: Vec<(&MapLoop, BackwardReads)> = body

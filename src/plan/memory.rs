@@ -13,7 +13,7 @@ use std::num::NonZeroU32;
 
 use crate::passes::lanes::{vertical_map, VERTICAL_BLOCK};
 use crate::passes::loops::{
-    every_rep, every_repetition, Access, AccessKind, Affine, Item, Lanes, MapLoop, SumLoop,
+    every_iteration, every_repetition, Access, AccessKind, Affine, Item, Lanes, MapLoop, SumLoop,
 };
 use crate::plan::local::Locals;
 use crate::plan::per_slot::Rule;
@@ -464,7 +464,7 @@ fn mark_stored_whole(
     }
     let mut stored = HashSet::new();
     for (add, len, counts) in marked {
-        every_rep(&counts, len, |t, js| {
+        every_iteration(&counts, len, |t, js| {
             whole.set(add.operand.at_levels(t, js).index(), Whole::Stored);
             true
         });

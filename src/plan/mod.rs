@@ -34,6 +34,7 @@ pub mod per_slot;
 pub mod shared;
 pub mod split;
 pub mod step;
+pub mod tactics;
 mod verify;
 
 #[cfg(test)]
@@ -84,6 +85,8 @@ pub struct Plan {
     pub split: Option<crate::minibatch::SplitRows>,
     /// Whether recovered loops may use fast-math ([`crate::JitBuilder::fast_math`]).
     pub fast_math: bool,
+    /// The shapes of the code the emitter writes.
+    pub tactics: tactics::Tactics,
     /// Loops made, tape nodes they cover, and how deep nests nest.
     pub loops: usize,
     pub loop_nodes: usize,
@@ -98,6 +101,9 @@ pub struct PlanOptions {
     pub chunk_size: usize,
     pub fast_math: bool,
     pub zero_skipping: ZeroSkipping,
+    /// Whether the host packs a vector's chosen lanes together in a register quickly
+    /// (AVX-512 VL), which [`tactics::Tactics::compress_steps`] uses.
+    pub host_compresses: bool,
 }
 
 impl Plan {
@@ -144,6 +150,7 @@ impl Plan {
             grads,
             step,
             fast_math: options.fast_math,
+            tactics: tactics::Tactics::new(options.host_compresses),
             loops: items.iter().map(Item::loops).sum(),
             loop_nodes: items.iter().map(Item::loop_nodes).sum(),
             nest_depth: items.iter().map(Item::depth).max().unwrap_or(0),

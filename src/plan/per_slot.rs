@@ -24,7 +24,7 @@ use std::borrow::Cow;
 use std::num::NonZeroU32;
 use std::ops::Range;
 
-use crate::passes::loops::{every_rep, AccessKind, Affine, Item, Nest};
+use crate::passes::loops::{every_iteration, AccessKind, Affine, Item, Nest};
 use crate::tape::{Slot, Tape};
 
 /// A tape's copies that the schedule runs alike: a top-level item is a nest over all of
@@ -136,7 +136,7 @@ impl Alike {
                     return true;
                 }
                 let mut slots = Vec::new();
-                every_rep(counts, access.len, |t, js| {
+                every_iteration(counts, access.len, |t, js| {
                     slots.push(access.at.at_levels(t, js));
                     true
                 });

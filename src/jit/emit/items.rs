@@ -10,14 +10,13 @@ use inkwell::values::{FastMathFlags, FloatValue, IntValue, PointerValue, VectorV
 
 use super::lanes::{LaneIo, Reps, Vector};
 use super::IrArith;
-use super::{Emit, Emitter, Frame, Pass};
+use super::{Emit, Emitter, Frame};
 use crate::op::Arith;
 
 use crate::passes::lanes::{backward_operands, vertical_arg};
 use crate::passes::loops::{Affine, DotLoop, Item, Lanes, MapLoop, Nest, SharedGrad, SumLoop};
 use crate::plan::memory::Addition;
 use crate::plan::shared::SHARED_CHUNK;
-use crate::plan::ZeroSkip;
 
 impl<'ctx, 't> Emitter<'ctx, 't> {
     /// Forward of a loop item outside any nest.
@@ -207,19 +206,10 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         match item {
             Item::Map(map) => self.map_forward::<V>(frame, map, reps),
             Item::Sum(sum) => self.sum_forward::<V>(frame, sum, None, reps),
-            // `train` computed this dot while updating its weights; `acc_head` before
-            // `acc_rest`.
-            Item::Dot(dot)
-                if matches!(frame.pass, Pass::TrainForward | Pass::AccumulateRest)
-                    && self.merges(dot) =>
-            {
-                Ok(())
-            }
-            Item::Dot(dot) if V::IS_VECTOR && self.accumulate_skip(frame, dot).is_some() => {
-                let skip = self.accumulate_skip(frame, dot).expect("checked");
-                self.sparse_dot_forward(frame, dot, reps, skip)
-            }
-            Item::Dot(dot) => self.sum_forward::<V>(frame, &dot.sum, Some(&dot.products), reps),
+            Item::Dot(dot) => match self.first_layer_forward::<V>(frame, dot, reps) {
+                Some(emitted) => emitted,
+                None => self.sum_forward::<V>(frame, &dot.sum, Some(&dot.products), reps),
+            },
             Item::Nest(nest) => self.nest_forward(frame, nest, reps),
             Item::Straight(_) | Item::SumPart { .. } => Ok(()),
         }
@@ -238,32 +228,6 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
             Item::Nest(nest) => self.nest_backward(frame, nest, reps),
             Item::Straight(_) | Item::SumPart { .. } => Ok(()),
         }
-    }
-
-    /// Whether `dot` is the one `train` merges with the next sample's forward.
-    fn merges(&self, dot: &DotLoop) -> bool {
-        let train = self.plan.step.as_ref().and_then(|s| s.train.as_ref());
-        train.is_some_and(|t| t.dot == dot.sum.slot)
-    }
-
-    /// How `accumulate`'s function 0 skips the zero inputs of `dot`, if this is that
-    /// function and `dot` is `train`'s: the plan's [`ZeroSkip`] and the guard word.
-    fn accumulate_skip(
-        &self,
-        frame: Frame<'ctx>,
-        dot: &DotLoop,
-    ) -> Option<(&'t ZeroSkip, PointerValue<'ctx>)> {
-        let Pass::Accumulate { guard } = frame.pass else {
-            return None;
-        };
-        let skip = self.zero_skip().filter(|_| self.merges(dot))?;
-        Some((skip, guard))
-    }
-
-    /// How `train`'s dot skips zero inputs, if it does.
-    pub(super) fn zero_skip(&self) -> Option<&'t ZeroSkip> {
-        let train = self.plan.step.as_ref()?.train.as_ref()?;
-        train.skip_zeros.as_ref()
     }
 
     /// `vals[out(t)] = op(vals[args(t)]...)` for `t` in `0..len`.
@@ -446,15 +410,8 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         if !sum.needs_grad {
             return Ok(());
         }
-        if let Pass::TrainBackward { samples, .. } = frame.pass {
-            if self.merges(dot) {
-                return self.merged_dot_backward::<V>(frame, dot, reps, samples);
-            }
-        }
-        if matches!(frame.pass, Pass::AccumulateRest) && self.merges(dot) {
-            // The weights' gradients are `acc_tail`'s, from the sums' left in the buffer.
-            self.sum_grads::<V>(frame, sum, reps)?;
-            return Ok(());
+        if let Some(emitted) = self.first_layer_backward::<V>(frame, dot, reps) {
+            return emitted;
         }
         if let Some(shared) = vertical_arg(map, reps.lane_level()).filter(|_| reps.vertical) {
             let gs = self.sum_grads::<VectorValue>(frame, sum, reps)?;
@@ -464,9 +421,6 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
             return self.vertical_backward(frame, map, reps, shared, gs, |this, t| {
                 this.products_locals(frame, map, t, reps, &g_products)
             });
-        }
-        if let Some((skip, _)) = self.accumulate_skip(frame, dot).filter(|_| V::IS_VECTOR) {
-            return self.sparse_dot_backward(frame, dot, reps, skip);
         }
         let gs = self.sum_grads::<V>(frame, sum, reps)?;
         self.tail_backward(frame, sum, dot.head(), reps, &gs)?;
@@ -675,10 +629,10 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         let args = map.args.iter().enumerate();
         args.map(|(i, &a)| {
             if let Some(c) = self.plan.constants.operand(map, i) {
-                return V::shared(self, self.f64_type.const_float(c), lanes);
+                return V::shared(self, self.f64_type().const_float(c), lanes);
             }
-            if let (Pass::Stage { sample, .. }, false) = (frame.pass, map.grad_args[i]) {
-                return self.sample_input(sample, a, t, lanes);
+            if let Some(x) = self.first_layer_operand(frame, map, i, t, lanes) {
+                return x;
             }
             match self.local_value(frame, a, lanes)? {
                 Some(x) => Ok(x),

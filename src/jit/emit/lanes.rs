@@ -84,7 +84,7 @@ impl<'ctx> Reps<'ctx> {
 
 /// A value of one repetition (`f64`) or of a vector of lanes (`<w x double>`), and how it
 /// moves between registers and the buffers.
-pub(super) trait LaneIo<'ctx>: super::Lanes<'ctx> {
+pub(super) trait LaneIo<'ctx>: super::ScalarOrVector<'ctx> {
     /// Whether a value is a vector of lanes (else one repetition's scalar).
     const IS_VECTOR: bool;
 
@@ -160,7 +160,7 @@ impl<'ctx> LaneIo<'ctx> for FloatValue<'ctx> {
     const IS_VECTOR: bool = false;
 
     fn ty(e: &Emitter<'ctx, '_>, _: Vector) -> FloatType<'ctx> {
-        e.f64_type
+        e.f64_type()
     }
 
     fn load(
@@ -216,7 +216,7 @@ impl<'ctx> LaneIo<'ctx> for FloatValue<'ctx> {
         }
         let before = e
             .builder
-            .build_load(e.f64_type, ptr, "")?
+            .build_load(e.f64_type(), ptr, "")?
             .into_float_value();
         let after = e.builder.build_float_add(before, d, "")?;
         e.builder.build_store(ptr, after)?;
@@ -258,7 +258,7 @@ impl<'ctx> LaneIo<'ctx> for VectorValue<'ctx> {
     }
 
     fn ty(e: &Emitter<'ctx, '_>, lanes: Vector) -> VectorType<'ctx> {
-        e.f64_type.vec_type(lanes.width)
+        e.f64_type().vec_type(lanes.width)
     }
 
     fn shared(e: &Emitter<'ctx, '_>, x: FloatValue<'ctx>, lanes: Vector) -> Emit<Self> {
@@ -354,7 +354,7 @@ impl<'ctx> LaneIo<'ctx> for VectorValue<'ctx> {
         let ptr = e.ptr_at(frame.grads, a, t, &reps.js)?;
         let mut sum = e
             .builder
-            .build_load(e.f64_type, ptr, "")?
+            .build_load(e.f64_type(), ptr, "")?
             .into_float_value();
         for lane in (0..lanes.width).rev() {
             let x = e
@@ -431,7 +431,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         let ptr = self.ptr_at(buf, a, t, js)?;
         Ok(self
             .builder
-            .build_load(self.f64_type, ptr, "")?
+            .build_load(self.f64_type(), ptr, "")?
             .into_float_value())
     }
 
@@ -471,7 +471,7 @@ impl<'ctx> Emitter<'ctx, '_> {
 
     /// `x` in every lane of a vector of `width`.
     pub(super) fn splat(&self, x: FloatValue<'ctx>, width: u32) -> Emit<VectorValue<'ctx>> {
-        self.broadcast(x.into(), self.f64_type.vec_type(width))
+        self.broadcast(x.into(), self.f64_type().vec_type(width))
     }
 
     /// `x` in every lane of a vector of type `ty`: LLVM's idiom, one insert into lane 0 and a
@@ -533,12 +533,12 @@ impl<'ctx> Emitter<'ctx, '_> {
     /// The lanes `at`: one load each in a module of loop code (LLVM then sees every load,
     /// and forwards earlier stores to them), else `llvm.masked.gather`.
     fn gather(&self, at: LanesAt<'ctx>) -> Emit<VectorValue<'ctx>> {
-        let ty = self.f64_type.vec_type(at.width);
-        if self.scalar_lanes {
+        let ty = self.f64_type().vec_type(at.width);
+        if self.style.scalar_lanes {
             let i32t = self.context.i32_type();
             let mut v = ty.get_undef();
             for (lane, ptr) in self.lane_ptrs(at)?.into_iter().enumerate() {
-                let x = self.builder.build_load(self.f64_type, ptr, "")?;
+                let x = self.builder.build_load(self.f64_type(), ptr, "")?;
                 let lane = i32t.const_int(lane as u64, false);
                 v = self.builder.build_insert_element(v, x, lane, "")?;
             }
@@ -562,7 +562,7 @@ impl<'ctx> Emitter<'ctx, '_> {
     /// `v`'s lanes stored `at`: one store each in a module of loop code, else
     /// `llvm.masked.scatter` (as [`Emitter::gather`]).
     fn scatter(&self, v: VectorValue<'ctx>, at: LanesAt<'ctx>) -> Emit<()> {
-        if self.scalar_lanes {
+        if self.style.scalar_lanes {
             let i32t = self.context.i32_type();
             for (lane, ptr) in self.lane_ptrs(at)?.into_iter().enumerate() {
                 let lane = i32t.const_int(lane as u64, false);

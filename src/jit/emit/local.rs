@@ -52,7 +52,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         if len == 0 {
             return Ok(None);
         }
-        let ty = self.f64_type.array_type(len);
+        let ty = self.f64_type().array_type(len);
         Ok(Some(self.builder.build_alloca(ty, "scratch")?))
     }
 
@@ -132,7 +132,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         // the number of elements of its function's locals (a local's lanes after its first).
         Ok(unsafe {
             self.builder
-                .build_in_bounds_gep(self.f64_type, scratch, &[index], "local")?
+                .build_in_bounds_gep(self.f64_type(), scratch, &[index], "local")?
         })
     }
 
@@ -164,7 +164,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
             ValuePlace::Buffers => Ok(None),
             ValuePlace::Scratch(ptr) => self.load_scratch(ptr, lanes).map(Some),
             ValuePlace::Unread => {
-                V::shared(self, self.f64_type.const_float(f64::NAN), lanes).map(Some)
+                V::shared(self, self.f64_type().const_float(f64::NAN), lanes).map(Some)
             }
         }
     }
@@ -197,7 +197,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
             let Item::Map(map) = item else { continue };
             for &lanes in &reps.vectors {
                 if let Some(ptr) = self.local_grad_ptr(frame, map.out, lanes)? {
-                    let zero = V::shared(self, self.f64_type.const_zero(), lanes)?;
+                    let zero = V::shared(self, self.f64_type().const_zero(), lanes)?;
                     self.store_scratch(ptr, zero)?;
                 }
             }

@@ -19,14 +19,13 @@
 //! The entry points' names and signatures are [`super::abi`]'s: the emitter declares each
 //! from its Rust type there, which the engine calls it under.
 
+mod blocks;
+mod first_layer;
 mod items;
 mod known;
 mod lanes;
 mod local;
-mod merged;
 mod neighbours;
-mod sparse;
-mod split;
 mod step;
 mod straight;
 mod vertical;
@@ -44,24 +43,12 @@ use strum::IntoEnumIterator;
 use super::abi::{Entry, Param, Signature};
 use super::abi::{ACCUMULATE, BACKWARD, FORWARD, STEP_UPDATE, TRAIN, UPDATE};
 pub(super) use super::ir_arith::Emit;
-use super::ir_arith::{IrArith, Lanes, MathTable};
+use super::ir_arith::{IrArith, MathTable, ScalarOrVector};
 use crate::op::MathFn;
 use crate::plan::lanes::VECTOR_WIDTH;
 use crate::plan::memory::repeated_runs;
 use crate::plan::Plan;
 use crate::tape::{Slot, Tape};
-
-/// The longest run of gradients [`Emitter::zero_grads_where`] zeroes with stores rather than
-/// a memset.
-const INLINE_ZEROS: usize = 128;
-
-/// A loop over an item's elements of at most this many iterations is emitted as its
-/// iterations one after the other ([`Emitter::emit_loop`]). A short loop's counter, compare,
-/// branch and the φ of each carried sum are a large part of its body, and with constant
-/// indices instruction combining and early CSE see through its loads: a value stored by
-/// one item and loaded by the next (an RNN cell's input terms, stored in lanes and summed
-/// right after) is forwarded in registers.
-const UNROLLED_ITERATIONS: u32 = 4;
 
 /// The host CPU, stamped on every function so codegen uses its features (AVX2, FMA, ...).
 pub struct HostCpu {
@@ -140,26 +127,37 @@ pub struct Emitter<'ctx, 't> {
     context: &'ctx Context,
     module: Module<'ctx>,
     builder: Builder<'ctx>,
-    f64_type: FloatType<'ctx>,
+    /// The math functions ops call, declared in the module.
     math: MathTable<'ctx>,
-    fn_attributes: Vec<Attribute>,
     tape: &'t Tape,
     plan: &'t Plan,
-    /// The plan functions whose backward variants this module defines.
-    defines: Range<usize>,
-    /// The plan functions whose forward variant this module defines.
-    defines_forward: Range<usize>,
-    /// Which module this is.
-    role: ModuleRole,
+    /// Which module this is and which plan functions it defines.
+    scope: Scope,
+    /// How its functions are written for the host.
+    style: ModuleStyle,
     /// Lane vectors in registers, while a loop item is emitted ([`known`]).
     known: known::Known<'ctx>,
+}
+
+/// Which module an [`Emitter`] writes, and the plan functions it defines.
+struct Scope {
+    role: ModuleRole,
+    /// The plan functions whose backward variants (plain and `step`'s) the module defines.
+    backward: Range<usize>,
+    /// The plan functions whose forward variant it defines.
+    forward: Range<usize>,
+}
+
+/// How a module's functions are written for the host.
+struct ModuleStyle {
+    /// Every function's attributes: the host CPU and its features, `nounwind`, the stack
+    /// alignment.
+    attributes: Vec<Attribute>,
     /// Lanes whose slots are not adjacent are read and written one slot at a time, not by
-    /// masked gathers and scatters (in modules of loop code,
-    /// [`crate::plan::functions::loop_code`]).
+    /// masked gathers and scatters (in modules of loop code at O2-O3, whose pass pipeline
+    /// leaves SLP out: [`crate::plan::functions::loop_code`],
+    /// `JitBuilder::module_pipeline`).
     scalar_lanes: bool,
-    /// Whether the host packs a vector's chosen lanes together in a register (AVX-512 VL's
-    /// `vpcompressd`), which `train`'s list of non-zero inputs uses ([`sparse`]).
-    compresses: bool,
 }
 
 /// What varies per function: its buffers, and what the pass it belongs to adds.
@@ -331,9 +329,9 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         role: ModuleRole,
         scalar_lanes: bool,
     ) -> Self {
-        let (defines, defines_forward) = role.defines(plan);
+        let (backward, forward) = role.defines(plan);
         let name = match role {
-            ModuleRole::Plan(_) => format!("tapejit{}", defines.start),
+            ModuleRole::Plan(_) => format!("tapejit{}", backward.start),
             ModuleRole::Lazy(entry) => format!("tapejit_{}", entry.name()),
         };
         let module = context.create_module(&name);
@@ -370,27 +368,32 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
             context,
             module,
             builder: context.create_builder(),
-            f64_type,
             math,
-            fn_attributes,
             tape,
             plan,
-            defines,
-            defines_forward,
-            role,
+            scope: Scope {
+                role,
+                backward,
+                forward,
+            },
+            style: ModuleStyle {
+                attributes: fn_attributes,
+                scalar_lanes,
+            },
             known: known::Known::default(),
-            scalar_lanes,
-            compresses: ["+avx512f", "+avx512vl"]
-                .iter()
-                .all(|f| cpu.features.split(',').any(|g| g == *f)),
         }
+    }
+
+    /// The IR type of a number.
+    fn f64_type(&self) -> FloatType<'ctx> {
+        self.context.f64_type()
     }
 
     /// Emits the module's functions (and, in module 0, the entry points) and hands the
     /// module over.
     pub fn emit(self) -> Emit<Lowered<'ctx>> {
         let forward = self.forward_parts("fwd", Pass::Forward)?;
-        match self.role {
+        match self.scope.role {
             ModuleRole::Lazy(LazyEntry::Accumulate) => {
                 let backward = self.backward_parts("bwd", false)?;
                 if self.tape.loss().is_some() {
@@ -440,12 +443,12 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
 
     /// Whether this module defines the entry points but the lazy ones (module 0 does).
     fn entries(&self) -> bool {
-        self.role == ModuleRole::Plan(0)
+        self.scope.role == ModuleRole::Plan(0)
     }
 
     /// Whether this is a lazy entry's module.
     fn is_lazy(&self) -> bool {
-        matches!(self.role, ModuleRole::Lazy(_))
+        matches!(self.scope.role, ModuleRole::Lazy(_))
     }
 
     /// The plan functions this module defines or calls (of a variant defined for `own`):
@@ -463,7 +466,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         let visible = match pass {
             // `train`'s forward differs in function 0 only.
             Pass::TrainForward => 0..1,
-            _ => self.visible(&self.defines_forward),
+            _ => self.visible(&self.scope.forward),
         };
         visible
             .map(|k| self.forward_function(k, &format!("{prefix}{k}"), pass))
@@ -492,8 +495,8 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         };
         // `train`'s forward lives in `train`'s module.
         let defined = match pass {
-            Pass::TrainForward => self.role == ModuleRole::Lazy(LazyEntry::Train),
-            _ => self.defines_forward.contains(&k),
+            Pass::TrainForward => self.scope.role == ModuleRole::Lazy(LazyEntry::Train),
+            _ => self.scope.forward.contains(&k),
         };
         if !defined {
             return Ok(part);
@@ -558,7 +561,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         } else if self.is_lazy() {
             parts.push(part(declared(format!("{prefix}_init")), false));
         }
-        for k in self.visible(&self.defines).rev() {
+        for k in self.visible(&self.scope.backward).rev() {
             let f = self.backward_function(&format!("{prefix}{k}"), k, steps)?;
             parts.push(part(f, steps));
         }
@@ -579,7 +582,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         steps: bool,
     ) -> Emit<FunctionValue<'ctx>> {
         let f = self.declare_function(name, &self.lr_param(steps), false);
-        if !self.defines.contains(&function) {
+        if !self.scope.backward.contains(&function) {
             return Ok(f);
         }
         self.begin_body(f);
@@ -631,7 +634,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         let zeroed = |s: usize| self.plan.grads.zeroed(self.tape, Slot(s as u32), steps);
         self.zero_grads_where(grads, self.tape.len(), zeroed)?;
         if let Some(loss) = self.tape.loss().filter(|l| zeroed(l.index())) {
-            self.store_slot(grads, loss, self.f64_type.const_float(1.0))?;
+            self.store_slot(grads, loss, self.f64_type().const_float(1.0))?;
         }
         self.builder.build_return(None)?;
         Ok(f)
@@ -645,7 +648,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         let step = self.plan.step.as_ref().filter(|_| steps);
         let memory = &self.plan.grads;
         if let Some(loss) = (self.tape.loss()).filter(|_| memory.loss_needs_one(self.tape, step)) {
-            self.store_slot(grads, loss, self.f64_type.const_float(1.0))?;
+            self.store_slot(grads, loss, self.f64_type().const_float(1.0))?;
         }
         let zero = |s| memory.unstored(self.tape, &self.plan.kept, step, s);
         self.zero_grads_where(grads, self.tape.len(), zero)?;
@@ -676,7 +679,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         let params: Vec<BasicMetadataTypeEnum<'ctx>> = (entry.params().iter())
             .map(|p| match p {
                 Param::Ptr => ptr.into(),
-                Param::F64 => self.f64_type.into(),
+                Param::F64 => self.f64_type().into(),
                 Param::I64 => self.context.i64_type().into(),
             })
             .collect();
@@ -698,7 +701,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
             .collect();
         let ty = self.context.void_type().fn_type(&params, false);
         let f = self.module.add_function(name, ty, None);
-        for &a in &self.fn_attributes {
+        for &a in &self.style.attributes {
             f.add_attribute(AttributeLoc::Function, a);
         }
         let enum_attribute = |name| {
@@ -726,7 +729,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
     /// The parameter list after the buffers: `double lr` if `with_lr`.
     fn lr_param(&self, with_lr: bool) -> Vec<BasicMetadataTypeEnum<'ctx>> {
         if with_lr {
-            vec![self.f64_type.into()]
+            vec![self.f64_type().into()]
         } else {
             Vec::new()
         }
@@ -748,7 +751,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         // function forms lies below the tape length, the buffers' length.
         unsafe {
             self.builder
-                .build_in_bounds_gep(self.f64_type, buf, &[index], "")
+                .build_in_bounds_gep(self.f64_type(), buf, &[index], "")
         }
     }
 
@@ -763,7 +766,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         let ptr = self.slot_ptr(buf, slot)?;
         Ok(self
             .builder
-            .build_load(self.f64_type, ptr, name)?
+            .build_load(self.f64_type(), ptr, name)?
             .into_float_value())
     }
 
@@ -775,12 +778,12 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
 
     /// Scalar arithmetic without fast-math flags: straight-line code is always exact.
     fn scalar_arith(&self) -> IrArith<'_, 'ctx> {
-        IrArith::new(&self.builder, &self.module, self.f64_type, &self.math)
+        IrArith::new(&self.builder, &self.module, self.f64_type(), &self.math)
     }
 
     /// Zeroes the gradients of the slots (among the first `slots`) where `which` holds, in
     /// a loop where runs repeat at a stride ([`repeated_runs`]): a run of up to
-    /// [`INLINE_ZEROS`] slots as stores of zero vectors, a longer one as a memset (which code
+    /// [`Tactics::inline_zeros`](crate::plan::tactics::Tactics::inline_zeros) slots as stores of zero vectors, a longer one as a memset (which code
     /// generation makes a call to the C library's above a few hundred bytes: in a loop over
     /// 100 copies that call cost more than the stores).
     fn zero_grads_where(
@@ -802,7 +805,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
                         let index = this.builder.build_int_add(start, shift, "run")?;
                         this.element_ptr(grads, index)
                     };
-                    if run.len() > INLINE_ZEROS {
+                    if run.len() > self.plan.tactics.inline_zeros {
                         let bytes = i64t.const_int(8 * run.len() as u64, false);
                         this.builder.build_memset(at(run.start)?, 8, zero, bytes)?;
                         continue;
@@ -810,7 +813,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
                     let mut slot = run.start;
                     while slot < run.end {
                         let width = VECTOR_WIDTH.min(run.end - slot);
-                        let zeros = this.f64_type.vec_type(width).const_zero();
+                        let zeros = this.f64_type().vec_type(width).const_zero();
                         this.store_vector(at(slot)?, zeros)?;
                         slot += width;
                     }
@@ -856,9 +859,9 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
     /// Emits `for t in 0..len` (or `(0..len).rev()`) around `body` (which may emit loops of
     /// its own); `body` gets `t` and the carried values and returns their next values.
     /// Returns the carried values after the last iteration. For an item's elements: a loop
-    /// of at most [`UNROLLED_ITERATIONS`] is its iterations one after the other, each with
+    /// of at most [`Tactics::unrolled_iterations`](crate::plan::tactics::Tactics::unrolled_iterations) is its iterations one after the other, each with
     /// `t` a constant.
-    fn emit_loop<V: Lanes<'ctx>>(
+    fn emit_loop<V: ScalarOrVector<'ctx>>(
         &self,
         len: u32,
         descending: bool,
@@ -866,7 +869,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         mut body: impl FnMut(&Self, IntValue<'ctx>, &[V]) -> Emit<Vec<V>>,
     ) -> Emit<Vec<V>> {
         let i64t = self.context.i64_type();
-        if len > UNROLLED_ITERATIONS {
+        if len > self.plan.tactics.unrolled_iterations {
             return self.loop_to(i64t.const_int(len as u64, false), descending, carried, body);
         }
         let mut values = carried.to_vec();
@@ -900,7 +903,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
 
     /// [`Emitter::emit_loop`] for `end` iterations, `end` at least 1 (maybe known only at
     /// run time).
-    fn loop_to<V: Lanes<'ctx>>(
+    fn loop_to<V: ScalarOrVector<'ctx>>(
         &self,
         end: IntValue<'ctx>,
         descending: bool,

@@ -12,10 +12,6 @@ use crate::passes::loops::Affine;
 use crate::plan::{StepPlan, TrainPlan};
 use crate::tape::Slot;
 
-/// Independent vectors of sums in `train`'s check of a sample's inputs (one chain of
-/// additions would wait on each one's latency).
-const FINITE_SUMS: u32 = 4;
-
 impl<'ctx> Emitter<'ctx, '_> {
     /// `step` and `materialize` (`train`, which calls `step`'s functions, is a lazy entry's
     /// module of its own). `step_backward` are `step`'s own backward parts, if the plan has a
@@ -67,7 +63,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         let merged = self.begin_function(
             "train_bwd0",
             &[
-                self.f64_type.into(),
+                self.f64_type().into(),
                 ptr.into(),
                 ptr.into(),
                 ptr.into(),
@@ -195,22 +191,23 @@ impl<'ctx> Emitter<'ctx, '_> {
     }
 
     /// Whether every input of the sample at `sample` is finite: `x - x` is 0 for a finite
-    /// `x` and NaN otherwise, summed in [`FINITE_SUMS`] vectors of eight (independent chains
+    /// `x` and NaN otherwise, summed in [`Tactics::finite_sums`](crate::plan::tactics::Tactics::finite_sums) vectors of eight (independent chains
     /// of additions; no order of the sums can hide a NaN), the last vectors and the rest one
     /// by one.
     fn finite_sample(&self, sample: PointerValue<'ctx>) -> Emit<IntValue<'ctx>> {
         const LANES: u32 = 8;
         let width = self.tape.num_inputs() as u32;
         let i64t = self.context.i64_type();
-        let vector = self.f64_type.vec_type(LANES);
+        let vector = self.f64_type().vec_type(LANES);
         let zeros = vector.const_zero();
-        let block = LANES * FINITE_SUMS;
+        let finite_sums = self.plan.tactics.finite_sums;
+        let block = LANES * finite_sums;
         let blocks = width / block;
         let zero_if_finite = |at: IntValue<'ctx>| -> Emit<VectorValue<'ctx>> {
             let x = self.load_vector(self.element_ptr(sample, at)?, vector)?;
             self.builder.build_float_sub(x, x, "x_minus_x")
         };
-        let mut sums = vec![zeros; FINITE_SUMS as usize];
+        let mut sums = vec![zeros; finite_sums as usize];
         if blocks > 0 {
             sums = self.emit_loop(blocks, false, &sums, |this, k, sums| {
                 let first = this.builder.build_int_mul(
@@ -241,12 +238,12 @@ impl<'ctx> Emitter<'ctx, '_> {
         for &sum in &sums[1..] {
             all = self.builder.build_float_add(all, sum, "finite_all")?;
         }
-        let mut rest = self.f64_type.const_zero();
+        let mut rest = self.f64_type().const_zero();
         for i in width - width % LANES..width {
             let ptr = self.element_ptr(sample, i64t.const_int(i as u64, false))?;
             let x = self
                 .builder
-                .build_load(self.f64_type, ptr, "x")?
+                .build_load(self.f64_type(), ptr, "x")?
                 .into_float_value();
             let zero_if_finite = self.builder.build_float_sub(x, x, "x_minus_x")?;
             rest = self
@@ -258,7 +255,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         let rest_zero = self.builder.build_float_compare(
             inkwell::FloatPredicate::OEQ,
             rest,
-            self.f64_type.const_zero(),
+            self.f64_type().const_zero(),
             "rest_zero",
         )?;
         self.builder.build_and(all_lanes, rest_zero, "finite")
@@ -559,11 +556,11 @@ impl<'ctx> Emitter<'ctx, '_> {
                 );
                 let g = this
                     .builder
-                    .build_load(this.f64_type, g_at, "g")?
+                    .build_load(this.f64_type(), g_at, "g")?
                     .into_float_value();
                 let p = this
                     .builder
-                    .build_load(this.f64_type, p_at, "p")?
+                    .build_load(this.f64_type(), p_at, "p")?
                     .into_float_value();
                 let p_new = this.sgd(p, g, lr)?;
                 this.builder.build_store(p_at, p_new)?;

@@ -42,7 +42,7 @@ impl<'ctx> Emitter<'ctx, '_> {
             return Ok(v);
         }
         let v = match self.tape.op(slot) {
-            Op::Const(c) => self.f64_type.const_float(c),
+            Op::Const(c) => self.f64_type().const_float(c),
             _ => self.load_slot(vals, slot, &format!("n{}", slot.0))?,
         };
         cache.insert(slot, v);
@@ -198,8 +198,8 @@ impl<'ctx> Emitter<'ctx, '_> {
         };
         let g = match start {
             GradStart::Memory => self.load_slot(frame.grads, slot, &format!("g{}", slot.0))?,
-            GradStart::One => self.f64_type.const_float(1.0),
-            GradStart::Zero => self.f64_type.const_float(0.0),
+            GradStart::One => self.f64_type().const_float(1.0),
+            GradStart::Zero => self.f64_type().const_float(0.0),
         };
         chunk.grads.insert(slot, g);
         Ok(g)

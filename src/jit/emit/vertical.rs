@@ -240,7 +240,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         let (across_steps, at_first) = self.steps_as_lanes(a, reps);
         // Where these lanes make the slots' every addition, the sums start from 0.
         let mut acc = if self.plan.grads.sums_whole(a.base) {
-            self.f64_type.vec_type(VERTICAL_BLOCK).const_zero()
+            self.f64_type().vec_type(VERTICAL_BLOCK).const_zero()
         } else {
             VectorValue::load(self, frame.grads, across_steps, first, &at_first, STEPS)?
         };

@@ -20,10 +20,10 @@ use inkwell::types::VectorType;
 use inkwell::values::{BasicValue, BasicValueEnum, IntValue, PointerValue, VectorValue};
 use inkwell::{FloatPredicate, IntPredicate};
 
-use super::super::abi::{ACC_HEAD, ACC_REST, ACC_TAIL};
-use super::lanes::{LaneIo, Reps};
+use super::super::lanes::{LaneIo, Reps};
+use super::super::{Emit, Emitter, Frame, Part, Pass};
 use super::sparse::Rows;
-use super::{Emit, Emitter, Frame, Part, Pass};
+use crate::jit::abi::{ACC_HEAD, ACC_REST, ACC_TAIL};
 use crate::passes::loops::{Affine, DotLoop, Nest};
 use crate::plan::split::split_nest;
 use crate::plan::ZeroSkip;
@@ -31,7 +31,7 @@ use crate::plan::ZeroSkip;
 impl<'ctx> Emitter<'ctx, '_> {
     /// The three stages, where the plan splits `train`'s dot; `forward` and `backward` are
     /// `accumulate`'s parts.
-    pub(super) fn split_entries(
+    pub(in crate::jit::emit) fn split_entries(
         &self,
         forward: &[Part<'ctx>],
         backward: &[Part<'ctx>],
@@ -210,7 +210,7 @@ impl<'ctx> Emitter<'ctx, '_> {
                         let frame = Frame {
                             vals,
                             grads,
-                            scratch: super::local::Scratch::Backward(None),
+                            scratch: super::super::local::Scratch::Backward(None),
                             pass: Pass::Stage {
                                 sample,
                                 ahead: None,
@@ -309,7 +309,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         self.counted_loop(m, &[], |this, s, _| {
             let sample = this.element_at(samples, s, width)?;
             let gs = this.element_at(sums_grads, s, count)?;
-            let gs = this.load_vector(gs, this.f64_type.vec_type(count as u32))?;
+            let gs = this.load_vector(gs, this.f64_type().vec_type(count as u32))?;
             let finite = this.all_finite(&[gs])?;
             let word =
                 this.builder
@@ -322,7 +322,7 @@ impl<'ctx> Emitter<'ctx, '_> {
                 .build_select(finite, i64t.const_zero(), bit, "every")?;
             // Rows `first..first + width` of this sample marked, a line of inputs at a time.
             this.in_lines(rows, true, |this, first, width| {
-                let ty = this.f64_type.vec_type(width);
+                let ty = this.f64_type().vec_type(width);
                 let x = this.load_vector(this.address_ptr(sample, input, first, &[])?, ty)?;
                 let test = this.builder.build_float_compare(
                     FloatPredicate::UNE,
@@ -383,7 +383,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         // arrays of `m` whole samples (`NativeReplica`'s `tail` checks their lengths).
         Ok(unsafe {
             self.builder
-                .build_in_bounds_gep(self.f64_type, xs, &[at], "")?
+                .build_in_bounds_gep(self.f64_type(), xs, &[at], "")?
         })
     }
 

@@ -4,8 +4,8 @@
 
 use inkwell::values::{IntValue, PointerValue, VectorValue};
 
-use super::lanes::{LaneIo, Reps, Vector};
-use super::{Emit, Emitter, Frame, MergedDot, Samples};
+use super::super::lanes::{LaneIo, Reps, Vector};
+use super::super::{Emit, Emitter, Frame, MergedDot, Samples};
 use crate::passes::loops::{Affine, DotLoop};
 
 impl<'ctx> Emitter<'ctx, '_> {
@@ -128,7 +128,7 @@ impl<'ctx> Emitter<'ctx, '_> {
         lanes: Vector,
     ) -> Emit<V> {
         let at = self.address_ptr(sample, self.sample_affine(a), t, &[])?;
-        let x = self.builder.build_load(self.f64_type, at, "x")?;
+        let x = self.builder.build_load(self.f64_type(), at, "x")?;
         V::shared(self, x.into_float_value(), lanes)
     }
 
