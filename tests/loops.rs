@@ -9,13 +9,27 @@ use common::{assert_backends_agree, interpreter_and_every_jit_level, random_inpu
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tapejit::nn::{Activation, Classifier, Layer};
-use tapejit::{Graph, Jit, Op, Program, Slot, Value};
+use tapejit::{Graph, Jit, JitStats, NestStats, Op, Program, Slot, Value};
 
-/// Checks every backend against the interpreter and returns the loops the JIT made.
-fn check(name: &str, g: &Graph) -> usize {
+/// Checks every backend against the interpreter and returns the stats of the JIT at the
+/// default level.
+fn check(name: &str, g: &Graph) -> JitStats {
     let mut backends = interpreter_and_every_jit_level(g);
     assert_backends_agree(name, &mut backends, &mut StdRng::seed_from_u64(7));
-    Jit::compile(g).unwrap().stats().loops
+    Jit::compile(g).unwrap().stats().clone()
+}
+
+/// Every nest of `stats`, outermost first, each followed by the nests in its body.
+fn all_nests(stats: &JitStats) -> Vec<&NestStats> {
+    fn walk<'a>(nests: &'a [NestStats], out: &mut Vec<&'a NestStats>) {
+        for n in nests {
+            out.push(n);
+            walk(&n.inner, out);
+        }
+    }
+    let mut out = Vec::new();
+    walk(&stats.nests, &mut out);
+    out
 }
 
 #[test]
@@ -33,7 +47,7 @@ fn mlps_of_several_shapes_become_loops() {
     {
         let g = Graph::new();
         Classifier::new(&g, nin, &hidden, 3, &mut StdRng::seed_from_u64(i as u64)).unwrap();
-        let loops = check(&format!("MLP {nin}-{hidden:?}-3"), &g);
+        let loops = check(&format!("MLP {nin}-{hidden:?}-3"), &g).loops;
         assert!(loops > 0, "MLP {nin}-{hidden:?}: no loops recovered");
     }
 }
@@ -49,7 +63,18 @@ fn a_shared_layer_applied_to_several_inputs() {
         outs.extend(layer.call(&x).unwrap());
     }
     g.set_loss(g.sum(outs.iter().map(|&o| o * o))).unwrap();
-    assert!(check("shared layer", &g) > 0);
+    let stats = check("shared layer", &g);
+    assert!(stats.loops > 0);
+    // A nest over the three applications, whose shared weights' gradients it adds after
+    // them (`SharedGrad`).
+    assert!(
+        stats
+            .nests
+            .iter()
+            .any(|n| n.count == 3 && n.shared_grads > 0),
+        "{:?}",
+        stats.nests
+    );
 }
 
 /// `n` products `w_i * x_i` with the pattern broken by `interrupt` at `at`.
@@ -71,7 +96,7 @@ fn a_run_interrupted_by_another_op() {
     let extra = g.input();
     let terms = products(&g, 40, |i| (i == 17).then(|| extra.tanh()));
     g.set_loss(g.sum(&terms).powf(2.0)).unwrap();
-    assert!(check("interrupted run", &g) >= 2);
+    assert!(check("interrupted run", &g).loops >= 2);
 }
 
 #[test]
@@ -83,7 +108,7 @@ fn a_stride_change_midway() {
     let mut terms: Vec<Value> = (0..20).map(|i| w[i] * x[i]).collect();
     terms.extend((0..20).map(|i| w[20 + 2 * i] * x[20 + 2 * i]));
     g.set_loss(g.sum(&terms).tanh()).unwrap();
-    assert!(check("stride change", &g) >= 2);
+    assert!(check("stride change", &g).loops >= 2);
 }
 
 #[test]
@@ -96,7 +121,7 @@ fn a_chain_whose_iterations_depend_on_each_other() {
     }
     g.add_output(v).unwrap();
     g.set_loss(v.tanh()).unwrap();
-    assert!(check("dependent chain", &g) > 0);
+    assert!(check("dependent chain", &g).loops > 0);
 }
 
 #[test]
@@ -118,7 +143,9 @@ fn a_rollout_whose_state_feeds_several_nodes_of_the_next_step() {
     }
     let squares: Vec<Value> = x.iter().map(|&v| v * v).collect();
     g.set_loss(g.sum(&squares)).unwrap();
-    assert!(check("rollout", &g) > 0);
+    let stats = check("rollout", &g);
+    assert!(stats.loops > 0);
+    assert!(stats.stored_first_additions > 0, "{stats:?}");
 }
 
 #[test]
@@ -132,7 +159,7 @@ fn constants_between_run_members_and_repeated_operands() {
     let scaled: Vec<Value> = squares.iter().map(|&s| s * p).collect();
     g.set_loss(g.sum(doubled.iter().chain(&scaled)).sigmoid())
         .unwrap();
-    assert!(check("constants and repeats", &g) >= 3);
+    assert!(check("constants and repeats", &g).loops >= 3);
 }
 
 #[test]
@@ -159,7 +186,7 @@ fn constants_made_at_every_use_in_a_rollout() {
             .collect();
     }
     g.set_loss(g.sum(x.iter().map(|&v| v * v))).unwrap();
-    assert!(check("constants made at every use", &g) > 0);
+    assert!(check("constants made at every use", &g).loops > 0);
     let jit = Jit::compile(&g).unwrap();
     let stats = jit.stats();
     assert!(
@@ -195,7 +222,7 @@ fn a_graph_without_any_pattern() {
         };
     }
     g.set_loss(v).unwrap();
-    assert_eq!(check("no pattern", &g), 0);
+    assert_eq!(check("no pattern", &g).loops, 0);
 }
 
 #[test]
@@ -203,8 +230,15 @@ fn fast_math_agrees_to_rounding_and_is_off_by_default() {
     let g = Graph::new();
     Classifier::new(&g, 40, &[16], 4, &mut StdRng::seed_from_u64(5)).unwrap();
     let mut interp = tapejit::Interpreter::new(&g).unwrap();
-    let mut exact = Jit::compile(&g).unwrap();
-    let mut fast = Jit::builder().fast_math(true).compile(&g).unwrap();
+    let mut exact = Jit::builder().keep_ir(true).compile(&g).unwrap();
+    let mut fast = Jit::builder()
+        .fast_math(true)
+        .keep_ir(true)
+        .compile(&g)
+        .unwrap();
+    // Only the fast program's arithmetic carries fast-math flags.
+    let reassociates = |jit: &Jit| jit.ir().unwrap().contains(" reassoc ");
+    assert!(reassociates(&fast) && !reassociates(&exact));
     let mut rng = StdRng::seed_from_u64(9);
     for step in 0..50 {
         let mut inputs: Vec<f64> = (0..40).map(|_| rng.gen_range(0.0..1.0)).collect();
@@ -235,7 +269,14 @@ fn layers_wider_than_a_lane_group_with_input_gradients() {
         let x = g.inputs(9);
         let out = layer.call(&x).unwrap();
         g.set_loss(g.sum(out.iter().map(|&o| o * o))).unwrap();
-        assert!(check(&format!("{width}-wide layer"), &g) > 0);
+        let stats = check(&format!("{width}-wide layer"), &g);
+        assert!(stats.loops > 0);
+        // The layer's neurons, forward and backward in lanes.
+        assert!(
+            (stats.nests.iter()).any(|n| n.count == width && n.lanes && n.backward_lanes),
+            "{width}: {:?}",
+            stats.nests
+        );
     }
 }
 
@@ -257,7 +298,15 @@ fn a_nest_whose_lane_order_would_reorder_a_gradient_runs_neuron_by_neuron() {
         })
         .collect();
     g.set_loss(g.sum(out.iter().map(|&o| o * o))).unwrap();
-    assert!(check("shared across items", &g) > 0);
+    let stats = check("shared across items", &g);
+    assert!(stats.loops > 0);
+    // The neurons' nest: forward in lanes, backward one neuron after the other.
+    let neurons = stats.nests.iter().find(|n| n.count == 6);
+    assert!(
+        neurons.is_some_and(|n| n.lanes && !n.backward_lanes),
+        "{:?}",
+        stats.nests
+    );
 }
 
 #[test]
@@ -275,7 +324,10 @@ fn step_fuses_updates_only_where_a_loop_computes_the_whole_gradient() {
     let reused_bias = layer.neurons[4].b;
     let loss = g.sum(out.iter().map(|&o| o * o)) + reused_bias * reused_bias;
     g.set_loss(loss).unwrap();
-    assert!(check("step fusion", &g) > 0);
+    let stats = check("step fusion", &g);
+    assert!(stats.loops > 0);
+    // The 16 weights of each of the 10 neurons; no bias, nor `idle`.
+    assert_eq!(stats.fused_updates, 16 * 10, "{stats:?}");
 }
 
 #[test]
@@ -284,6 +336,8 @@ fn gradients_step_defers_are_there_whenever_anyone_looks() {
     // each action right after a step, without looking in between, then compare everything.
     let g = Graph::new();
     Classifier::new(&g, 24, &[12], 3, &mut StdRng::seed_from_u64(15)).unwrap();
+    let stats = Jit::compile(&g).unwrap().stats().clone();
+    assert!(stats.deferred_grads > 0, "{stats:?}");
     let (inputs, params) = (g.num_inputs(), g.num_params());
     let mut rng = StdRng::seed_from_u64(16);
     let mut x = || random_inputs(&mut rng, inputs);
@@ -347,6 +401,8 @@ fn train_is_step_per_sample_bit_for_bit() {
     for (nin, hidden, samples) in [(24, vec![12], 7), (20, vec![70, 5], 4), (16, vec![9], 1)] {
         let g = Graph::new();
         Classifier::new(&g, nin, &hidden, 3, &mut StdRng::seed_from_u64(17)).unwrap();
+        let stats = Jit::compile(&g).unwrap().stats().clone();
+        assert!(stats.merged_train, "{nin}-{hidden:?}: train merges nothing");
         let width = g.num_inputs();
         let mut rng = StdRng::seed_from_u64(18);
         let inputs: Vec<f64> = (0..samples)
@@ -440,7 +496,13 @@ fn copies_whose_dots_add_into_a_shared_layer_in_blocks() {
             terms.extend(l2.call(&h).unwrap());
         }
         g.set_loss(g.sum(terms.iter().map(|&o| o * o))).unwrap();
-        check(&format!("{copies} copies of {nin}-{hidden:?}"), &g);
+        let stats = check(&format!("{copies} copies of {nin}-{hidden:?}"), &g);
+        // The second layer's neurons, in lanes, backward in the vertical order.
+        assert!(
+            (all_nests(&stats).iter()).any(|n| n.count as usize == hidden[1] && n.vertical),
+            "{copies} copies of {nin}-{hidden:?}: {:?}",
+            stats.nests
+        );
     }
 }
 
@@ -476,7 +538,13 @@ fn recurrent_cells_whose_sums_add_terms_before_their_products() {
         terms.extend(&h);
         g.set_loss(g.sum(terms.iter().map(|&t| t * t))).unwrap();
         let name = format!("{steps} steps of a {inputs}+{hidden} cell, readout {readout}");
-        check(&name, &g);
+        let stats = check(&name, &g);
+        // The cell's neurons, in lanes, backward in the vertical order.
+        assert!(
+            (all_nests(&stats).iter()).any(|n| n.count as usize == hidden && n.vertical),
+            "{name}: {:?}",
+            stats.nests
+        );
     }
 }
 
@@ -496,7 +564,12 @@ fn rollouts_whose_forward_runs_the_chain_first() {
         }
         terms.extend(&h);
         g.set_loss(g.sum(terms.iter().map(|&t| t * t))).unwrap();
-        check(&format!("a rollout of {width} states"), &g);
+        let stats = check(&format!("a rollout of {width} states"), &g);
+        assert!(
+            stats.nests.iter().any(|n| n.forward_reordered),
+            "{width} states: {:?}",
+            stats.nests
+        );
     }
 }
 
@@ -530,9 +603,17 @@ fn a_dot_after_a_term_that_others_read_too() {
             terms.extend([sum.tanh(), extra * 0.5]);
         }
         g.set_loss(g.sum(terms.iter().map(|&t| t * t))).unwrap();
-        check(
-            &format!("{neurons} neurons over {nin} inputs, own z {own_z}"),
-            &g,
+        let name = format!("{neurons} neurons over {nin} inputs, own z {own_z}");
+        let stats = check(&name, &g);
+        // The neurons' nest (the largest): forward in lanes, backward in lanes with `z` of
+        // their own, neuron by neuron with the layer's inputs.
+        let layer = stats.nests.iter().max_by_key(|n| n.nodes);
+        assert!(
+            layer.is_some_and(|n| n.count as usize == neurons
+                && n.lanes
+                && n.backward_lanes == own_z),
+            "{name}: {:?}",
+            stats.nests
         );
     }
 }
@@ -599,7 +680,13 @@ fn tanh_in_vector_lanes_is_the_interpreters_on_every_kind_of_input() {
     let mut backends = interpreter_and_every_jit_level(&g);
     common::assert_backends_agree_on("tanh of special values", &mut backends, &script);
     let jit = Jit::compile(&g).unwrap();
-    assert!(jit.stats().loops > 0, "the tanh map is no loop");
+    let stats = jit.stats();
+    assert!(stats.loops > 0, "the tanh map is no loop");
+    assert!(
+        (stats.nests.iter()).any(|n| n.lanes && n.backward_lanes),
+        "the tanh map runs in no lanes: {:?}",
+        stats.nests
+    );
 }
 
 /// The ops that call libm (`softplus`, `log1p`, `sin`, `cos`: lane by lane in vector code)
@@ -720,8 +807,9 @@ fn new_ops_in_vector_lanes_are_the_interpreters_on_every_kind_of_input() {
         // a longer body is a nest, in lanes.
         let one_op = name == "min" || name == "max";
         assert!(
-            one_op || stats.nests.iter().any(|n| n.lanes),
-            "{name}: the map runs in no lanes"
+            one_op || (stats.nests.iter()).any(|n| n.lanes && n.backward_lanes),
+            "{name}: the map runs in no lanes: {:?}",
+            stats.nests
         );
     }
 }

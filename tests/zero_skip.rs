@@ -95,6 +95,11 @@ fn assert_train_exact_on(g: &Graph, what: &str, params: &[f64], runs: &[(Vec<f64
                 .zero_skipping(skipping)
                 .compile(g)
                 .unwrap();
+            // The merged first layer, skipping zero inputs unless told not to.
+            let stats = jit.stats();
+            assert!(stats.merged_train, "{at}: train merges nothing");
+            let skips = skipping != ZeroSkipping::Never;
+            assert_eq!(stats.zero_skipping, skips, "{at}: zero-skipping");
             jit.set_params(params).unwrap();
             let mut losses = Vec::new();
             for (inputs, lr) in runs {
@@ -348,6 +353,7 @@ fn weights_that_stop_being_finite_where_nan_is_swallowed() {
         .zero_skipping(ZeroSkipping::Always)
         .compile(&g)
         .unwrap();
+    assert!(jit.stats().zero_skipping);
     let sparse = without_input_zero(&mut rng, 5);
     for p in [&mut reference as &mut dyn Program, &mut jit] {
         p.set_params(&params).unwrap();
@@ -412,6 +418,7 @@ fn a_step_between_trains_is_seen() {
         .zero_skipping(ZeroSkipping::Always)
         .compile(&g)
         .unwrap();
+    assert!(jit.stats().zero_skipping);
     for p in [&mut reference as &mut dyn Program, &mut jit] {
         p.train(&sparse, 0.05).unwrap();
         let mut params = p.params();
@@ -477,6 +484,9 @@ fn a_non_finite_sample_stops_train_and_changes_nothing() {
                 .zero_skipping(skipping)
                 .compile(&g)
                 .unwrap();
+            let stats = jit.stats();
+            assert!(stats.merged_train);
+            assert_eq!(stats.zero_skipping, skipping != ZeroSkipping::Never);
             programs.push((format!("{level:?}, {skipping:?}"), Box::new(jit)));
         }
     }
@@ -532,4 +542,9 @@ fn a_late_sample_of_a_long_minibatch_with_gradients_that_are_not_finite() {
     }
     let runs = vec![(inputs, 0.05)];
     assert_train_exact("a late sample overflowing", &initial_params(), &runs);
+    // The path under test: the first layer cut by its rows across threads (skipping zero
+    // inputs, as `assert_train_exact` runs it too), each row's samples marked in words of 64.
+    let g = Graph::new();
+    Classifier::new(&g, NIN, &[HIDDEN], CLASSES, &mut StdRng::seed_from_u64(3)).unwrap();
+    assert_eq!(Jit::compile(&g).unwrap().stats().split_rows, NIN);
 }

@@ -84,8 +84,15 @@ impl JitBuilder {
         stats.buffered_slots = plan.buffers.buffer_len();
         stats.local_grads = plan.grads.local.count();
         stats.local_values = plan.local_values.count();
+        stats.stored_first_additions = plan.grads.stored_count();
         stats.constant_operands = plan.constants.count();
         stats.split_rows = plan.split.as_ref().map_or(0, |s| s.rows);
+        if let Some(step) = &plan.step {
+            stats.fused_updates = step.fused.iter().filter(|&&f| f).count();
+            stats.deferred_grads = (0..tape.num_params()).filter(|&s| step.defers(s)).count();
+            stats.merged_train = step.train.is_some();
+            stats.zero_skipping = step.train.as_ref().is_some_and(|t| t.skip_zeros.is_some());
+        }
         stats.compile_threads = self.threads().min(plan.modules.len());
         let native = Native::compile(&tape, &plan, self, stats.compile_threads, &mut stats)?;
         stats.compile_secs = start.elapsed().as_secs_f64();

@@ -166,6 +166,8 @@ pub struct JitStats {
     /// Slots whose value never leaves a nest's repetition and no derivative reads, kept in
     /// registers and never stored (`Program::value` of one is [`crate::Error::NotKept`]).
     pub local_values: usize,
+    /// Loop operands that store their first addition to each gradient instead of zeroing it first.
+    pub stored_first_additions: usize,
     /// Loop operands that read one constant wherever they run (`x * 0.5` made at every use,
     /// a node per repetition), which the code uses as a number instead of loading them.
     pub constant_operands: usize,
@@ -173,6 +175,14 @@ pub struct JitStats {
     /// one range per thread (each thread's rows of weights never leave it; one thread runs
     /// the same stages over every row); 0 where the threads share out the samples instead.
     pub split_rows: usize,
+    /// Params `step` updates where a lane loop computes their whole gradient (their only use).
+    pub fused_updates: usize,
+    /// Of those, params whose gradients `step` leaves unstored until something reads them.
+    pub deferred_grads: usize,
+    /// Whether `train` merges the first layer's weight update with the next sample's forward.
+    pub merged_train: bool,
+    /// Whether that merged layer skips zero inputs (in `train` and `train_minibatches`).
+    pub zero_skipping: bool,
     /// The repeated structure loop recovery found: each outermost nest in tape order (a
     /// batch written as copies, a rollout's steps, a layer's neurons), with the nests in it.
     pub nests: Vec<NestStats>,
@@ -187,6 +197,12 @@ pub struct NestStats {
     pub nodes: usize,
     /// Whether its repetitions run side by side in vector lanes (forward, at least).
     pub lanes: bool,
+    /// Whether its backward runs in vector lanes too.
+    pub backward_lanes: bool,
+    /// Whether that backward adds into operands all lanes share in blocks (the vertical order).
+    pub vertical: bool,
+    /// Whether forward runs first the body items the next repetition reads (not tape order).
+    pub forward_reordered: bool,
     /// Gradients added over its repetitions after they ran, each slot's contributions in a
     /// register, instead of in every repetition: the weights a batch's copies share.
     pub shared_grads: usize,
@@ -203,6 +219,9 @@ impl NestStats {
                     count: n.count,
                     nodes: item.loop_nodes(),
                     lanes: n.lanes.forward().is_some(),
+                    backward_lanes: n.lanes.backward().is_some(),
+                    vertical: matches!(n.lanes, recovery::Lanes::Both { vertical: true, .. }),
+                    forward_reordered: !n.forward_order.is_empty(),
                     shared_grads: n.shared_grads.len(),
                     inner: NestStats::of(&n.body),
                 }),

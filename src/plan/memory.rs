@@ -164,6 +164,11 @@ impl GradMemory {
         self.stored.contains(&additions)
     }
 
+    /// How many loop operands store their first additions ([`Whole::Stored`]).
+    pub fn stored_count(&self) -> usize {
+        self.stored.len()
+    }
+
     /// Whether `slot`'s gradient is stored by a loop operand's first addition.
     #[cfg(test)]
     pub fn stored_slot(&self, slot: i64) -> bool {
