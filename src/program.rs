@@ -287,7 +287,7 @@ pub trait Program: backend::Sealed {
     /// step; many, each just before its step reads it, and the buffers are put back if one
     /// fails: an epoch of inputs then streams from memory once, not twice.) The JIT runs a
     /// first layer's weight update and the next sample's forward through it in one pass over
-    /// its weights (`plan/step.rs`).
+    /// its weights (`plan/step.rs`, `plan/first_layer/`).
     fn train(&mut self, inputs: &[f64], lr: f64) -> Result<Vec<f64>>;
 
     /// Minibatch SGD: `inputs` (a whole number of samples, as `train` takes them) in

@@ -47,7 +47,7 @@ impl OptLevel {
     /// a random DAG of 5,000 nodes compiles in 0.16 s instead of 0.8-1.1 at O1), and at O2
     /// and O3 for a module of loop code only ([`crate::plan::functions::loop_code`]), which
     /// reads and writes lanes whose slots are not adjacent one slot at a time
-    /// (`emit::lanes`), so that instruction combining and early CSE see every load and store;
+    /// (`emit::lane_io`), so that instruction combining and early CSE see every load and store;
     /// SLP would turn those loads back into gathers (on Zen 4, moons' step 16 -> 17-20 us) and
     /// its alias checks over the stores triple the compile time.
     pub(crate) fn pipeline_without_slp(self) -> Option<&'static str> {

@@ -8,7 +8,7 @@
 //! minibatch's gradient is the chunks' sums added in chunk order (`((c0 + c1) + c2) + ...`),
 //! and each param moves by `p -= (lr / m) * g`. None of this depends on the thread count.
 //!
-//! Where the backend can cut the first layer by its rows (`plan::split`: the JIT, for a
+//! Where the backend can cut the first layer by its rows (`plan::first_layer::split`: the JIT, for a
 //! layer on inputs without gradient that skips zero inputs), threads share out the rows
 //! (`stages.rs`), on one thread too: the stages beat `accumulate` there at every minibatch
 //! size (MNIST 784-50-10, 2,000 samples, best of 7 passes: 1.78-1.99 us per sample against
@@ -83,7 +83,7 @@ pub(crate) trait Replica: Send {
     /// into `losses`) and backward. Only called when the tape has a loss.
     fn accumulate(&mut self, inputs: &[f64], losses: &mut [f64], grads: &mut [f64]);
     /// `accumulate` in stages, `train`'s dot cut by its rows, if this backend can
-    /// ([`crate::plan::split`]).
+    /// ([`crate::plan::first_layer::split`]).
     fn stages(&mut self) -> Option<&mut dyn stages::Stages> {
         None
     }

@@ -1,5 +1,5 @@
 //! Minibatches on several threads with the first layer cut by its rows
-//! ([`crate::plan::split`]), where the backend can: what crosses cores per minibatch is a
+//! ([`crate::plan::first_layer::split`]), where the backend can: what crosses cores per minibatch is a
 //! few numbers per sample, not the weights.
 //!
 //! Each thread owns a range of the first layer's steps (inputs): those rows of weights,

@@ -309,8 +309,8 @@ pub enum Lanes {
     /// the last, within an item step and operand in the item's order, every repetition of the
     /// group from the last; the plan checked that this adds every gradient's contributions
     /// in the interpreter's order). `vertical`: the dots of the body with an operand that
-    /// every lane shares ([`super::lanes::vertical_arg`]) add into it
-    /// [`super::lanes::VERTICAL_BLOCK`] steps at a time, one vector over the steps per lane,
+    /// every lane shares ([`super::lane_order::vertical_arg`]) add into it
+    /// [`super::lane_order::VERTICAL_BLOCK`] steps at a time, one vector over the steps per lane,
     /// instead of lane by lane at every step (the order the plan checked then).
     Both { group: u32, vertical: bool },
 }

@@ -1,7 +1,7 @@
 //! Tape-to-schedule transformations run before lowering.
 
 pub mod copies;
-pub mod lanes;
+pub mod lane_order;
 pub mod layout;
 pub mod loops;
 pub mod nest;

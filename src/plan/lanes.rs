@@ -1,6 +1,6 @@
 //! Which nests run their repetitions side by side in vector lanes, and how many at a time.
 //!
-//! A nest whose body holds no nest runs in lanes where `passes::lanes` proves it exact:
+//! A nest whose body holds no nest runs in lanes where `passes::lane_order` proves it exact:
 //! forward when no repetition reads what another writes, backward when the lane order adds
 //! every gradient's contributions in the interpreter's order; and only where it pays: enough
 //! of the body's accesses must be vector loads, stores or broadcasts ([`mostly_strided`]).
@@ -8,7 +8,7 @@
 //! where the analyses hold in every repetition of the nests around.
 
 use super::Buffers;
-use crate::passes::lanes::{
+use crate::passes::lane_order::{
     backward_lanes_keep_order, first_out_of_order, repetitions_independent, vertical_map,
 };
 use crate::passes::loops::{iteration, Item, Lanes, Nest, MAX_NEST_DEPTH};

@@ -11,7 +11,7 @@
 use std::collections::HashSet;
 use std::num::NonZeroU32;
 
-use crate::passes::lanes::{vertical_map, VERTICAL_BLOCK};
+use crate::passes::lane_order::{vertical_map, VERTICAL_BLOCK};
 use crate::passes::loops::{
     every_iteration, every_repetition, Access, AccessKind, Affine, Item, Lanes, MapLoop, SumLoop,
 };

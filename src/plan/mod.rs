@@ -16,15 +16,18 @@
 //! - [`memory`]: which slots the buffers keep and which gradients live in memory when a
 //!   backward function starts; [`local`]: which never leave a repetition's registers.
 //! - [`step`]: what `step` does better than the four passes it stands for: params updated
-//!   where their gradient is computed, gradients deferred to `materialize`, and the first
-//!   layer `train` merges with the next sample's forward; [`split`]: where minibatches cut
-//!   that layer by its rows across threads.
+//!   where their gradient is computed, gradients deferred to `materialize`.
+//! - [`first_layer`]: the first layer `train` merges with the next sample's forward, how it
+//!   skips zero inputs, and ([`first_layer::split`]) where minibatches cut that layer by its
+//!   rows across threads.
+//! - [`tactics`]: the shapes of the emitter's code (unroll counts, thresholds).
 //!
 //! [`Plan::verify`] checks the invariants the emitter relies on, as [`Tape::verify`] does for
 //! the tape.
 
 pub mod buffers;
 pub mod constants;
+pub mod first_layer;
 pub mod functions;
 pub mod lanes;
 pub mod local;
@@ -32,7 +35,6 @@ pub mod memory;
 pub mod order;
 pub mod per_slot;
 pub mod shared;
-pub mod split;
 pub mod step;
 pub mod tactics;
 mod verify;
@@ -47,12 +49,12 @@ use crate::passes::loops::{Item, Schedule};
 use crate::tape::Tape;
 
 pub use buffers::Buffers;
+pub use first_layer::{
+    TrainPlan, ZeroSkip, ZeroSkipping, GUARD_FINITE, GUARD_NO_NEGATIVE_ZERO, GUARD_WAIT_SHIFT,
+};
 pub use memory::GradMemory;
 pub use per_slot::{Alike, PerSlot};
-pub use step::{
-    StepPlan, TrainPlan, ZeroSkip, ZeroSkipping, GUARD_FINITE, GUARD_NO_NEGATIVE_ZERO,
-    GUARD_WAIT_SHIFT,
-};
+pub use step::StepPlan;
 
 /// How the emitter lowers a tape: the result of every planning decision.
 #[derive(Clone, Debug, PartialEq)]
@@ -139,7 +141,7 @@ impl Plan {
         let (local_grads, local_values) = local::find(tape, &functions, alike.as_ref());
         let constants = constants::Constants::find(tape, &functions);
         let grads = GradMemory::new(tape, &functions, step.as_ref(), local_grads, alike.as_ref());
-        let split = split::find(tape, &functions, &buffers, step.as_ref());
+        let split = first_layer::split::find(tape, &functions, &buffers, step.as_ref());
         let plan = Plan {
             alike,
             split,

@@ -342,10 +342,10 @@ fn copies_of_a_layer_read_by_every_neuron_take_the_vertical_order() {
 
 /// A readout over 13 or 50 hidden units (not whole blocks of 8 steps) takes the vertical
 /// order all the same: the steps after the last whole block add lane by lane
-/// (`passes::lanes::vertical_block`), so nothing sums its gradients from 0 in a block.
+/// (`passes::lane_order::vertical_block`), so nothing sums its gradients from 0 in a block.
 #[test]
 fn a_readout_of_steps_not_in_whole_blocks_takes_the_vertical_order() {
-    use crate::passes::lanes::vertical_block;
+    use crate::passes::lane_order::vertical_block;
     use crate::passes::loops::Lanes;
     assert_eq!(
         (0..13).map(|t| vertical_block(t, 13)).collect::<Vec<_>>(),

@@ -8,12 +8,12 @@
 
 use inkwell::values::{FastMathFlags, FloatValue, IntValue, PointerValue, VectorValue};
 
-use super::lanes::{LaneIo, Reps, Vector};
+use super::lane_io::{LaneIo, Reps, Vector};
 use super::IrArith;
 use super::{Emit, Emitter, Frame};
 use crate::op::Arith;
 
-use crate::passes::lanes::{backward_operands, vertical_arg};
+use crate::passes::lane_order::{backward_operands, vertical_arg};
 use crate::passes::loops::{Affine, DotLoop, Item, Lanes, MapLoop, Nest, SharedGrad, SumLoop};
 use crate::plan::memory::Addition;
 use crate::plan::shared::SHARED_CHUNK;

@@ -15,7 +15,7 @@ use std::cell::RefCell;
 use inkwell::basic_block::BasicBlock;
 use inkwell::values::{IntValue, PointerValue, VectorValue};
 
-use super::lanes::{Reps, Vector};
+use super::lane_io::{Reps, Vector};
 use crate::passes::loops::Affine;
 
 /// The slots one lane access reaches: `buf[a(t, js with the lanes' level at first + offset

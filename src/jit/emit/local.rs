@@ -6,7 +6,7 @@
 
 use inkwell::values::{BasicValue, PointerValue};
 
-use super::lanes::{LaneIo, Reps, Vector};
+use super::lane_io::{LaneIo, Reps, Vector};
 use super::{Emit, Emitter, Frame};
 use crate::passes::loops::{Affine, Item};
 use crate::plan::local::Locals;

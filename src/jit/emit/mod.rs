@@ -11,7 +11,7 @@
 //! varies per function (its buffers, `step`'s learning rate, `train`'s samples) is a
 //! [`Frame`] passed down. Straight-line code (`straight.rs`) keeps values in SSA registers;
 //! loops (`items.rs`) work on memory, each item kind lowered once for scalars and for vector
-//! lanes (`lanes.rs`); the entry points that train (`step.rs`) call the rest.
+//! lanes (`lane_io.rs`); the entry points that train (`step.rs`) call the rest.
 //!
 //! The arithmetic itself is [`crate::op`]'s formulas, instantiated with [`IrArith`]: the IR
 //! performs exactly the interpreter's IEEE operations in the interpreter's order.
@@ -23,7 +23,7 @@ mod blocks;
 mod first_layer;
 mod items;
 mod known;
-mod lanes;
+mod lane_io;
 mod local;
 mod neighbours;
 mod step;
@@ -228,7 +228,7 @@ pub(super) struct Samples<'ctx> {
 pub(super) struct MergedDot<'a, 'ctx, V> {
     frame: Frame<'ctx>,
     dot: &'a crate::passes::loops::DotLoop,
-    reps: lanes::Reps<'ctx>,
+    reps: lane_io::Reps<'ctx>,
     samples: Samples<'ctx>,
     g_products: Vec<V>,
 }

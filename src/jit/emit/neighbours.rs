@@ -14,9 +14,9 @@
 use inkwell::types::VectorType;
 use inkwell::values::{FloatValue, IntValue, VectorValue};
 
-use super::lanes::{LaneIo, Reps, Vector};
+use super::lane_io::{LaneIo, Reps, Vector};
 use super::{Emit, Emitter, Frame};
-use crate::passes::lanes::backward_operands;
+use crate::passes::lane_order::backward_operands;
 use crate::passes::loops::{Affine, MapLoop};
 use crate::plan::memory::Addition;
 

@@ -5,7 +5,7 @@ use inkwell::values::{FloatValue, IntValue, PointerValue, VectorValue};
 
 use super::super::abi::{Entry, UpdateFn, ACCUMULATE, MATERIALIZE, STEP, STEP_UPDATE, TRAIN};
 use super::known::Place;
-use super::lanes::{Reps, Vector};
+use super::lane_io::{Reps, Vector};
 use super::{Buf, Emit, Emitter, Frame, Part, Pass, Samples};
 use crate::op::Arith;
 use crate::passes::loops::Affine;

@@ -8,9 +8,9 @@
 use inkwell::types::VectorType;
 use inkwell::values::{FloatValue, IntValue, VectorValue};
 
-use super::lanes::{LaneIo, Reps, Vector};
+use super::lane_io::{LaneIo, Reps, Vector};
 use super::{Emit, Emitter, Frame, Pass};
-use crate::passes::lanes::VERTICAL_BLOCK;
+use crate::passes::lane_order::VERTICAL_BLOCK;
 use crate::passes::loops::{Affine, MapLoop};
 
 /// A block's steps as one vector of lanes.
@@ -23,7 +23,7 @@ impl<'ctx> Emitter<'ctx, '_> {
     /// A map's backward in lanes (`locals` gives its local gradients at a step, per vector),
     /// in the vertical order the plan checked ([`crate::passes::loops::Lanes`]): the steps
     /// after the last whole block lane by lane, from the last (as
-    /// [`crate::passes::lanes::vertical_block`] says), then the steps
+    /// [`crate::passes::lane_order::vertical_block`] says), then the steps
     /// in blocks of [`VERTICAL_BLOCK`] from the last, each block's steps from the last adding
     /// into every operand but `shared` as usual, then `shared`'s gradients of the whole
     /// block, one vector over the block's steps added per lane, lanes from the last (each

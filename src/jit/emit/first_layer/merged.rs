@@ -4,7 +4,7 @@
 
 use inkwell::values::{IntValue, PointerValue, VectorValue};
 
-use super::super::lanes::{LaneIo, Reps, Vector};
+use super::super::lane_io::{LaneIo, Reps, Vector};
 use super::super::{Emit, Emitter, Frame, MergedDot, Samples};
 use crate::passes::loops::{Affine, DotLoop};
 

@@ -1,6 +1,6 @@
 //! The first layer's fast path: a dot on inputs without gradient, such as an MLP's first
 //! layer on its pixels, where the plan found one (`StepPlan::train`, `ZeroSkip`,
-//! `plan::split`). Generic lowering asks it through the three hooks below and emits the
+//! `plan/first_layer/`). Generic lowering asks it through the three hooks below and emits the
 //! dot itself wherever they answer `None`.
 //!
 //! - `merged.rs`: `train`'s merged dot, this sample's update of the weights and the next
@@ -16,7 +16,7 @@ mod split;
 
 use inkwell::values::{IntValue, PointerValue};
 
-use super::lanes::{LaneIo, Reps, Vector};
+use super::lane_io::{LaneIo, Reps, Vector};
 use super::{Emit, Emitter, Frame, Pass};
 use crate::passes::loops::{DotLoop, MapLoop};
 use crate::plan::ZeroSkip;

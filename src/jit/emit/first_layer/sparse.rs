@@ -35,7 +35,7 @@ use inkwell::types::VectorType;
 use inkwell::values::{IntValue, PointerValue, VectorValue};
 use inkwell::{FloatPredicate, IntPredicate};
 
-use super::super::lanes::Reps;
+use super::super::lane_io::Reps;
 use super::super::{Emit, Emitter, Frame, MergedDot, Pass};
 use crate::passes::loops::{Affine, DotLoop};
 use crate::plan::{ZeroSkip, GUARD_FINITE, GUARD_NO_NEGATIVE_ZERO, GUARD_WAIT_SHIFT};

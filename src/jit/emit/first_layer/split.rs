@@ -1,4 +1,4 @@
-//! A minibatch's sample in stages, `train`'s dot cut by its rows ([`crate::plan::split`]),
+//! A minibatch's sample in stages, `train`'s dot cut by its rows ([`crate::plan::first_layer::split`]),
 //! for [`crate::minibatch`] to run the rows on different threads:
 //!
 //! - `acc_head(vals, grads, sample, guard, first, end, from_biases, ahead)`: the dot's sums
@@ -20,12 +20,12 @@ use inkwell::types::VectorType;
 use inkwell::values::{BasicValue, BasicValueEnum, IntValue, PointerValue, VectorValue};
 use inkwell::{FloatPredicate, IntPredicate};
 
-use super::super::lanes::{LaneIo, Reps};
+use super::super::lane_io::{LaneIo, Reps};
 use super::super::{Emit, Emitter, Frame, Part, Pass};
 use super::sparse::Rows;
 use crate::jit::abi::{ACC_HEAD, ACC_REST, ACC_TAIL};
 use crate::passes::loops::{Affine, DotLoop, Nest};
-use crate::plan::split::split_nest;
+use crate::plan::first_layer::split::split_nest;
 use crate::plan::ZeroSkip;
 
 impl<'ctx> Emitter<'ctx, '_> {

@@ -11,10 +11,10 @@
 //! block of whole rows (no other param among them), the sums side by side, the inputs in
 //! step order.
 
-use super::buffers::Buffers;
-use super::step::StepPlan;
 use crate::minibatch::SplitRows;
 use crate::passes::loops::{DotLoop, Item, Lanes, Nest};
+use crate::plan::buffers::Buffers;
+use crate::plan::step::StepPlan;
 use crate::tape::{Slot, Tape};
 
 /// The nest that `train`'s dot opens and the dot, if it is the first item of function 0
