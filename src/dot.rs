@@ -14,7 +14,8 @@ use std::fmt::Write as _;
 use crate::error::Result;
 use crate::graph::Graph;
 use crate::op::Op;
-use crate::passes::loops::{self, AccessKind, Item};
+use crate::passes::loops;
+use crate::passes::schedule::{AccessKind, Item};
 use crate::tape::{Slot, Tape};
 
 /// The most nodes drawn one by one.

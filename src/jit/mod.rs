@@ -18,6 +18,7 @@ use std::time::Instant;
 use crate::error::{Error, Result};
 use crate::graph::Graph;
 use crate::optim::Stepper;
+use crate::passes::schedule::Schedule;
 use crate::passes::{layout, loops as recovery};
 use crate::plan::{PerSlot, Plan, PlanOptions};
 use crate::program::{Backend, Program};
@@ -50,12 +51,7 @@ impl JitBuilder {
     /// Plans, verifies and compiles `tape` as `schedule` lays it out (scheduling began at
     /// `start`). Any schedule is safe here: `Plan::new` verifies the plan it makes and
     /// refuses one that does not compute the tape.
-    fn compile_schedule(
-        &self,
-        tape: Tape,
-        schedule: recovery::Schedule,
-        start: Instant,
-    ) -> Result<Jit> {
+    fn compile_schedule(&self, tape: Tape, schedule: Schedule, start: Instant) -> Result<Jit> {
         let mut stats = JitStats {
             tape_nodes: tape.len(),
             op_nodes: tape.op_nodes(),
@@ -361,13 +357,13 @@ const _: fn() = || {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::passes::loops::Item;
+    use crate::passes::schedule::Item;
     use crate::plan::ZeroSkipping;
     use crate::{Interpreter, Program};
 
     /// `graph` compiled as `schedule` says, at every level, against the interpreter: the
     /// same params after a few steps, bit for bit, and the same gradients.
-    fn assert_matches_interpreter(graph: &Graph, schedule: impl Fn(&Tape) -> recovery::Schedule) {
+    fn assert_matches_interpreter(graph: &Graph, schedule: impl Fn(&Tape) -> Schedule) {
         let inputs: Vec<f64> = (0..graph.num_inputs())
             .map(|i| (i as f64 * 0.37).sin())
             .collect();

@@ -6,6 +6,7 @@ use inkwell::OptimizationLevel;
 use crate::error::{Error, Result};
 use crate::optim::Optimizer;
 use crate::passes::loops as recovery;
+use crate::passes::schedule;
 use crate::plan::ZeroSkipping;
 
 /// The fewest repetitions loop recovery rolls into a loop (fewer run faster straight-line).
@@ -211,16 +212,16 @@ pub struct NestStats {
 }
 
 impl NestStats {
-    pub(super) fn of(items: &[recovery::Item]) -> Vec<NestStats> {
+    pub(super) fn of(items: &[schedule::Item]) -> Vec<NestStats> {
         items
             .iter()
             .filter_map(|item| match item {
-                recovery::Item::Nest(n) => Some(NestStats {
+                schedule::Item::Nest(n) => Some(NestStats {
                     count: n.count,
                     nodes: item.loop_nodes(),
                     lanes: n.lanes.forward().is_some(),
                     backward_lanes: n.lanes.backward().is_some(),
-                    vertical: matches!(n.lanes, recovery::Lanes::Both { vertical: true, .. }),
+                    vertical: matches!(n.lanes, schedule::Lanes::Both { vertical: true, .. }),
                     forward_reordered: !n.forward_order.is_empty(),
                     shared_grads: n.shared_grads.len(),
                     inner: NestStats::of(&n.body),

@@ -11,12 +11,12 @@
 //! fused in the first copy must fuse in every copy (nothing else reads any copy's
 //! products). Where that fails, the general recovery finds whatever repeats.
 //!
-//! [`Affine`]: super::loops::Affine
+//! [`Affine`]: super::schedule::Affine
 
 use std::ops::Range;
 
-use super::loops::{every_iteration, Item, Nest, MAX_NEST_DEPTH};
 use super::nest::{single, MIN_NEST_NODES};
+use super::schedule::{every_iteration, Item, Nest, MAX_NEST_DEPTH};
 use crate::tape::{Copies, Slot, Tape};
 
 /// The items of `tape` with its `copies` as one nest: `recovered(range)` the items of the
@@ -91,7 +91,7 @@ fn strides_agree(copies: &Copies, nest: &Item) -> bool {
 /// do, so only a node after the copies (or an output) could read another copy's product.
 fn dots_fuse_everywhere(tape: &Tape, nest: &Item) -> bool {
     let Item::Nest(n) = nest else { return false };
-    let first_copy = Item::Nest(super::loops::Nest {
+    let first_copy = Item::Nest(super::schedule::Nest {
         count: 1,
         ..n.clone()
     });

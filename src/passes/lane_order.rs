@@ -1,4 +1,4 @@
-//! Which orders the repetitions of a [`Nest`](super::loops::Nest) whose body holds no nest
+//! Which orders the repetitions of a [`Nest`](super::schedule::Nest) whose body holds no nest
 //! may run in: the plan ([`crate::plan`]) runs them side by side in vector lanes where these
 //! analyses show that changes no result.
 //!
@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use super::loops::{AccessKind, Affine, Item, MapLoop};
+use super::schedule::{AccessKind, Affine, Item, MapLoop};
 
 /// Slots `a.at(0..len)`.
 type Run = (Affine, u32);
@@ -149,7 +149,7 @@ impl Ranks {
 }
 
 /// Steps of a map (a dot's products, say) whose additions into the operand every lane
-/// shares run as one block, in [`Lanes::Both`](super::loops::Lanes::Both)'s `vertical`
+/// shares run as one block, in [`Lanes::Both`](super::schedule::Lanes::Both)'s `vertical`
 /// order: a vector of doubles, one per step.
 pub const VERTICAL_BLOCK: u32 = 8;
 
@@ -195,7 +195,7 @@ pub fn vertical_map(item: &Item, level: usize) -> Option<(&MapLoop, usize)> {
         .map(|shared| (map, shared))
 }
 
-/// Whether the lane order of [`Lanes::Both`](super::loops::Lanes::Both) with groups of
+/// Whether the lane order of [`Lanes::Both`](super::schedule::Lanes::Both) with groups of
 /// `size` repetitions (`vertical` or not) adds every gradient's contributions in the
 /// interpreter's order (repetitions from the last, items from the last, each item's steps
 /// in order). Walks the lane order, checking that each slot's contributions come in
@@ -300,7 +300,7 @@ fn lane_order(
 mod tests {
     use super::*;
     use crate::op::Op;
-    use crate::passes::loops::MAX_NEST_DEPTH;
+    use crate::passes::schedule::MAX_NEST_DEPTH;
 
     /// A link of a chain in a nest of `count`: repetition `j` writes `100 + j` from
     /// `x[j + 1] - x[j]` (slots `j + 1` and `j`), as a spring reads its mass and the one

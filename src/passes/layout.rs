@@ -18,8 +18,8 @@
 //! [`crate::Program::params`] and friends keep speaking creation order.
 
 use crate::error::Result;
-use crate::passes::loops::{every_iteration, AccessKind, Affine, Item, Nest, Schedule, SumLoop};
 use crate::passes::nest;
+use crate::passes::schedule::{every_iteration, AccessKind, Affine, Item, Nest, Schedule, SumLoop};
 use crate::tape::Tape;
 
 /// `tape` and `schedule` with the params of `schedule`'s nests laid out input-major; both

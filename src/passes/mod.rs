@@ -5,3 +5,4 @@ pub mod lane_order;
 pub mod layout;
 pub mod loops;
 pub mod nest;
+pub mod schedule;

@@ -34,7 +34,7 @@ use std::hash::{BuildHasherDefault, Hash, Hasher};
 
 use rustc_hash::FxHasher;
 
-use super::loops::{AccessKind, Affine, Item, Lanes, MapLoop, Nest, SumLoop, MAX_NEST_DEPTH};
+use super::schedule::{AccessKind, Affine, Item, Lanes, MapLoop, Nest, SumLoop, MAX_NEST_DEPTH};
 use crate::op::Op;
 use crate::tape::{Slot, Tape};
 

@@ -41,7 +41,7 @@ use std::ops::Range;
 use super::lanes::may_run_in_lanes;
 use super::per_slot::{Alike, PerSlot};
 use crate::aligned::AlignedBuf;
-use crate::passes::loops::{every_repetition, AccessKind, Affine, Item};
+use crate::passes::schedule::{every_repetition, AccessKind, Affine, Item};
 use crate::tape::{Slot, Tape};
 
 /// Per slot: whether the buffers hold it. Every slot is but the products of fused dots, which
@@ -577,7 +577,7 @@ impl Buffers {
 fn for_each_flat_nest(
     item: &Item,
     outer: &[u32],
-    f: &mut impl FnMut(&crate::passes::loops::Nest, &[u32]),
+    f: &mut impl FnMut(&crate::passes::schedule::Nest, &[u32]),
 ) {
     let Item::Nest(nest) = item else { return };
     if nest.body.iter().any(|b| matches!(b, Item::Nest(_))) {
@@ -669,9 +669,9 @@ impl RunLayout {
 /// `stride` slots after the one before, and any leaf the graph made among them (a constant
 /// created inline, read by its own repetition, can come before that repetition's values).
 struct Run {
-    writes: Vec<crate::passes::loops::Access>,
+    writes: Vec<crate::passes::schedule::Access>,
     /// Reads that move with the repetitions, as the run's own leaves do.
-    moving_reads: Vec<crate::passes::loops::Access>,
+    moving_reads: Vec<crate::passes::schedule::Access>,
     level: usize,
     stride: usize,
 }
@@ -679,7 +679,7 @@ struct Run {
 impl Run {
     /// The run of `nest`, whose repetitions are at `level`; `None` if its values do not all
     /// move by one stride per repetition.
-    fn of(nest: &crate::passes::loops::Nest, level: usize) -> Option<Run> {
+    fn of(nest: &crate::passes::schedule::Nest, level: usize) -> Option<Run> {
         let (writes, reads): (Vec<_>, Vec<_>) = nest
             .body
             .iter()
@@ -717,7 +717,7 @@ impl Run {
 
 /// The slots of `accesses` in repetition `js`.
 fn slots_at<'a>(
-    accesses: &'a [crate::passes::loops::Access],
+    accesses: &'a [crate::passes::schedule::Access],
     js: &'a [u32],
 ) -> impl Iterator<Item = usize> + 'a {
     accesses

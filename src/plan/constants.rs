@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use crate::op::Op;
-use crate::passes::loops::{every_repetition, Affine, Item, MapLoop};
+use crate::passes::schedule::{every_repetition, Affine, Item, MapLoop};
 use crate::tape::Tape;
 
 /// Per map (named by the slots it writes) and operand: the constant (its bits) that operand

@@ -5,7 +5,7 @@
 use std::ops::Range;
 
 use crate::op::Op;
-use crate::passes::loops::Item;
+use crate::passes::schedule::Item;
 use crate::tape::{Slot, Tape};
 
 /// What a loop weighs against the chunk size: its body is a few nodes.

@@ -11,7 +11,7 @@ use super::Buffers;
 use crate::passes::lane_order::{
     backward_lanes_keep_order, first_out_of_order, repetitions_independent, vertical_map,
 };
-use crate::passes::loops::{iteration, Item, Lanes, Nest, MAX_NEST_DEPTH};
+use crate::passes::schedule::{iteration, Item, Lanes, Nest, MAX_NEST_DEPTH};
 
 /// At most this many repetitions run together in lanes (eight vectors of eight).
 pub const MAX_LANE_GROUP: u32 = 64;
@@ -159,7 +159,7 @@ pub fn check(item: &Item, outer: &[u32]) -> Result<(), String> {
 /// Which maps of a flat nest's body (in every one of its `instances`) add into their
 /// operands from the last in backward, so that lanes in groups of `group` keep every
 /// gradient's order in the plain lane order
-/// ([`crate::passes::loops::MapLoop::operands_from_last`]); `None` if no choice does.
+/// ([`crate::passes::schedule::MapLoop::operands_from_last`]); `None` if no choice does.
 /// Greedy: each item the walk finds out of order turns, once, to the other operand order (a
 /// spring chain: the link reading `x[s] - x[s - 1]`); at most one walk per item.
 fn operands_from_last(instances: &[Vec<Item>], count: u32, group: u32) -> Option<Vec<bool>> {
@@ -266,7 +266,7 @@ fn alike_in_every_repetition(body: &[Item], outer: &[u32], count: u32) -> bool {
 mod tests {
     use super::*;
     use crate::op::Op;
-    use crate::passes::loops::{Affine, MapLoop};
+    use crate::passes::schedule::{Affine, MapLoop};
 
     /// A map of 5 iterations in a nest of 4 repetitions inside one of 3: it writes a block
     /// per repetition (moving by 20 per outer one) and reads `read`.

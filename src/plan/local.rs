@@ -17,7 +17,7 @@
 //!   readers'), such as `dx * dx`, read only by a sum. Backward never loads it.
 //!
 //! Not in a nest whose backward adds shared gradients after its repetitions
-//! ([`crate::passes::loops::SharedGrad`]).
+//! ([`crate::passes::schedule::SharedGrad`]).
 //!
 //! [`crate::Program::value`] and `grad` call what the buffers do not keep not kept;
 //! [`crate::Program::every_value_and_grad`] recomputes it. Outputs and the loss are never
@@ -26,7 +26,7 @@
 use std::collections::HashMap;
 
 use crate::op::BackwardReads;
-use crate::passes::loops::{every_repetition, Affine, Item, MapLoop};
+use crate::passes::schedule::{every_repetition, Affine, Item, MapLoop};
 use crate::plan::{Alike, PerSlot};
 use crate::tape::{Slot, Tape};
 

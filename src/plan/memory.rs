@@ -12,7 +12,7 @@ use std::collections::HashSet;
 use std::num::NonZeroU32;
 
 use crate::passes::lane_order::{vertical_map, VERTICAL_BLOCK};
-use crate::passes::loops::{
+use crate::passes::schedule::{
     every_iteration, every_repetition, Access, AccessKind, Affine, Item, Lanes, MapLoop, SumLoop,
 };
 use crate::plan::local::Locals;

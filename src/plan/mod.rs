@@ -45,7 +45,7 @@ mod tests;
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::passes::loops::{Item, Schedule};
+use crate::passes::schedule::{Item, Schedule};
 use crate::tape::Tape;
 
 pub use buffers::Buffers;

@@ -15,7 +15,7 @@
 
 use std::collections::HashSet;
 
-use crate::passes::loops::{every_repetition, Access, AccessKind, Item, Lanes, Nest};
+use crate::passes::schedule::{every_repetition, Access, AccessKind, Item, Lanes, Nest};
 
 /// `item` with the forward order of every nest in it decided.
 pub fn decide(item: &Item) -> Item {

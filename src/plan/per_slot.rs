@@ -24,7 +24,7 @@ use std::borrow::Cow;
 use std::num::NonZeroU32;
 use std::ops::Range;
 
-use crate::passes::loops::{every_iteration, AccessKind, Affine, Item, Nest};
+use crate::passes::schedule::{every_iteration, AccessKind, Affine, Item, Nest};
 use crate::tape::{Slot, Tape};
 
 /// A tape's copies that the schedule runs alike: a top-level item is a nest over all of

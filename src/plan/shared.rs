@@ -7,7 +7,7 @@
 //! contributions from the last copy to the first meet in a register, and the gradient
 //! crosses memory once: the same additions, in the same order.
 
-use crate::passes::loops::{AccessKind, Item, Nest, SharedGrad};
+use crate::passes::schedule::{AccessKind, Item, Nest, SharedGrad};
 use crate::tape::{Slot, Tape};
 
 /// The repetitions whose contributions a shared gradient adds in registers before storing

@@ -12,7 +12,7 @@
 
 use super::first_layer::{train_plan, TrainPlan, ZeroSkipping};
 use crate::op::Op;
-use crate::passes::loops::{AccessKind, DotLoop, Item, Lanes, Nest};
+use crate::passes::schedule::{AccessKind, DotLoop, Item, Lanes, Nest};
 use crate::tape::{Slot, Tape};
 
 /// `step`'s own backward: where it differs from `backward`.

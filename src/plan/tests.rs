@@ -7,7 +7,8 @@ use rand::SeedableRng;
 use super::{lanes::lane_group, GradMemory, Plan, PlanOptions, ZeroSkipping};
 use crate::nn::{Activation, Classifier, Layer};
 use crate::passes::layout;
-use crate::passes::loops::{schedule, Item, Nest};
+use crate::passes::loops::schedule;
+use crate::passes::schedule::{Item, Nest};
 use crate::tape::Slot;
 use crate::{Graph, Tape, Value};
 
@@ -163,7 +164,7 @@ fn a_nest_whose_lane_order_would_reorder_a_gradient_runs_neuron_by_neuron() {
 /// order needs the last, are refused, as are buffers too short for a loop's addresses.
 #[test]
 fn plans_whose_lanes_or_addresses_break_a_proof_are_refused() {
-    use crate::passes::loops::Lanes;
+    use crate::passes::schedule::Lanes;
     /// Whether `change` changed some nest of `item` (at any depth).
     fn change_nests(item: &mut Item, change: &dyn Fn(&mut Nest) -> bool) -> bool {
         let Item::Nest(n) = item else {
@@ -323,7 +324,7 @@ fn repeated_runs_cover_exactly_the_slots_and_roll_copies() {
 
 #[test]
 fn copies_of_a_layer_read_by_every_neuron_take_the_vertical_order() {
-    use crate::passes::loops::Lanes;
+    use crate::passes::schedule::Lanes;
     let g = Graph::new();
     copies_of_two_layers(&g, 1);
     let (_, plan) = planned(&g);
@@ -346,7 +347,7 @@ fn copies_of_a_layer_read_by_every_neuron_take_the_vertical_order() {
 #[test]
 fn a_readout_of_steps_not_in_whole_blocks_takes_the_vertical_order() {
     use crate::passes::lane_order::vertical_block;
-    use crate::passes::loops::Lanes;
+    use crate::passes::schedule::Lanes;
     assert_eq!(
         (0..13).map(|t| vertical_block(t, 13)).collect::<Vec<_>>(),
         [vec![Some(0); 8], vec![None; 5]].concat()
@@ -397,7 +398,7 @@ fn recurrent_cells(g: &Graph, hidden: usize, readout: bool) {
 
 #[test]
 fn a_recurrent_cells_sums_are_dots_after_their_input_terms_in_the_vertical_order() {
-    use crate::passes::loops::Lanes;
+    use crate::passes::schedule::Lanes;
     for readout in [false, true] {
         let g = Graph::new();
         recurrent_cells(&g, 16, readout);
@@ -440,7 +441,7 @@ fn a_recurrent_cells_sums_are_dots_after_their_input_terms_in_the_vertical_order
 /// store), where the tape has them a repetition (the neuron's own nodes) apart.
 #[test]
 fn a_nests_values_lie_item_by_item_in_the_buffers() {
-    use crate::passes::loops::{Access, AccessKind};
+    use crate::passes::schedule::{Access, AccessKind};
     /// The values written by the flat nests of `item`, with the level of their repetitions.
     fn written(item: &Item, level: usize, out: &mut Vec<(Access, usize)>) {
         let Item::Nest(nest) = item else { return };
@@ -475,7 +476,7 @@ fn a_nests_values_lie_item_by_item_in_the_buffers() {
     }
 }
 
-fn collect_lanes(item: &Item, out: &mut Vec<crate::passes::loops::Lanes>) {
+fn collect_lanes(item: &Item, out: &mut Vec<crate::passes::schedule::Lanes>) {
     if let Item::Nest(n) = item {
         out.push(n.lanes);
         n.body.iter().for_each(|b| collect_lanes(b, out));
@@ -596,7 +597,7 @@ fn train_skips_the_zero_inputs_of_its_merged_layer_guarding_exactly_its_weights(
 #[test]
 fn buffers_hold_kept_slots_side_by_side_where_loops_stay_affine() {
     use super::Buffers;
-    use crate::passes::loops::{Affine, MapLoop, MAX_NEST_DEPTH};
+    use crate::passes::schedule::{Affine, MapLoop, MAX_NEST_DEPTH};
     use crate::tape::Slot;
     // A param and an input, then 12 nodes (slots 2..14).
     let g = Graph::new();
@@ -899,11 +900,11 @@ fn chain(g: &Graph, n: usize, steps: usize) {
 }
 
 /// The flat nests of `items` at any depth, with the level of their repetitions.
-fn flat_nests(items: &[Item]) -> Vec<(&crate::passes::loops::Nest, usize)> {
+fn flat_nests(items: &[Item]) -> Vec<(&crate::passes::schedule::Nest, usize)> {
     fn visit<'a>(
         item: &'a Item,
         level: usize,
-        out: &mut Vec<(&'a crate::passes::loops::Nest, usize)>,
+        out: &mut Vec<(&'a crate::passes::schedule::Nest, usize)>,
     ) {
         let Item::Nest(nest) = item else { return };
         if nest.body.iter().any(|b| matches!(b, Item::Nest(_))) {

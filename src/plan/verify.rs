@@ -2,7 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::op::Op;
-use crate::passes::loops::{Affine, Item, Lanes, MapLoop, SumLoop, MAX_NEST_DEPTH};
+use crate::passes::schedule::{Affine, Item, Lanes, MapLoop, SumLoop, MAX_NEST_DEPTH};
 use crate::plan::{Alike, Plan};
 use crate::tape::{Slot, Tape};
 

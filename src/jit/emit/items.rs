@@ -14,7 +14,7 @@ use super::{Emit, Emitter, Frame};
 use crate::op::Arith;
 
 use crate::passes::lane_order::{backward_operands, vertical_arg};
-use crate::passes::loops::{Affine, DotLoop, Item, Lanes, MapLoop, Nest, SharedGrad, SumLoop};
+use crate::passes::schedule::{Affine, DotLoop, Item, Lanes, MapLoop, Nest, SharedGrad, SumLoop};
 use crate::plan::memory::Addition;
 use crate::plan::shared::SHARED_CHUNK;
 

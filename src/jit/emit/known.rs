@@ -16,7 +16,7 @@ use inkwell::basic_block::BasicBlock;
 use inkwell::values::{IntValue, PointerValue, VectorValue};
 
 use super::lane_io::{Reps, Vector};
-use crate::passes::loops::Affine;
+use crate::passes::schedule::Affine;
 
 /// The slots one lane access reaches: `buf[a(t, js with the lanes' level at first + offset
 /// + l)]` for lanes `l` in `0..width`.
@@ -174,7 +174,7 @@ mod tests {
     use inkwell::AddressSpace;
 
     use super::*;
-    use crate::passes::loops::MAX_NEST_DEPTH;
+    use crate::passes::schedule::MAX_NEST_DEPTH;
 
     fn affine(base: i64, stride: i64, outer: &[i64]) -> Affine {
         let mut a = Affine {

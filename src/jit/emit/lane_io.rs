@@ -5,7 +5,7 @@
 //! several neurons can share one vector instruction, lane `j` doing neuron `j`'s operation.
 //! Every lane performs the interpreter's operations in the interpreter's order; only
 //! *different* repetitions' operations interleave, where the plan proved that harmless
-//! ([`Lanes`](crate::passes::loops::Lanes)). A repetition run alone is the width-1 case: the
+//! ([`Lanes`](crate::passes::schedule::Lanes)). A repetition run alone is the width-1 case: the
 //! item emitters (`items.rs`) are written once, generic over [`LaneIo`], for both.
 
 use inkwell::basic_block::BasicBlock;
@@ -16,7 +16,7 @@ use inkwell::values::{
 
 use super::known::Place;
 use super::{Emit, Emitter, Frame};
-use crate::passes::loops::{Affine, MapLoop};
+use crate::passes::schedule::{Affine, MapLoop};
 use crate::plan::lanes::VECTOR_WIDTH;
 use crate::plan::memory::Addition;
 
@@ -36,7 +36,7 @@ pub(super) struct Reps<'ctx> {
     /// Per level of `js`: how many repetitions its nest has.
     pub(super) counts: Vec<u32>,
     pub(super) vectors: Vec<Vector>,
-    /// The lanes' backward runs in the vertical order ([`crate::passes::loops::Lanes`]).
+    /// The lanes' backward runs in the vertical order ([`crate::passes::schedule::Lanes`]).
     pub(super) vertical: bool,
 }
 

@@ -8,7 +8,7 @@ use inkwell::values::{BasicValue, PointerValue};
 
 use super::lane_io::{LaneIo, Reps, Vector};
 use super::{Emit, Emitter, Frame};
-use crate::passes::loops::{Affine, Item};
+use crate::passes::schedule::{Affine, Item};
 use crate::plan::local::Locals;
 
 /// A function's scratch, and which pass it belongs to.

@@ -227,7 +227,7 @@ pub(super) struct Samples<'ctx> {
 /// the products' gradients per vector.
 pub(super) struct MergedDot<'a, 'ctx, V> {
     frame: Frame<'ctx>,
-    dot: &'a crate::passes::loops::DotLoop,
+    dot: &'a crate::passes::schedule::DotLoop,
     reps: lane_io::Reps<'ctx>,
     samples: Samples<'ctx>,
     g_products: Vec<V>,
@@ -979,4 +979,4 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
     }
 }
 
-use crate::passes::loops::Item;
+use crate::passes::schedule::Item;

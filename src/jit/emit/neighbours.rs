@@ -17,7 +17,7 @@ use inkwell::values::{FloatValue, IntValue, VectorValue};
 use super::lane_io::{LaneIo, Reps, Vector};
 use super::{Emit, Emitter, Frame};
 use crate::passes::lane_order::backward_operands;
-use crate::passes::loops::{Affine, MapLoop};
+use crate::passes::schedule::{Affine, MapLoop};
 use crate::plan::memory::Addition;
 
 impl<'ctx> Emitter<'ctx, '_> {

@@ -8,7 +8,7 @@ use super::known::Place;
 use super::lane_io::{Reps, Vector};
 use super::{Buf, Emit, Emitter, Frame, Part, Pass, Samples};
 use crate::op::Arith;
-use crate::passes::loops::Affine;
+use crate::passes::schedule::Affine;
 use crate::plan::{StepPlan, TrainPlan};
 use crate::tape::Slot;
 
@@ -547,7 +547,7 @@ impl<'ctx> Emitter<'ctx, '_> {
             let run = Affine {
                 base: start as i64,
                 stride: 1,
-                outer: [0; crate::passes::loops::MAX_NEST_DEPTH],
+                outer: [0; crate::passes::schedule::MAX_NEST_DEPTH],
             };
             self.emit_loop::<FloatValue>((a - start) as u32, false, &[], |this, i, _| {
                 let (g_at, p_at) = (

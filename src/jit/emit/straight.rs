@@ -2,7 +2,7 @@
 //!
 //! Within a function an operand from elsewhere is loaded once, constants are immediates,
 //! and every computed value (and gradient) is stored once, because users may read any slot.
-//! A `sum` the plan cut into parts ([`Item::SumPart`](crate::passes::loops::Item)) keeps its
+//! A `sum` the plan cut into parts ([`Item::SumPart`](crate::passes::schedule::Item)) keeps its
 //! running total in its own slot between functions.
 
 use std::collections::{HashMap, HashSet};

@@ -9,7 +9,7 @@ pub mod split;
 use std::ops::Range;
 
 use super::step::Deferred;
-use crate::passes::loops::{Affine, Item};
+use crate::passes::schedule::{Affine, Item};
 use crate::tape::Tape;
 
 /// `train`'s merge: the first thing the tape computes is a nest's first body item, a dot

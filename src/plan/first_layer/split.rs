@@ -12,7 +12,7 @@
 //! step order.
 
 use crate::minibatch::SplitRows;
-use crate::passes::loops::{DotLoop, Item, Lanes, Nest};
+use crate::passes::schedule::{DotLoop, Item, Lanes, Nest};
 use crate::plan::buffers::Buffers;
 use crate::plan::step::StepPlan;
 use crate::tape::{Slot, Tape};

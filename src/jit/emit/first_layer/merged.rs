@@ -6,7 +6,7 @@ use inkwell::values::{IntValue, PointerValue, VectorValue};
 
 use super::super::lane_io::{LaneIo, Reps, Vector};
 use super::super::{Emit, Emitter, Frame, MergedDot, Samples};
-use crate::passes::loops::{Affine, DotLoop};
+use crate::passes::schedule::{Affine, DotLoop};
 
 impl<'ctx> Emitter<'ctx, '_> {
     /// `train`'s dot: this sample's backward, which updates the weights, and the next

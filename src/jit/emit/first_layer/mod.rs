@@ -18,7 +18,7 @@ use inkwell::values::{IntValue, PointerValue};
 
 use super::lane_io::{LaneIo, Reps, Vector};
 use super::{Emit, Emitter, Frame, Pass};
-use crate::passes::loops::{DotLoop, MapLoop};
+use crate::passes::schedule::{DotLoop, MapLoop};
 use crate::plan::ZeroSkip;
 
 impl<'ctx, 't> Emitter<'ctx, 't> {

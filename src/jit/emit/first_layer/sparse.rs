@@ -37,7 +37,7 @@ use inkwell::{FloatPredicate, IntPredicate};
 
 use super::super::lane_io::Reps;
 use super::super::{Emit, Emitter, Frame, MergedDot, Pass};
-use crate::passes::loops::{Affine, DotLoop};
+use crate::passes::schedule::{Affine, DotLoop};
 use crate::plan::{ZeroSkip, GUARD_FINITE, GUARD_NO_NEGATIVE_ZERO, GUARD_WAIT_SHIFT};
 
 /// How many inputs the list of steps is built from at a time: the lanes of one vector of

@@ -24,7 +24,7 @@ use super::super::lane_io::{LaneIo, Reps};
 use super::super::{Emit, Emitter, Frame, Part, Pass};
 use super::sparse::Rows;
 use crate::jit::abi::{ACC_HEAD, ACC_REST, ACC_TAIL};
-use crate::passes::loops::{Affine, DotLoop, Nest};
+use crate::passes::schedule::{Affine, DotLoop, Nest};
 use crate::plan::first_layer::split::split_nest;
 use crate::plan::ZeroSkip;
 
