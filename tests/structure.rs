@@ -467,6 +467,15 @@ fn springs_of_twelve_masses_run_in_lanes_of_two_vectors() {
     springs_of(&g, 12, 8);
     let stats = check("springs 12 masses, T = 8", &g);
     assert_eq!(outline(&largest(&stats).inner), "11x121~ 11x165~");
+    // Each nest's first map (a spring's stretch `x[s] - x[s - 1]`, a mass's force
+    // `tension[i + 1] - tension[i]`) adds into its operands from the last, which keeps each
+    // gradient's additions in the interpreter's order across the lanes.
+    for nest in &largest(&stats).inner {
+        assert!(
+            nest.backward_lanes && nest.operands_from_last > 0,
+            "{nest:?}"
+        );
+    }
 }
 
 #[test]

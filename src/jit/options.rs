@@ -204,6 +204,9 @@ pub struct NestStats {
     pub vertical: bool,
     /// Whether forward runs first the body items the next repetition reads (not tape order).
     pub forward_reordered: bool,
+    /// Maps of its body that add into their operands from the last in backward (a chain's
+    /// link `x[s] - x[s - 1]` in lanes: the order that keeps each gradient's additions).
+    pub operands_from_last: usize,
     /// Gradients added over its repetitions after they ran, each slot's contributions in a
     /// register, instead of in every repetition: the weights a batch's copies share.
     pub shared_grads: usize,
@@ -223,6 +226,9 @@ impl NestStats {
                     backward_lanes: n.lanes.backward().is_some(),
                     vertical: matches!(n.lanes, schedule::Lanes::Both { vertical: true, .. }),
                     forward_reordered: !n.forward_order.is_empty(),
+                    operands_from_last: (n.body.iter())
+                        .filter(|b| matches!(b, schedule::Item::Map(m) if m.operands_from_last))
+                        .count(),
                     shared_grads: n.shared_grads.len(),
                     inner: NestStats::of(&n.body),
                 }),

@@ -11,7 +11,8 @@
 //!   Every param and input of the graph is on the tape, used or not, so the parameter vector
 //!   and the input slice keep the graph's numbering.
 //! - **Arity**: each node has the operands its op takes; a `Sum` has at least one.
-//! - **Nothing dead**: every other node is needed by an output or the loss.
+//! - **Nothing dead**: every other node is needed by an output or the loss. (Linearization's
+//!   liveness sweep makes it so; `verify` does not check it.)
 //! - **Gradient cone closed**: the loss needs a gradient, and the operands of a non-leaf
 //!   node that needs one need one too, except inputs made without gradient
 //!   ([`Graph::input_without_grad`]). Backward visits exactly these nodes and adds local
