@@ -75,6 +75,12 @@ impl Locals {
         self.count
     }
 
+    /// The places forgotten, the slots still local: a plan `Plan::verify` must refuse.
+    #[cfg(test)]
+    pub fn forget_places(&mut self) {
+        self.place.clear();
+    }
+
     /// Makes `out` (a map of one's output, in nests of `counts` repetitions, `lanes` of them
     /// at a time; `around`: the copies, if it lies in their nest) local to `function`:
     /// `lanes` elements of its scratch, one per lane. (Each body item is visited once: no

@@ -231,6 +231,24 @@ fn plans_whose_lanes_or_addresses_break_a_proof_are_refused() {
     assert!(refused.contains("outside buffers"), "{refused}");
 }
 
+/// `Plan::verify` refuses a plan whose loops would reach a local value or gradient outside
+/// the function's scratch (in the buffers, which do not keep it).
+#[test]
+fn plans_whose_loops_miss_a_local_are_refused() {
+    let g = Graph::new();
+    chain(&g, 12, 20);
+    let (tape, plan) = planned(&g);
+    assert!(plan.local_values.count() + plan.grads.local.count() > 0);
+    let mut lost = plan.clone();
+    lost.local_values.forget_places();
+    lost.grads.local.forget_places();
+    let refused = lost
+        .verify(&tape)
+        .expect_err("locals outside scratch")
+        .to_string();
+    assert!(refused.contains("outside its scratch"), "{refused}");
+}
+
 #[test]
 fn modules_cover_the_functions_in_runs_of_bounded_size() {
     use super::functions::{forward_functions, modules, MODULE_FUNCTIONS, MODULE_MULTIPLE};

@@ -2,7 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::op::Op;
-use crate::passes::schedule::{Affine, Item, Lanes, MapLoop, SumLoop, MAX_NEST_DEPTH};
+use crate::passes::schedule::{AccessKind, Affine, Item, Lanes, MapLoop, SumLoop, MAX_NEST_DEPTH};
 use crate::plan::{Alike, Plan};
 use crate::tape::{Slot, Tape};
 
@@ -17,6 +17,7 @@ pub(super) fn verify(plan: &Plan, tape: &Tape) -> Result<()> {
     verify_items(plan.functions.iter().flatten(), tape)?;
     for item in plan.functions.iter().flatten() {
         check_addresses(plan, item).map_err(|(slot, what)| bad(slot, what))?;
+        check_locals(plan, tape, item).map_err(|(slot, what)| bad(slot, what))?;
     }
     // The emitter defines each function in the one module whose range holds it, and the
     // entry points (which call function 0's variants defined beside them) in module 0.
@@ -179,6 +180,40 @@ fn check_addresses(plan: &Plan, item: &Item) -> std::result::Result<(), (u32, St
             return Err((
                 access.at.base.max(0) as u32,
                 format!("addresses {lo}..={hi} outside buffers of {len}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Every read or write of a local value or gradient ([`super::local`]) finds it in the
+/// function's scratch: a loop access that reaches one is one whose place the locals know
+/// (`Locals::place`), and straight-line code touches none. Else the emitter would read a
+/// slot the buffers do not keep.
+fn check_locals(plan: &Plan, tape: &Tape, item: &Item) -> std::result::Result<(), (u32, String)> {
+    let (values, grads) = (&plan.local_values, &plan.grads.local);
+    if let Item::Straight(range) = item {
+        let slots = (range.clone().map(Slot)).flat_map(|s| tape.args(s).into_iter().chain([s]));
+        return match slots
+            .into_iter()
+            .find(|&s| values.is_local(s) || grads.is_local(s))
+        {
+            Some(s) => Err((s.0, "straight-line code touches a local slot".into())),
+            None => Ok(()),
+        };
+    }
+    for (access, _) in item.nested_accesses() {
+        let first = access.at.at(0);
+        let grad = matches!(
+            access.kind,
+            AccessKind::Reads { grad: true } | AccessKind::Writes { grad: true }
+        );
+        let lost_value = values.is_local(first) && values.place(access.at).is_none();
+        let lost_grad = grad && grads.is_local(first) && grads.place(access.at).is_none();
+        if lost_value || lost_grad {
+            return Err((
+                first.0,
+                "a loop reaches a local slot outside its scratch".into(),
             ));
         }
     }
