@@ -16,8 +16,7 @@ pub(super) fn verify(plan: &Plan, tape: &Tape) -> Result<()> {
     }
     verify_items(plan.functions.iter().flatten(), tape)?;
     for item in plan.functions.iter().flatten() {
-        check_addresses(plan, item).map_err(|(slot, what)| bad(slot, what))?;
-        check_locals(plan, tape, item).map_err(|(slot, what)| bad(slot, what))?;
+        check_memory(plan, tape, item).map_err(|(slot, what)| bad(slot, what))?;
     }
     // The emitter defines each function in the one module whose range holds it, and the
     // entry points (which call function 0's variants defined beside them) in module 0.
@@ -159,20 +158,45 @@ fn check_shape(item: &Item, depth: usize) -> std::result::Result<(), String> {
     }
 }
 
-/// Every buffer address a loop forms lies inside the buffers: each access of a loop item,
-/// at its addresses ([`Buffers::affine`](super::Buffers::affine)), stays within
-/// `0..buffer_len` over all its iterations and repetitions. (An access whose slots all live
-/// in a function's scratch, [`super::local`], in values and gradients alike, forms none;
-/// straight-line code addresses kept slots one by one, each inside by construction.)
-fn check_addresses(plan: &Plan, item: &Item) -> std::result::Result<(), (u32, String)> {
-    if matches!(item, Item::Straight(_)) {
-        return Ok(());
+/// What the emitter reads and writes lies where it looks, one walk over the item's accesses:
+/// - every buffer address a loop forms lies inside the buffers: each access, at its
+///   addresses ([`Buffers::affine`](super::Buffers::affine)), stays within `0..buffer_len`
+///   over all its iterations and repetitions (an access whose slots all live in a function's
+///   scratch, in values and gradients alike, forms none; straight-line code addresses kept
+///   slots one by one, each inside by construction);
+/// - every read or write of a local value or gradient ([`super::local`]) finds it in the
+///   function's scratch: a loop access that reaches one is one whose place the locals know
+///   (`Locals::place`), and straight-line code touches none. Else the emitter would read a
+///   slot the buffers do not keep.
+fn check_memory(plan: &Plan, tape: &Tape, item: &Item) -> std::result::Result<(), (u32, String)> {
+    let (values, grads) = (&plan.local_values, &plan.grads.local);
+    if let Item::Straight(range) = item {
+        if values.count() + grads.count() == 0 {
+            return Ok(());
+        }
+        let mut slots = (range.clone().map(Slot)).flat_map(|s| tape.args(s).into_iter().chain([s]));
+        return match slots.find(|&s| values.is_local(s) || grads.is_local(s)) {
+            Some(s) => Err((s.0, "straight-line code touches a local slot".into())),
+            None => Ok(()),
+        };
     }
     let len = plan.buffers.buffer_len() as i64;
     for (access, counts) in item.nested_accesses() {
-        let local = plan.local_values.place(access.at).is_some()
-            && plan.grads.local.place(access.at).is_some();
-        if local {
+        let (value_place, grad_place) = (values.place(access.at), grads.place(access.at));
+        let first = access.at.at(0);
+        let grad = matches!(
+            access.kind,
+            AccessKind::Reads { grad: true } | AccessKind::Writes { grad: true }
+        );
+        let lost_value = values.is_local(first) && value_place.is_none();
+        let lost_grad = grad && grads.is_local(first) && grad_place.is_none();
+        if lost_value || lost_grad {
+            return Err((
+                first.0,
+                "a loop reaches a local slot outside its scratch".into(),
+            ));
+        }
+        if value_place.is_some() && grad_place.is_some() {
             continue;
         }
         let (lo, hi) = plan.buffers.affine(access.at).bounds(access.len, &counts);
@@ -180,40 +204,6 @@ fn check_addresses(plan: &Plan, item: &Item) -> std::result::Result<(), (u32, St
             return Err((
                 access.at.base.max(0) as u32,
                 format!("addresses {lo}..={hi} outside buffers of {len}"),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Every read or write of a local value or gradient ([`super::local`]) finds it in the
-/// function's scratch: a loop access that reaches one is one whose place the locals know
-/// (`Locals::place`), and straight-line code touches none. Else the emitter would read a
-/// slot the buffers do not keep.
-fn check_locals(plan: &Plan, tape: &Tape, item: &Item) -> std::result::Result<(), (u32, String)> {
-    let (values, grads) = (&plan.local_values, &plan.grads.local);
-    if let Item::Straight(range) = item {
-        let slots = (range.clone().map(Slot)).flat_map(|s| tape.args(s).into_iter().chain([s]));
-        return match slots
-            .into_iter()
-            .find(|&s| values.is_local(s) || grads.is_local(s))
-        {
-            Some(s) => Err((s.0, "straight-line code touches a local slot".into())),
-            None => Ok(()),
-        };
-    }
-    for (access, _) in item.nested_accesses() {
-        let first = access.at.at(0);
-        let grad = matches!(
-            access.kind,
-            AccessKind::Reads { grad: true } | AccessKind::Writes { grad: true }
-        );
-        let lost_value = values.is_local(first) && values.place(access.at).is_none();
-        let lost_grad = grad && grads.is_local(first) && grads.place(access.at).is_none();
-        if lost_value || lost_grad {
-            return Err((
-                first.0,
-                "a loop reaches a local slot outside its scratch".into(),
             ));
         }
     }
