@@ -74,7 +74,7 @@ impl JitBuilder {
         stats.nests = plan
             .functions
             .iter()
-            .flat_map(|f| NestStats::of(f))
+            .flat_map(|f| NestStats::of(f, &plan.nests))
             .collect();
         stats.modules = plan.modules.len();
         stats.buffered_slots = plan.buffers.buffer_len();

@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::optim::Optimizer;
 use crate::passes::loops as recovery;
 use crate::passes::schedule;
-use crate::plan::ZeroSkipping;
+use crate::plan::{Nests, ZeroSkipping};
 
 /// The fewest repetitions loop recovery rolls into a loop (fewer run faster straight-line).
 pub const MIN_LOOP_RUN: u32 = recovery::MIN_RUN;
@@ -215,23 +215,27 @@ pub struct NestStats {
 }
 
 impl NestStats {
-    pub(super) fn of(items: &[schedule::Item]) -> Vec<NestStats> {
+    /// The nests of `items`, run as `nests` says.
+    pub(super) fn of(items: &[schedule::Item], nests: &Nests) -> Vec<NestStats> {
         items
             .iter()
             .filter_map(|item| match item {
-                schedule::Item::Nest(n) => Some(NestStats {
-                    count: n.count,
-                    nodes: item.loop_nodes(),
-                    lanes: n.lanes.forward().is_some(),
-                    backward_lanes: n.lanes.backward().is_some(),
-                    vertical: matches!(n.lanes, schedule::Lanes::Both { vertical: true, .. }),
-                    forward_reordered: !n.forward_order.is_empty(),
-                    operands_from_last: (n.body.iter())
-                        .filter(|b| matches!(b, schedule::Item::Map(m) if m.operands_from_last))
-                        .count(),
-                    shared_grads: n.shared_grads.len(),
-                    inner: NestStats::of(&n.body),
-                }),
+                schedule::Item::Nest(n) => {
+                    let plan = nests.of(n);
+                    Some(NestStats {
+                        count: n.count,
+                        nodes: item.loop_nodes(),
+                        lanes: plan.lanes.forward().is_some(),
+                        backward_lanes: plan.lanes.backward().is_some(),
+                        vertical: plan.lanes.vertical(),
+                        forward_reordered: !plan.forward_order.is_empty(),
+                        operands_from_last: (0..n.body.len())
+                            .filter(|&k| plan.adds_from_last(k))
+                            .count(),
+                        shared_grads: plan.shared_grads.len(),
+                        inner: NestStats::of(&n.body, nests),
+                    })
+                }
                 _ => None,
             })
             .collect()

@@ -16,7 +16,7 @@
 use std::ops::Range;
 
 use super::nest::{single, MIN_NEST_NODES};
-use super::schedule::{every_iteration, Item, Nest, MAX_NEST_DEPTH};
+use super::schedule::{every_iteration, Item, Nest, NestId, MAX_NEST_DEPTH};
 use crate::tape::{Copies, Slot, Tape};
 
 /// The items of `tape` with its `copies` as one nest: `recovered(range)` the items of the
@@ -61,9 +61,7 @@ pub fn items(
     let nest = Item::Nest(Nest {
         count: copies.count,
         body,
-        lanes: Default::default(),
-        shared_grads: Vec::new(),
-        forward_order: Vec::new(),
+        id: NestId::default(),
     });
     if !strides_agree(copies, &nest) || !dots_fuse_everywhere(tape, &nest) {
         return None;

@@ -70,8 +70,8 @@ struct Contribution {
 }
 
 /// The gradient additions of a body item, in its backward order (the same in every
-/// repetition).
-fn contributions(item: &Item) -> Vec<Contribution> {
+/// repetition; a map's operands from the last if `from_last`).
+fn contributions(item: &Item, from_last: bool) -> Vec<Contribution> {
     let at = |slot: Affine, t: u32, step: u64, arg: usize| Contribution {
         slot,
         t,
@@ -82,7 +82,7 @@ fn contributions(item: &Item) -> Vec<Contribution> {
     // A map's operands, `t` from the last, operand by operand; steps from `first_step`.
     let map = |m: &MapLoop, first_step: u64, out: &mut Vec<Contribution>| {
         for (k, t) in (0..m.len).rev().enumerate() {
-            for (i, a) in backward_operands(m) {
+            for (i, a) in backward_operands(m, from_last) {
                 out.push(Contribution {
                     block: vertical_block(t, m.len),
                     ..at(a, t, first_step + k as u64, i)
@@ -122,12 +122,13 @@ fn contributions(item: &Item) -> Vec<Contribution> {
 }
 
 /// A map's operands that take gradients, with their indices, in the order its backward adds
-/// into them: the operands' order, or from the last ([`MapLoop::operands_from_last`]).
-pub fn backward_operands(m: &MapLoop) -> Vec<(usize, Affine)> {
+/// into them: the operands' order, or from the last (`from_last`: a chain's link in lanes,
+/// [`crate::plan::NestPlan::operands_from_last`]).
+pub fn backward_operands(m: &MapLoop, from_last: bool) -> Vec<(usize, Affine)> {
     let mut operands: Vec<(usize, Affine)> = (m.args.iter().copied().enumerate())
         .filter(|&(i, _)| m.grad_args[i])
         .collect();
-    if m.operands_from_last {
+    if from_last {
         operands.reverse();
     }
     operands
@@ -149,7 +150,7 @@ impl Ranks {
 }
 
 /// Steps of a map (a dot's products, say) whose additions into the operand every lane
-/// shares run as one block, in [`Lanes::Both`](super::schedule::Lanes::Both)'s `vertical`
+/// shares run as one block, in [`Lanes::Both`](crate::plan::Lanes::Both)'s `vertical`
 /// order: a vector of doubles, one per step.
 pub const VERTICAL_BLOCK: u32 = 8;
 
@@ -195,19 +196,48 @@ pub fn vertical_map(item: &Item, level: usize) -> Option<(&MapLoop, usize)> {
         .map(|shared| (map, shared))
 }
 
-/// Whether the lane order of [`Lanes::Both`](super::schedule::Lanes::Both) with groups of
-/// `size` repetitions (`vertical` or not) adds every gradient's contributions in the
-/// interpreter's order (repetitions from the last, items from the last, each item's steps
-/// in order). Walks the lane order, checking that each slot's contributions come in
-/// increasing interpreter rank: linear in the additions.
-pub fn backward_lanes_keep_order(body: &[Item], count: u32, size: u32, vertical: bool) -> bool {
-    first_out_of_order(body, count, size, vertical).is_none()
+/// The order a nest's backward in lanes adds in, as the plan chose it
+/// ([`crate::plan::Lanes::Both`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BackwardOrder<'a> {
+    /// Whether the dots with an operand every lane shares add into it in blocks
+    /// ([`vertical_arg`]).
+    pub vertical: bool,
+    /// Per body item: whether its map adds into its operands from the last
+    /// ([`backward_operands`]; missing items do not).
+    pub from_last: &'a [bool],
+}
+
+impl BackwardOrder<'_> {
+    fn adds_from_last(&self, k: usize) -> bool {
+        self.from_last.get(k) == Some(&true)
+    }
+}
+
+/// Whether backward in lanes, with groups of `size` repetitions and in `order`, adds every
+/// gradient's contributions in the interpreter's order (repetitions from the last, items
+/// from the last, each item's steps in order). Walks the lane order, checking that each
+/// slot's contributions come in increasing interpreter rank: linear in the additions.
+pub fn backward_lanes_keep_order(
+    body: &[Item],
+    count: u32,
+    size: u32,
+    order: BackwardOrder,
+) -> bool {
+    first_out_of_order(body, count, size, order).is_none()
 }
 
 /// The body item whose addition the walk of [`backward_lanes_keep_order`] first finds out of
 /// the interpreter's order, if any.
-pub fn first_out_of_order(body: &[Item], count: u32, size: u32, vertical: bool) -> Option<usize> {
-    let per_item: Vec<Vec<Contribution>> = body.iter().map(contributions).collect();
+pub fn first_out_of_order(
+    body: &[Item],
+    count: u32,
+    size: u32,
+    order: BackwardOrder,
+) -> Option<usize> {
+    let per_item: Vec<Vec<Contribution>> = (body.iter().enumerate())
+        .map(|(k, item)| contributions(item, order.adds_from_last(k)))
+        .collect();
     // (No additions: none out of order.)
     let span = per_item
         .iter()
@@ -234,7 +264,7 @@ pub fn first_out_of_order(body: &[Item], count: u32, size: u32, vertical: bool) 
         let lanes = group * size..((group + 1) * size).min(count);
         for (k, cs) in per_item.iter().enumerate().rev() {
             let shared = vertical_map(&body[k], 0)
-                .filter(|_| vertical)
+                .filter(|_| order.vertical)
                 .map(|(_, shared)| shared);
             for (c, j) in lane_order(cs, lanes.clone(), shared) {
                 let slot = (c.slot.at_nested(c.t, j).0 - span.start) as usize;
@@ -305,7 +335,7 @@ mod tests {
     /// A link of a chain in a nest of `count`: repetition `j` writes `100 + j` from
     /// `x[j + 1] - x[j]` (slots `j + 1` and `j`), as a spring reads its mass and the one
     /// before.
-    fn link(count: u32, operands_from_last: bool) -> (Vec<Item>, u32) {
+    fn link(count: u32) -> (Vec<Item>, u32) {
         let at = |base, across| Affine {
             base,
             stride: 0,
@@ -322,7 +352,6 @@ mod tests {
             len: 1,
             needs_grad: true,
             grad_args: vec![true, true],
-            operands_from_last,
         };
         (vec![Item::Map(map)], count)
     }
@@ -332,12 +361,15 @@ mod tests {
     /// from `j` first; from the last operand, in the interpreter's order.
     #[test]
     fn a_chains_link_keeps_the_order_in_lanes_adding_from_the_last_operand() {
+        let (body, count) = link(8);
         for group in [1, 4, 8] {
-            let (body, count) = link(8, false);
-            let plain = first_out_of_order(&body, count, group, false);
+            let plain = first_out_of_order(&body, count, group, BackwardOrder::default());
             assert_eq!(plain, (group > 1).then_some(0), "group {group}");
-            let (body, count) = link(8, true);
-            assert_eq!(first_out_of_order(&body, count, group, false), None);
+            let from_last = BackwardOrder {
+                vertical: false,
+                from_last: &[true],
+            };
+            assert_eq!(first_out_of_order(&body, count, group, from_last), None);
         }
     }
 }

@@ -19,7 +19,9 @@
 
 use crate::error::Result;
 use crate::passes::nest;
-use crate::passes::schedule::{every_iteration, AccessKind, Affine, Item, Nest, Schedule, SumLoop};
+use crate::passes::schedule::{
+    every_iteration, number_nests, AccessKind, Affine, Item, Nest, Schedule, SumLoop,
+};
 use crate::tape::Tape;
 
 /// `tape` and `schedule` with the params of `schedule`'s nests laid out input-major; both
@@ -66,6 +68,7 @@ pub fn apply(tape: Tape, schedule: Schedule) -> Result<(Tape, Schedule)> {
         items.splice(at..=at, nest::recover(&moved, vec![nodes]));
     }
     let schedule = Schedule {
+        nests: number_nests(&mut items),
         loops: items.iter().map(Item::loops).sum(),
         loop_nodes: items.iter().map(Item::loop_nodes).sum(),
         items,

@@ -10,7 +10,7 @@
 use std::ops::Range;
 
 use super::copies;
-use super::schedule::{ends_with, Affine, DotLoop, Item, MapLoop, Schedule, SumLoop};
+use super::schedule::{ends_with, number_nests, Affine, DotLoop, Item, MapLoop, Schedule, SumLoop};
 use crate::op::Op;
 use crate::tape::{Slot, Tape};
 
@@ -30,6 +30,7 @@ pub fn schedule(tape: &Tape, recover: bool) -> Schedule {
     out.items = (tape.copies())
         .and_then(|c| copies::items(tape, c, recovered))
         .unwrap_or_else(|| recovered(first..end));
+    out.nests = number_nests(&mut out.items);
     out.loops = out.items.iter().map(Item::loops).sum();
     out.loop_nodes = out.items.iter().map(Item::loop_nodes).sum();
     out
@@ -113,7 +114,6 @@ fn map_run_at(tape: &Tape, s: Slot, end: u32) -> Option<MapLoop> {
         len,
         needs_grad: tape.takes_grad(s),
         grad_args,
-        operands_from_last: false,
     })
 }
 

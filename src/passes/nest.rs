@@ -34,7 +34,7 @@ use std::hash::{BuildHasherDefault, Hash, Hasher};
 
 use rustc_hash::FxHasher;
 
-use super::schedule::{AccessKind, Affine, Item, Lanes, MapLoop, Nest, SumLoop, MAX_NEST_DEPTH};
+use super::schedule::{AccessKind, Affine, Item, MapLoop, Nest, NestId, SumLoop, MAX_NEST_DEPTH};
 use crate::op::Op;
 use crate::tape::{Slot, Tape};
 
@@ -254,7 +254,6 @@ pub fn single(tape: &Tape, s: Slot) -> Item {
         len: 1,
         needs_grad: tape.takes_grad(s),
         grad_args: tape.args(s).iter().map(|a| tape.takes_grad(a)).collect(),
-        operands_from_last: false,
     })
 }
 
@@ -562,9 +561,8 @@ fn nest_of(tape: &Tape, items: &[Unit], period: usize) -> Option<Nest> {
     exact.then_some(Nest {
         count: count as u32,
         body,
-        lanes: Lanes::None,
-        shared_grads: Vec::new(),
-        forward_order: Vec::new(),
+        // (Numbered once recovery is done.)
+        id: NestId::default(),
     })
 }
 
@@ -707,7 +705,7 @@ fn hash_shape(item: &Item, h: &mut impl Hasher) {
             sum(&d.sum, h);
         }
         Item::Nest(n) => {
-            (n.count, n.body.len(), n.lanes).hash(h);
+            (n.count, n.body.len()).hash(h);
             n.body.iter().for_each(|b| hash_shape(b, h));
         }
         Item::Straight(_) | Item::SumPart { .. } => {}
@@ -734,7 +732,6 @@ fn same_shape(a: &Item, b: &Item) -> bool {
         (Item::Dot(x), Item::Dot(y)) => maps(&x.products, &y.products) && sums(&x.sum, &y.sum),
         (Item::Nest(x), Item::Nest(y)) => {
             x.count == y.count
-                && x.lanes == y.lanes
                 && x.body.len() == y.body.len()
                 && x.body.iter().zip(&y.body).all(|(a, b)| same_shape(a, b))
         }

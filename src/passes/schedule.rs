@@ -164,12 +164,6 @@ pub struct MapLoop {
     pub needs_grad: bool,
     /// Per operand: whether it takes a gradient (an input may not).
     pub grad_args: Vec<bool>,
-    /// Whether backward in lanes adds into the operands from the last one: a chain's link
-    /// that reads its own element as one operand and its neighbour's as a later one (a
-    /// spring `x[s] - x[s - 1]`) reaches each element first from the neighbour's side, the
-    /// repetition the interpreter runs before. Set by the plan where that keeps every
-    /// gradient's order ([`crate::plan`]); loop recovery leaves it off.
-    pub operands_from_last: bool,
 }
 
 /// The `sum` at `slot`: `first + tail.at(0) + ... + tail.at(tail_len - 1)`, left to right.
@@ -224,111 +218,22 @@ pub(super) fn ends_with(sum: &SumLoop, products: &MapLoop) -> bool {
 }
 
 /// `count` repetitions of `body`, whose slots advance by each [`Affine::outer`] per
-/// repetition: a layer of neurons, each one a map and a sum and an activation.
+/// repetition: a layer of neurons, each one a map and a sum and an activation. How it runs
+/// (in lanes, in which order) is the plan's to say, under its `id` ([`crate::plan::NestPlan`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Nest {
     pub count: u32,
     /// Loops, single nodes (maps of one), and nests: one repetition, in tape order.
     pub body: Vec<Item>,
-    /// Which repetitions run side by side in vector lanes. Loop recovery leaves
-    /// [`Lanes::None`]; the plan decides ([`crate::plan`]).
-    pub lanes: Lanes,
-    /// Gradients added over the repetitions after the nest's backward, not in each
-    /// repetition. Loop recovery leaves none; the plan decides ([`crate::plan`]).
-    pub shared_grads: Vec<SharedGrad>,
-    /// The order in which forward runs the body's items (indices into `body`), empty for
-    /// the body's own: each item after those whose values of the same repetition it reads.
-    /// Backward runs the body from its last item. Loop recovery leaves it empty; the plan
-    /// decides ([`crate::plan::order`]).
-    pub forward_order: Vec<u32>,
+    pub id: NestId,
 }
 
-/// Operand `operand` of the products of the dot `body[inner].body[dot]` of a nest (a nest of
-/// lanes in its body): the same slots in every repetition of the nest, such as the weights
-/// a batch's copies share, whose gradient gets its one addition per repetition from that dot
-/// alone. Instead of adding into memory in every repetition, the nest's backward adds each
-/// slot's contributions of every repetition, from the last, in a register after the
-/// repetitions ran: the same additions in the same order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SharedGrad {
-    pub inner: usize,
-    pub dot: usize,
-    pub operand: usize,
-}
-
-impl Nest {
-    /// The body's items in the order forward runs them ([`Nest::forward_order`]).
-    pub fn forward_items(&self) -> impl Iterator<Item = &Item> {
-        let at = |k: usize| self.forward_order.get(k).map_or(k, |&i| i as usize);
-        (0..self.body.len()).map(move |k| &self.body[at(k)])
-    }
-
-    /// The body as each repetition's backward runs it: without the additions
-    /// [`Nest::shared_grads`] makes after the repetitions.
-    pub fn repetition_body(&self) -> std::borrow::Cow<'_, [Item]> {
-        if self.shared_grads.is_empty() {
-            return std::borrow::Cow::Borrowed(&self.body);
-        }
-        let mut body = self.body.clone();
-        for shared in &self.shared_grads {
-            if let Some(Item::Nest(inner)) = body.get_mut(shared.inner) {
-                if let Some(Item::Dot(dot)) = inner.body.get_mut(shared.dot) {
-                    dot.products.grad_args[shared.operand] = false;
-                }
-            }
-        }
-        std::borrow::Cow::Owned(body)
-    }
-
-    /// The nest of lanes and the dot a shared gradient names, if they are there.
-    pub fn shared_dot(&self, shared: SharedGrad) -> Option<(&Nest, &DotLoop)> {
-        let Some(Item::Nest(inner)) = self.body.get(shared.inner) else {
-            return None;
-        };
-        match inner.body.get(shared.dot) {
-            Some(Item::Dot(dot)) if shared.operand < dot.products.args.len() => Some((inner, dot)),
-            _ => None,
-        }
-    }
-}
-
-/// How a [`Nest`]'s repetitions run: one after the other, or `group` at a time in vector
-/// lanes (one repetition per lane), each lane doing exactly its repetition's operations.
+/// A nest's number in its schedule, each nest's its own ([`Schedule::nests`]); what the
+/// plan decides for a nest it keeps under this number. A nest made from another (a
+/// repetition of the nest around it, its first repetitions) keeps the number: the same
+/// decisions hold for it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Lanes {
-    /// Forward and backward one repetition after the other.
-    #[default]
-    None,
-    /// Forward in lane groups (no repetition reads what another writes); backward one
-    /// repetition after the other.
-    Forward { group: u32 },
-    /// Forward and backward in lane groups (backward: groups from the last, body items from
-    /// the last, within an item step and operand in the item's order, every repetition of the
-    /// group from the last; the plan checked that this adds every gradient's contributions
-    /// in the interpreter's order). `vertical`: the dots of the body with an operand that
-    /// every lane shares ([`super::lane_order::vertical_arg`]) add into it
-    /// [`super::lane_order::VERTICAL_BLOCK`] steps at a time, one vector over the steps per lane,
-    /// instead of lane by lane at every step (the order the plan checked then).
-    Both { group: u32, vertical: bool },
-}
-
-impl Lanes {
-    /// Repetitions per lane group in forward, if forward runs in lanes.
-    pub fn forward(self) -> Option<u32> {
-        match self {
-            Lanes::None => None,
-            Lanes::Forward { group } | Lanes::Both { group, .. } => Some(group),
-        }
-    }
-
-    /// Repetitions per lane group in backward, if backward runs in lanes.
-    pub fn backward(self) -> Option<u32> {
-        match self {
-            Lanes::Both { group, .. } => Some(group),
-            Lanes::None | Lanes::Forward { .. } => None,
-        }
-    }
-}
+pub struct NestId(pub u32);
 
 /// One step of the lowered program, in tape order.
 #[derive(Clone, Debug, PartialEq)]
@@ -425,10 +330,30 @@ pub enum AccessKind {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Schedule {
     pub items: Vec<Item>,
+    /// How many nests the items hold, at any depth: their [`NestId`]s are `0..nests`.
+    pub nests: u32,
     /// Loops made.
     pub loops: usize,
     /// Tape nodes the loops cover.
     pub loop_nodes: usize,
+}
+
+/// Numbers the nests of `items` (at any depth, in tape order, a nest before those in its
+/// body) `0..`, returning how many there are: recovery's last step, so every nest of a
+/// schedule has its own [`NestId`].
+pub(super) fn number_nests(items: &mut [Item]) -> u32 {
+    fn visit(items: &mut [Item], next: &mut u32) {
+        for item in items {
+            if let Item::Nest(nest) = item {
+                nest.id = NestId(*next);
+                *next += 1;
+                visit(&mut nest.body, next);
+            }
+        }
+    }
+    let mut next = 0;
+    visit(items, &mut next);
+    next
 }
 
 impl Item {
@@ -620,7 +545,6 @@ impl Item {
             len: m.len,
             needs_grad: m.needs_grad,
             grad_args: m.grad_args.clone(),
-            operands_from_last: m.operands_from_last,
         };
         let sum = |s: &SumLoop, f: &mut dyn FnMut(Affine, u32) -> Affine| SumLoop {
             slot: f(s.slot, 1),
@@ -638,9 +562,7 @@ impl Item {
             Item::Nest(n) => Item::Nest(Nest {
                 count: n.count,
                 body: n.body.iter().map(|b| b.map_affines(f)).collect(),
-                lanes: n.lanes,
-                shared_grads: n.shared_grads.clone(),
-                forward_order: n.forward_order.clone(),
+                id: n.id,
             }),
             Item::Straight(_) | Item::SumPart { .. } => self.clone(),
         }

@@ -7,11 +7,13 @@
 //! Nests of nests run one repetition after the other, and the nests in their bodies in lanes
 //! where the analyses hold in every repetition of the nests around.
 
+use super::nests::{Lanes, Nests};
 use super::Buffers;
 use crate::passes::lane_order::{
     backward_lanes_keep_order, first_out_of_order, repetitions_independent, vertical_map,
+    BackwardOrder,
 };
-use crate::passes::schedule::{iteration, Item, Lanes, Nest, MAX_NEST_DEPTH};
+use crate::passes::schedule::{iteration, Item, Nest, MAX_NEST_DEPTH};
 
 /// At most this many repetitions run together in lanes (eight vectors of eight).
 pub const MAX_LANE_GROUP: u32 = 64;
@@ -57,51 +59,56 @@ fn mostly_strided(body: &[Item], level: usize, buffers: &Buffers) -> bool {
     vector * 100 < all * MIN_VECTOR_ACCESS_PERCENT
 }
 
-/// `item` with its lanes decided (a nest's, and those of the nests in its body; anything
-/// else is returned as it is), its slots at the addresses `buffers` gives them.
-pub fn decide(item: &Item, buffers: &Buffers) -> Item {
-    decide_within(item, &[], buffers, false)
+/// Decides the lanes of `item`'s nests (a nest's, and those of the nests in its body) into
+/// `nests`, its slots at the addresses `buffers` gives them.
+pub fn decide(item: &Item, buffers: &Buffers, nests: &mut Nests) {
+    decide_within(item, &[], buffers, false, nests)
 }
 
 /// [`decide`], checking a nest in every repetition of the nests around even where
 /// [`alike_in_every_repetition`] says the first decides them all.
 #[cfg(test)]
-pub fn decide_checking_every_repetition(item: &Item, buffers: &Buffers) -> Item {
-    decide_within(item, &[], buffers, true)
+pub fn decide_checking_every_repetition(item: &Item, buffers: &Buffers, nests: &mut Nests) {
+    decide_within(item, &[], buffers, true, nests)
 }
 
 /// [`decide`] for an item inside nests of `outer` repetitions (outermost first).
-fn decide_within(item: &Item, outer: &[u32], buffers: &Buffers, check_each: bool) -> Item {
+fn decide_within(
+    item: &Item,
+    outer: &[u32],
+    buffers: &Buffers,
+    check_each: bool,
+    nests: &mut Nests,
+) {
     let Item::Nest(nest) = item else {
-        return item.clone();
+        return;
     };
     let flat = nest.body.iter().all(|b| !matches!(b, Item::Nest(_)));
     if !flat {
         // The nest runs one repetition after the other; the nests in its body may not.
         let within: Vec<u32> = outer.iter().copied().chain([nest.count]).collect();
-        return Item::Nest(Nest {
-            body: nest
-                .body
-                .iter()
-                .map(|b| decide_within(b, &within, buffers, check_each))
-                .collect(),
-            lanes: Lanes::None,
-            ..nest.clone()
-        });
+        for b in &nest.body {
+            decide_within(b, &within, buffers, check_each, nests);
+        }
+        return;
     }
     let instances = every_instance(nest, outer, check_each);
     let group = lane_group(nest.count);
     // The vertical order where some map has a shared operand (it is faster), if it keeps
     // every gradient's order; else the plain lane order, with some maps' operands from the
     // last if that keeps it.
+    let vertical = BackwardOrder {
+        vertical: true,
+        from_last: &[],
+    };
     let vertical_keeps_order = || {
         instances
             .iter()
-            .all(|body| backward_lanes_keep_order(body, nest.count, group, true))
+            .all(|body| backward_lanes_keep_order(body, nest.count, group, vertical))
     };
     let has_vertical = nest.body.iter().any(|b| vertical_map(b, 0).is_some());
-    let mut out = nest.clone();
-    out.lanes = if mostly_strided(&nest.body, outer.len(), buffers)
+    let decided = nests.of_mut(nest);
+    decided.lanes = if mostly_strided(&nest.body, outer.len(), buffers)
         || !instances
             .iter()
             .all(|body| repetitions_independent(body, nest.count))
@@ -113,7 +120,9 @@ fn decide_within(item: &Item, outer: &[u32], buffers: &Buffers, check_each: bool
             vertical: true,
         }
     } else if let Some(from_last) = operands_from_last(&instances, nest.count, group) {
-        turn_operands(&mut out.body, &from_last);
+        if from_last.contains(&true) {
+            decided.operands_from_last = from_last;
+        }
         Lanes::Both {
             group,
             vertical: false,
@@ -121,22 +130,23 @@ fn decide_within(item: &Item, outer: &[u32], buffers: &Buffers, check_each: bool
     } else {
         Lanes::Forward { group }
     };
-    Item::Nest(out)
 }
 
-/// That `item`'s lanes (a nest's, and those of the nests in its body, inside nests of
-/// `outer` repetitions) are ones [`decide`] could have chosen: forward in lanes only where no
-/// repetition reads what another writes, backward in lanes only where the lane order (plain
-/// or vertical, with the maps' operand orders as the plan has them) adds every gradient's
-/// contributions in the interpreter's order. [`Plan::verify`](super::Plan::verify) asks it
-/// of every item, so no plan that would change a bit reaches the emitter.
-pub fn check(item: &Item, outer: &[u32]) -> Result<(), String> {
+/// That the lanes `nests` gives `item`'s nests (a nest's, and those of the nests in its body,
+/// inside nests of `outer` repetitions) are ones [`decide`] could have chosen: forward in
+/// lanes only where no repetition reads what another writes, backward in lanes only where
+/// the lane order (plain or vertical, with the maps' operand orders as the plan has them)
+/// adds every gradient's contributions in the interpreter's order.
+/// [`Plan::verify`](super::Plan::verify) asks it of every item, so no plan that would change
+/// a bit reaches the emitter.
+pub fn check(item: &Item, outer: &[u32], nests: &Nests) -> Result<(), String> {
     let Item::Nest(nest) = item else {
         return Ok(());
     };
-    let Some(group) = nest.lanes.forward() else {
+    let plan = nests.of(nest);
+    let Some(group) = plan.lanes.forward() else {
         let within: Vec<u32> = outer.iter().copied().chain([nest.count]).collect();
-        return nest.body.iter().try_for_each(|b| check(b, &within));
+        return nest.body.iter().try_for_each(|b| check(b, &within, nests));
     };
     let instances = every_instance(nest, outer, false);
     if !instances
@@ -145,8 +155,9 @@ pub fn check(item: &Item, outer: &[u32]) -> Result<(), String> {
     {
         return Err("lanes over repetitions that read what others write".into());
     }
-    if let Lanes::Both { vertical, .. } = nest.lanes {
-        let keeps = |body: &Vec<Item>| backward_lanes_keep_order(body, nest.count, group, vertical);
+    if plan.lanes.backward().is_some() {
+        let order = plan.backward_order();
+        let keeps = |body: &Vec<Item>| backward_lanes_keep_order(body, nest.count, group, order);
         if !instances.iter().all(keeps) {
             return Err(format!(
                 "backward lanes in groups of {group} that reorder a gradient's additions"
@@ -158,27 +169,21 @@ pub fn check(item: &Item, outer: &[u32]) -> Result<(), String> {
 
 /// Which maps of a flat nest's body (in every one of its `instances`) add into their
 /// operands from the last in backward, so that lanes in groups of `group` keep every
-/// gradient's order in the plain lane order
-/// ([`crate::passes::schedule::MapLoop::operands_from_last`]); `None` if no choice does.
-/// Greedy: each item the walk finds out of order turns, once, to the other operand order (a
-/// spring chain: the link reading `x[s] - x[s - 1]`); at most one walk per item.
+/// gradient's order in the plain lane order ([`super::NestPlan::operands_from_last`]);
+/// `None` if no choice does. Greedy: each item the walk finds out of order turns, once, to
+/// the other operand order (a spring chain: the link reading `x[s] - x[s - 1]`); at most one
+/// walk per item.
 fn operands_from_last(instances: &[Vec<Item>], count: u32, group: u32) -> Option<Vec<bool>> {
     let len = instances.first().map_or(0, Vec::len);
     let mut from_last = vec![false; len];
     loop {
-        // (A body is copied only once some map turns.)
-        let turned = from_last.contains(&true);
-        let first_wrong = instances.iter().find_map(|body| {
-            let body = match turned {
-                true => {
-                    let mut turned = body.clone();
-                    turn_operands(&mut turned, &from_last);
-                    std::borrow::Cow::Owned(turned)
-                }
-                false => std::borrow::Cow::Borrowed(&body[..]),
-            };
-            first_out_of_order(&body, count, group, false)
-        });
+        let order = BackwardOrder {
+            vertical: false,
+            from_last: &from_last,
+        };
+        let first_wrong = instances
+            .iter()
+            .find_map(|body| first_out_of_order(body, count, group, order));
         let Some(k) = first_wrong else {
             return Some(from_last);
         };
@@ -188,15 +193,6 @@ fn operands_from_last(instances: &[Vec<Item>], count: u32, group: u32) -> Option
             return None;
         }
         from_last[k] = true;
-    }
-}
-
-/// Makes the maps of `body` at `from_last` add into their operands from the last.
-fn turn_operands(body: &mut [Item], from_last: &[bool]) {
-    for (item, &turn) in body.iter_mut().zip(from_last) {
-        if let Item::Map(m) = item {
-            m.operands_from_last = turn;
-        }
     }
 }
 
@@ -283,7 +279,6 @@ mod tests {
             len: 5,
             needs_grad: true,
             grad_args: vec![true],
-            operands_from_last: false,
         })]
     }
 

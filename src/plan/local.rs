@@ -27,7 +27,7 @@ use std::collections::HashMap;
 
 use crate::op::BackwardReads;
 use crate::passes::schedule::{every_repetition, Affine, Item, MapLoop};
-use crate::plan::{Alike, PerSlot};
+use crate::plan::{Alike, Nests, PerSlot};
 use crate::tape::{Slot, Tape};
 
 /// Slots of one kind (values or gradients) kept in their function's scratch.
@@ -103,16 +103,25 @@ impl Locals {
     }
 }
 
-/// The local gradients and the local values of `functions`' nests (copies `2..` of `alike`
-/// stored once).
-pub fn find(tape: &Tape, functions: &[Vec<Item>], alike: Option<&Alike>) -> (Locals, Locals) {
+/// The local gradients and the local values of `functions`' nests (run as `nests` says;
+/// copies `2..` of `alike` stored once).
+pub fn find(
+    tape: &Tape,
+    functions: &[Vec<Item>],
+    nests: &Nests,
+    alike: Option<&Alike>,
+) -> (Locals, Locals) {
     let mut found = Found {
         grads: Locals::new(tape, functions.len(), alike),
         values: Locals::new(tape, functions.len(), alike),
     };
     let mut outputs: Vec<Slot> = tape.outputs().iter().copied().chain(tape.loss()).collect();
     outputs.sort_unstable();
-    let finder = Finder { tape, outputs };
+    let finder = Finder {
+        tape,
+        nests,
+        outputs,
+    };
     for (k, function) in functions.iter().enumerate() {
         for item in function {
             let around = Alike::around(alike, item);
@@ -150,6 +159,7 @@ struct GroupSizes {
 
 struct Finder<'t> {
     tape: &'t Tape,
+    nests: &'t Nests,
     /// The outputs and the loss (read from outside), sorted.
     outputs: Vec<Slot>,
 }
@@ -165,13 +175,14 @@ impl Finder<'_> {
         found: &mut Found,
     ) {
         let Item::Nest(nest) = item else { return };
-        if !nest.shared_grads.is_empty() {
+        let plan = self.nests.of(nest);
+        if !plan.shared_grads.is_empty() {
             return;
         }
         counts.push(nest.count);
         let lanes = GroupSizes {
-            forward: nest.lanes.forward().unwrap_or(1),
-            backward: nest.lanes.backward().unwrap_or(1),
+            forward: plan.lanes.forward().unwrap_or(1),
+            backward: plan.lanes.backward().unwrap_or(1),
         };
         self.body(&nest.body, counts, function, found, lanes);
         for b in &nest.body {

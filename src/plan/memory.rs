@@ -13,11 +13,11 @@ use std::num::NonZeroU32;
 
 use crate::passes::lane_order::{vertical_map, VERTICAL_BLOCK};
 use crate::passes::schedule::{
-    every_iteration, every_repetition, Access, AccessKind, Affine, Item, Lanes, MapLoop, SumLoop,
+    every_iteration, every_repetition, Access, AccessKind, Affine, Item, MapLoop, SumLoop,
 };
 use crate::plan::local::Locals;
 use crate::plan::per_slot::Rule;
-use crate::plan::{Alike, PerSlot, StepPlan};
+use crate::plan::{Alike, Lanes, Nests, PerSlot, StepPlan};
 use crate::tape::{Consumers, Slot, Tape};
 
 /// The gradients' places, per slot (a batch's copies alike stored once, [`PerSlot`]).
@@ -78,6 +78,7 @@ impl GradMemory {
     pub fn new(
         tape: &Tape,
         functions: &[Vec<Item>],
+        nests: &Nests,
         step: Option<&StepPlan>,
         local: Locals,
         alike: Option<&Alike>,
@@ -101,7 +102,7 @@ impl GradMemory {
         }
         for item in functions.iter().flatten() {
             let around = Alike::around(alike, item);
-            mark_summed_whole(item, &[], &additions, &mut whole, around);
+            mark_summed_whole(item, &[], &additions, nests, &mut whole, around);
         }
         let stored = mark_stored_whole(tape, &additions, functions, &mut whole, alike);
         if let Some(step) = step {
@@ -276,18 +277,19 @@ fn mark_summed_whole(
     item: &Item,
     counts: &[u32],
     additions: &Additions,
+    nests: &Nests,
     whole: &mut PerSlot<Whole>,
     around: Option<&Alike>,
 ) {
     let Item::Nest(nest) = item else { return };
     let inner: Vec<u32> = counts.iter().copied().chain([nest.count]).collect();
     for b in &nest.body {
-        mark_summed_whole(b, &inner, additions, whole, around);
+        mark_summed_whole(b, &inner, additions, nests, whole, around);
     }
     let Lanes::Both {
         group,
         vertical: true,
-    } = nest.lanes
+    } = nests.of(nest).lanes
     else {
         return;
     };

@@ -5,6 +5,8 @@
 //! - [`functions`]: the schedule cut into native functions of bounded size (a straight-line
 //!   `sum` too wide for one function is cut into [`Item::SumPart`]s), and the functions
 //!   grouped into LLVM modules of bounded size, compiled side by side.
+//! - [`nests`]: the decisions for each nest of the schedule, under its number, which the
+//!   next three passes make:
 //! - [`lanes`]: which nests run their repetitions side by side in vector lanes, and how many
 //!   at a time.
 //! - [`shared`]: which gradients a nest adds over its repetitions after its backward (the
@@ -32,6 +34,7 @@ pub mod functions;
 pub mod lanes;
 pub mod local;
 pub mod memory;
+pub mod nests;
 pub mod order;
 pub mod per_slot;
 pub mod shared;
@@ -45,7 +48,7 @@ mod tests;
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::passes::schedule::{Item, Schedule};
+use crate::passes::schedule::{Item, Nest, Schedule};
 use crate::tape::Tape;
 
 pub use buffers::Buffers;
@@ -53,6 +56,7 @@ pub use first_layer::{
     TrainPlan, ZeroSkip, ZeroSkipping, GUARD_FINITE, GUARD_NO_NEGATIVE_ZERO, GUARD_WAIT_SHIFT,
 };
 pub use memory::GradMemory;
+pub use nests::{Lanes, NestPlan, Nests, SharedGrad};
 pub use per_slot::{Alike, PerSlot};
 pub use step::StepPlan;
 
@@ -62,6 +66,8 @@ pub struct Plan {
     /// The native functions of `forward` (in order) and `backward` (from the last), each a
     /// run of straight-line code, loops and nests in tape order.
     pub functions: Vec<Vec<Item>>,
+    /// How each nest runs ([`Plan::nest`]).
+    pub nests: Nests,
     /// The functions grouped into modules, each compiled on its own (module 0 also holds
     /// the entry points): runs of consecutive functions that together cover them all.
     pub modules: Vec<Range<usize>>,
@@ -123,26 +129,36 @@ impl Plan {
         options: PlanOptions,
         alike: Option<Alike>,
     ) -> crate::Result<Plan> {
-        verify::verify_shapes(&schedule.items, tape)?;
-        let kept = buffers::kept(tape, &schedule.items, alike.as_ref());
+        verify::verify_shapes(schedule, tape)?;
+        let items = &schedule.items;
+        let kept = buffers::kept(tape, items, alike.as_ref());
         // Before the lanes, which pay where their slots' addresses are adjacent. (Cutting
         // the items into functions cuts straight-line runs and wide sums only: every loop
         // keeps its accesses.)
-        let buffers = Buffers::new(tape, &kept, &schedule.items, alike.as_ref());
-        let items: Vec<Item> = schedule
-            .items
-            .iter()
-            .map(|item| order::decide(&shared::decide(tape, &lanes::decide(item, &buffers))))
-            .collect();
-        let step = step::plan(tape, &items, options.zero_skipping);
-        let functions = functions::cut(tape, &items, options.chunk_size);
+        let buffers = Buffers::new(tape, &kept, items, alike.as_ref());
+        let mut nests = Nests::new(schedule.nests);
+        for item in items {
+            lanes::decide(item, &buffers, &mut nests);
+            shared::decide(tape, item, &mut nests);
+            order::decide(item, &mut nests);
+        }
+        let step = step::plan(tape, items, &nests, options.zero_skipping);
+        let functions = functions::cut(tape, items, options.chunk_size);
         // (Cutting sums into parts may read the copies in parts.)
         let alike = alike.and_then(|a| a.in_functions(tape, &functions));
-        let (local_grads, local_values) = local::find(tape, &functions, alike.as_ref());
+        let (local_grads, local_values) = local::find(tape, &functions, &nests, alike.as_ref());
         let constants = constants::Constants::find(tape, &functions);
-        let grads = GradMemory::new(tape, &functions, step.as_ref(), local_grads, alike.as_ref());
-        let split = first_layer::split::find(tape, &functions, &buffers, step.as_ref());
+        let grads = GradMemory::new(
+            tape,
+            &functions,
+            &nests,
+            step.as_ref(),
+            local_grads,
+            alike.as_ref(),
+        );
+        let split = first_layer::split::find(tape, &functions, &nests, &buffers, step.as_ref());
         let plan = Plan {
+            nests,
             alike,
             split,
             buffers: Arc::new(buffers),
@@ -161,6 +177,11 @@ impl Plan {
         };
         plan.verify(tape)?;
         Ok(plan)
+    }
+
+    /// How `nest` (a nest of the plan's functions) runs.
+    pub fn nest(&self, nest: &Nest) -> &NestPlan {
+        self.nests.of(nest)
     }
 
     /// Checks the invariants the emitter relies on: every non-leaf slot of `tape` computed

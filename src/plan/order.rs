@@ -7,7 +7,7 @@
 //! state just computed, which only the loss reads) are best issued after it, where the
 //! processor runs them while the chain waits, rather than before it, where they hold up its
 //! start: the items the next repetition reads first, then the others, each in body order
-//! ([`Nest::forward_order`]; RNN T = 50: 6.2 -> 5.8 us per step).
+//! ([`super::NestPlan::forward_order`]; RNN T = 50: 6.2 -> 5.8 us per step).
 //!
 //! Values do not depend on the order in which independent items compute them, so forward may
 //! run any order in which every item follows those whose values of the same repetition it
@@ -15,41 +15,38 @@
 
 use std::collections::HashSet;
 
-use crate::passes::schedule::{every_repetition, Access, AccessKind, Item, Lanes, Nest};
+use super::nests::{Lanes, Nests};
+use crate::passes::schedule::{every_repetition, Access, AccessKind, Item, Nest};
 
-/// `item` with the forward order of every nest in it decided.
-pub fn decide(item: &Item) -> Item {
-    decide_within(item, &[])
+/// Decides the forward order of every nest in `item` (their lanes decided in `nests`) into
+/// `nests`.
+pub fn decide(item: &Item, nests: &mut Nests) {
+    decide_within(item, &[], nests)
 }
 
 /// [`decide`] for an item inside nests of `outer` repetitions (outermost first).
-fn decide_within(item: &Item, outer: &[u32]) -> Item {
+fn decide_within(item: &Item, outer: &[u32], nests: &mut Nests) {
     let Item::Nest(nest) = item else {
-        return item.clone();
+        return;
     };
     let within: Vec<u32> = outer.iter().copied().chain([nest.count]).collect();
-    let body: Vec<Item> = nest
-        .body
-        .iter()
-        .map(|b| decide_within(b, &within))
-        .collect();
-    Item::Nest(Nest {
-        count: nest.count,
-        body,
-        lanes: nest.lanes,
-        shared_grads: nest.shared_grads.clone(),
-        forward_order: forward_order(nest, outer),
-    })
+    for b in &nest.body {
+        decide_within(b, &within, nests);
+    }
+    if nests.of(nest).lanes == Lanes::None {
+        nests.of_mut(nest).forward_order = forward_order(nest, outer);
+    }
 }
 
-/// The order of [`Nest::forward_order`] for `nest` (inside nests of `outer` repetitions):
-/// the items on the chain (those that compute what the next repetition reads, and those
-/// whose values of the same repetition these read) first, the others after the chain's last
-/// item; empty for the body's own order, where the nest runs in lanes, where nothing moves,
-/// or where in some repetition an item on the chain reads what an item that moves computes.
+/// The order of [`NestPlan::forward_order`](super::NestPlan::forward_order) for `nest`
+/// (inside nests of `outer` repetitions, running one repetition after the other): the items
+/// on the chain (those that compute what the next repetition reads, and those whose values
+/// of the same repetition these read) first, the others after the chain's last item; empty
+/// for the body's own order, where nothing moves, or where in some repetition an item on the
+/// chain reads what an item that moves computes.
 pub fn forward_order(nest: &Nest, outer: &[u32]) -> Vec<u32> {
     let n = nest.body.len();
-    if nest.lanes != Lanes::None || nest.count < 2 || n < 2 {
+    if nest.count < 2 || n < 2 {
         return Vec::new();
     }
     let level = outer.len();

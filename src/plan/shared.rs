@@ -7,7 +7,8 @@
 //! contributions from the last copy to the first meet in a register, and the gradient
 //! crosses memory once: the same additions, in the same order.
 
-use crate::passes::schedule::{AccessKind, Item, Nest, SharedGrad};
+use super::nests::{Nests, SharedGrad};
+use crate::passes::schedule::{AccessKind, Item, Nest};
 use crate::tape::{Slot, Tape};
 
 /// The repetitions whose contributions a shared gradient adds in registers before storing
@@ -15,26 +16,26 @@ use crate::tape::{Slot, Tape};
 /// the stack where registers run out, which is as cheap as the loads they replace).
 pub const SHARED_CHUNK: u32 = 8;
 
-/// `item` with its shared gradients decided (a nest's; anything else is returned as it is).
-pub fn decide(tape: &Tape, item: &Item) -> Item {
+/// Decides the shared gradients of `item` (a nest's; its lanes, and its body's, decided in
+/// `nests`) into `nests`.
+pub fn decide(tape: &Tape, item: &Item, nests: &mut Nests) {
     let Item::Nest(nest) = item else {
-        return item.clone();
+        return;
     };
-    let shared_grads = candidates(nest)
-        .filter(|&shared| qualifies(tape, nest, shared))
+    let shared_grads = candidates(nest, nests)
+        .filter(|&shared| qualifies(tape, nest, shared, nests))
         .collect();
-    Item::Nest(Nest {
-        shared_grads,
-        ..nest.clone()
-    })
+    nests.of_mut(nest).shared_grads = shared_grads;
 }
 
 /// Every operand of a dot of a nest of lanes in the body that takes a gradient and is the
 /// same in every repetition of the nest.
-fn candidates(nest: &Nest) -> impl Iterator<Item = SharedGrad> + '_ {
+fn candidates<'n>(nest: &'n Nest, nests: &'n Nests) -> impl Iterator<Item = SharedGrad> + 'n {
     nest.body.iter().enumerate().flat_map(move |(b, item)| {
         let inner = match item {
-            Item::Nest(inner) if inner.lanes.backward().is_some() => inner.body.as_slice(),
+            Item::Nest(inner) if nests.of(inner).lanes.backward().is_some() => {
+                inner.body.as_slice()
+            }
             _ => &[],
         };
         inner.iter().enumerate().flat_map(move |(d, item)| {
@@ -60,12 +61,13 @@ fn candidates(nest: &Nest) -> impl Iterator<Item = SharedGrad> + '_ {
 /// and get no other addition anywhere in the nest; the other operand is no param (`step`
 /// may have updated a param by then; nothing changes any other value); and the products'
 /// gradients held while adding are few enough.
-fn qualifies(tape: &Tape, nest: &Nest, shared: SharedGrad) -> bool {
-    let Some((inner, dot)) = nest.shared_dot(shared) else {
+fn qualifies(tape: &Tape, nest: &Nest, shared: SharedGrad, nests: &Nests) -> bool {
+    let Some((inner, dot)) = shared.dot_in(nest) else {
         return false;
     };
     let m = &dot.products;
-    let (Some(group), true) = (inner.lanes.backward(), nest.lanes.backward().is_none()) else {
+    let lanes = (nests.of(inner).lanes, nests.of(nest).lanes);
+    let (Some(group), true) = (lanes.0.backward(), lanes.1.backward().is_none()) else {
         return false;
     };
     if m.args.len() != 2 || group == 0 {

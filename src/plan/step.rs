@@ -11,8 +11,9 @@
 //! sample's forward through it in one pass ([`TrainPlan`], `plan/first_layer/`).
 
 use super::first_layer::{train_plan, TrainPlan, ZeroSkipping};
+use super::nests::{Lanes, Nests};
 use crate::op::Op;
-use crate::passes::schedule::{AccessKind, DotLoop, Item, Lanes, Nest};
+use crate::passes::schedule::{AccessKind, DotLoop, Item, Nest};
 use crate::tape::{Slot, Tape};
 
 /// `step`'s own backward: where it differs from `backward`.
@@ -64,13 +65,18 @@ impl StepPlan {
 /// `step`'s plan for `items` (top-level schedule items, lanes decided), or `None` where no
 /// lane loop computes a param's whole gradient: a second backward would only add compile
 /// time.
-pub fn plan(tape: &Tape, items: &[Item], zero_skipping: ZeroSkipping) -> Option<StepPlan> {
+pub fn plan(
+    tape: &Tape,
+    items: &[Item],
+    nests: &Nests,
+    zero_skipping: ZeroSkipping,
+) -> Option<StepPlan> {
     tape.loss()?;
-    let fused = fused_updates(tape, items);
+    let fused = fused_updates(tape, items, nests);
     if !fused.contains(&true) {
         return None;
     }
-    let deferred = deferred(tape, items, &fused);
+    let deferred = deferred(tape, items, nests, &fused);
     // (Deferred operands are fused params.)
     let mut deferred_slots = vec![false; tape.num_params()];
     for d in &deferred {
@@ -92,7 +98,7 @@ pub fn plan(tape: &Tape, items: &[Item], zero_skipping: ZeroSkipping) -> Option<
 
 /// The params a lane loop adds into with one vector per group (unit stride across
 /// repetitions), that no other node reads in backward and that are not the loss.
-fn fused_updates(tape: &Tape, items: &[Item]) -> Vec<bool> {
+fn fused_updates(tape: &Tape, items: &[Item], nests: &Nests) -> Vec<bool> {
     let consumers = tape.consumers();
     let p = tape.num_params();
     let sole =
@@ -101,7 +107,7 @@ fn fused_updates(tape: &Tape, items: &[Item]) -> Vec<bool> {
     let mut fused = vec![false; p];
     for item in items {
         let Item::Nest(nest) = item else { continue };
-        if nest.lanes.backward().is_none() {
+        if nests.of(nest).lanes.backward().is_none() {
             continue;
         }
         for access in nest.body.iter().flat_map(Item::accesses) {
@@ -120,12 +126,12 @@ fn fused_updates(tape: &Tape, items: &[Item]) -> Vec<bool> {
 }
 
 /// The fused param operands of dot products whose gradient `step` can leave unstored.
-fn deferred(tape: &Tape, items: &[Item], fused: &[bool]) -> Vec<Deferred> {
+fn deferred(tape: &Tape, items: &[Item], nests: &Nests, fused: &[bool]) -> Vec<Deferred> {
     let mut out = Vec::new();
     let p = tape.num_params() as u32;
     for item in items {
         let Item::Nest(nest) = item else { continue };
-        if !matches!(nest.lanes, Lanes::Both { .. }) {
+        if !matches!(nests.of(nest).lanes, Lanes::Both { .. }) {
             continue;
         }
         for (b, body) in nest.body.iter().enumerate() {

@@ -4,7 +4,7 @@
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
-use super::{lanes::lane_group, GradMemory, Plan, PlanOptions, ZeroSkipping};
+use super::{lanes::lane_group, GradMemory, NestPlan, Nests, Plan, PlanOptions, ZeroSkipping};
 use crate::nn::{Activation, Classifier, Layer};
 use crate::passes::layout;
 use crate::passes::loops::schedule;
@@ -117,7 +117,7 @@ fn nests_of(g: &Graph) -> Vec<(u32, bool)> {
         .iter()
         .flatten()
         .filter_map(|i| match i {
-            Item::Nest(n) => Some((n.count, n.lanes.backward().is_some())),
+            Item::Nest(n) => Some((n.count, plan.nest(n).lanes.backward().is_some())),
             _ => None,
         })
         .collect()
@@ -164,24 +164,13 @@ fn a_nest_whose_lane_order_would_reorder_a_gradient_runs_neuron_by_neuron() {
 /// order needs the last, are refused, as are buffers too short for a loop's addresses.
 #[test]
 fn plans_whose_lanes_or_addresses_break_a_proof_are_refused() {
-    use crate::passes::schedule::Lanes;
-    /// Whether `change` changed some nest of `item` (at any depth).
-    fn change_nests(item: &mut Item, change: &dyn Fn(&mut Nest) -> bool) -> bool {
-        let Item::Nest(n) = item else {
-            return false;
-        };
-        let mut changed = change(n);
-        for b in &mut n.body {
-            changed |= change_nests(b, change);
-        }
-        changed
-    }
-    /// The error `verify` gives the plan with `change` made.
-    fn tampered(plan: &Plan, tape: &Tape, change: &dyn Fn(&mut Nest) -> bool) -> String {
+    use crate::plan::Lanes;
+    /// The error `verify` gives the plan with `change` made to its nests' plans.
+    fn tampered(plan: &Plan, tape: &Tape, change: &dyn Fn(&mut NestPlan) -> bool) -> String {
         let mut plan = plan.clone();
         let mut changed = false;
-        for item in plan.functions.iter_mut().flatten() {
-            changed |= change_nests(item, change);
+        for nest in plan.nests.plans_mut() {
+            changed |= change(nest);
         }
         assert!(changed, "nothing to tamper with");
         plan.verify(tape).expect_err("a tampered plan").to_string()
@@ -197,7 +186,7 @@ fn plans_whose_lanes_or_addresses_break_a_proof_are_refused() {
         .collect();
     g.set_loss(g.sum(out.iter().map(|&o| o * o))).unwrap();
     let (tape, plan) = planned(&g);
-    let both = |n: &mut Nest| match n.lanes {
+    let both = |n: &mut NestPlan| match n.lanes {
         Lanes::Forward { group } => {
             n.lanes = Lanes::Both {
                 group,
@@ -213,15 +202,8 @@ fn plans_whose_lanes_or_addresses_break_a_proof_are_refused() {
     let g = Graph::new();
     chain(&g, 12, 20);
     let (tape, plan) = planned(&g);
-    let first_operand_first = |n: &mut Nest| {
-        let mut turned = false;
-        for item in &mut n.body {
-            if let Item::Map(m) = item {
-                turned |= std::mem::replace(&mut m.operands_from_last, false);
-            }
-        }
-        turned
-    };
+    let first_operand_first =
+        |n: &mut NestPlan| std::mem::take(&mut n.operands_from_last).contains(&true);
     let refused = tampered(&plan, &tape, &first_operand_first);
     assert!(refused.contains("reorder a gradient"), "{refused}");
     // Buffers shorter than the addresses the loops form.
@@ -342,13 +324,13 @@ fn repeated_runs_cover_exactly_the_slots_and_roll_copies() {
 
 #[test]
 fn copies_of_a_layer_read_by_every_neuron_take_the_vertical_order() {
-    use crate::passes::schedule::Lanes;
+    use crate::plan::Lanes;
     let g = Graph::new();
     copies_of_two_layers(&g, 1);
     let (_, plan) = planned(&g);
     let mut lanes = Vec::new();
     for item in plan.functions.iter().flatten() {
-        collect_lanes(item, &mut lanes);
+        collect_lanes(&plan.nests, item, &mut lanes);
     }
     assert!(
         lanes.contains(&Lanes::Both {
@@ -365,7 +347,7 @@ fn copies_of_a_layer_read_by_every_neuron_take_the_vertical_order() {
 #[test]
 fn a_readout_of_steps_not_in_whole_blocks_takes_the_vertical_order() {
     use crate::passes::lane_order::vertical_block;
-    use crate::passes::schedule::Lanes;
+    use crate::plan::Lanes;
     assert_eq!(
         (0..13).map(|t| vertical_block(t, 13)).collect::<Vec<_>>(),
         [vec![Some(0); 8], vec![None; 5]].concat()
@@ -380,7 +362,7 @@ fn a_readout_of_steps_not_in_whole_blocks_takes_the_vertical_order() {
         let (tape, plan) = planned(&g);
         let mut lanes = Vec::new();
         for item in plan.functions.iter().flatten() {
-            collect_lanes(item, &mut lanes);
+            collect_lanes(&plan.nests, item, &mut lanes);
         }
         let vertical = Lanes::Both {
             group: 10,
@@ -416,7 +398,7 @@ fn recurrent_cells(g: &Graph, hidden: usize, readout: bool) {
 
 #[test]
 fn a_recurrent_cells_sums_are_dots_after_their_input_terms_in_the_vertical_order() {
-    use crate::passes::schedule::Lanes;
+    use crate::plan::Lanes;
     for readout in [false, true] {
         let g = Graph::new();
         recurrent_cells(&g, 16, readout);
@@ -424,7 +406,7 @@ fn a_recurrent_cells_sums_are_dots_after_their_input_terms_in_the_vertical_order
         let mut lanes = Vec::new();
         let mut heads = Vec::new();
         for item in plan.functions.iter().flatten() {
-            collect_lanes(item, &mut lanes);
+            collect_lanes(&plan.nests, item, &mut lanes);
             let _ = item.try_for_each_flat(&mut |flat, _| {
                 if let Item::Dot(dot) = flat {
                     heads.push((dot.head(), dot.products.len));
@@ -494,10 +476,10 @@ fn a_nests_values_lie_item_by_item_in_the_buffers() {
     }
 }
 
-fn collect_lanes(item: &Item, out: &mut Vec<crate::passes::schedule::Lanes>) {
+fn collect_lanes(nests: &super::Nests, item: &Item, out: &mut Vec<crate::plan::Lanes>) {
     if let Item::Nest(n) = item {
-        out.push(n.lanes);
-        n.body.iter().for_each(|b| collect_lanes(b, out));
+        out.push(nests.of(n).lanes);
+        n.body.iter().for_each(|b| collect_lanes(nests, b, out));
     }
 }
 
@@ -640,7 +622,6 @@ fn buffers_hold_kept_slots_side_by_side_where_loops_stay_affine() {
         len: 3,
         needs_grad: false,
         grad_args: vec![false],
-        operands_from_last: false,
     })];
     let kept = |unkept: &[usize]| super::PerSlot::from_fn(14, None, |s| !unkept.contains(&s));
     // One slot not kept after each read: the reads stay affine, 2 addresses apart.
@@ -758,12 +739,12 @@ fn lanes_decided_in_the_first_repetition_match_checking_every_one() {
         let kept = super::buffers::kept(&tape, &s.items, None);
         let buffers = super::Buffers::new(&tape, &kept, &s.items, None);
         let (mut once, mut each) = (Vec::new(), Vec::new());
+        let (mut nests_once, mut nests_each) = (Nests::new(s.nests), Nests::new(s.nests));
         for item in &s.items {
-            collect_lanes(&super::lanes::decide(item, &buffers), &mut once);
-            collect_lanes(
-                &super::lanes::decide_checking_every_repetition(item, &buffers),
-                &mut each,
-            );
+            super::lanes::decide(item, &buffers, &mut nests_once);
+            super::lanes::decide_checking_every_repetition(item, &buffers, &mut nests_each);
+            collect_lanes(&nests_once, item, &mut once);
+            collect_lanes(&nests_each, item, &mut each);
         }
         assert_eq!(once, each, "graph {k}");
         assert!(!once.is_empty(), "graph {k} has no nests");
@@ -821,7 +802,7 @@ fn slp_pays_on_a_layer_written_out_not_on_a_random_graph() {
 
 /// The forward order of every nest in `plan`, with its count and its body's kinds.
 fn forward_orders(plan: &Plan) -> Vec<(u32, Vec<&'static str>, Vec<u32>)> {
-    fn visit(item: &Item, out: &mut Vec<(u32, Vec<&'static str>, Vec<u32>)>) {
+    fn visit(plan: &Plan, item: &Item, out: &mut Vec<(u32, Vec<&'static str>, Vec<u32>)>) {
         if let Item::Nest(n) = item {
             let kinds = n.body.iter().map(|b| match b {
                 Item::Nest(_) => "nest",
@@ -830,15 +811,15 @@ fn forward_orders(plan: &Plan) -> Vec<(u32, Vec<&'static str>, Vec<u32>)> {
                 Item::Sum(_) => "sum",
                 _ => "other",
             });
-            out.push((n.count, kinds.collect(), n.forward_order.clone()));
-            n.body.iter().for_each(|b| visit(b, out));
+            out.push((n.count, kinds.collect(), plan.nest(n).forward_order.clone()));
+            n.body.iter().for_each(|b| visit(plan, b, out));
         }
     }
     let mut out = Vec::new();
     plan.functions
         .iter()
         .flatten()
-        .for_each(|i| visit(i, &mut out));
+        .for_each(|i| visit(plan, i, &mut out));
     out
 }
 
@@ -953,7 +934,8 @@ fn a_chains_ends_join_its_nests_in_the_buffers_and_its_links_add_from_the_last_o
     assert_eq!(inner.len(), 2, "{nests:?}");
     for (nest, level) in &inner {
         assert_eq!(nest.count, 11);
-        assert!(nest.lanes.backward().is_some(), "{:?}", nest.lanes);
+        let lanes = plan.nest(nest).lanes;
+        assert!(lanes.backward().is_some(), "{lanes:?}");
         for access in nest.body.iter().flat_map(Item::accesses) {
             let across = plan.buffers.affine(access.at).outer[*level];
             assert!(matches!(across, 0 | 1), "{access:?}: {across} apart");
@@ -962,8 +944,8 @@ fn a_chains_ends_join_its_nests_in_the_buffers_and_its_links_add_from_the_last_o
     let from_last: Vec<Vec<bool>> = inner
         .iter()
         .map(|(nest, _)| {
-            let maps = nest.body.iter().filter_map(|item| match item {
-                Item::Map(m) => Some(m.operands_from_last),
+            let maps = (nest.body.iter().enumerate()).filter_map(|(k, item)| match item {
+                Item::Map(_) => Some(plan.nest(nest).adds_from_last(k)),
                 _ => None,
             });
             maps.collect()

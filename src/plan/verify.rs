@@ -2,8 +2,10 @@
 
 use crate::error::{Error, Result};
 use crate::op::Op;
-use crate::passes::schedule::{AccessKind, Affine, Item, Lanes, MapLoop, SumLoop, MAX_NEST_DEPTH};
-use crate::plan::{Alike, Plan};
+use crate::passes::schedule::{
+    AccessKind, Affine, Item, MapLoop, Schedule, SumLoop, MAX_NEST_DEPTH,
+};
+use crate::plan::{Alike, Lanes, Nests, Plan};
 use crate::tape::{Slot, Tape};
 
 pub(super) fn verify(plan: &Plan, tape: &Tape) -> Result<()> {
@@ -14,7 +16,9 @@ pub(super) fn verify(plan: &Plan, tape: &Tape) -> Result<()> {
             format!("{} kept flags for {} slots", plan.kept.len(), tape.len()),
         ));
     }
-    verify_items(plan.functions.iter().flatten(), tape)?;
+    let items = || plan.functions.iter().flatten();
+    check_ids(items(), plan.nests.len()).map_err(|what| bad(0, what))?;
+    verify_items(items(), tape, &plan.nests)?;
     for item in plan.functions.iter().flatten() {
         check_memory(plan, tape, item).map_err(|(slot, what)| bad(slot, what))?;
     }
@@ -41,7 +45,11 @@ pub(super) fn verify(plan: &Plan, tape: &Tape) -> Result<()> {
     }
     if let Some(step) = &plan.step {
         for d in &step.deferred {
-            if d.nest.lanes.backward().is_none() {
+            let lanes = plan
+                .nests
+                .holds(d.nest.id)
+                .then(|| plan.nest(&d.nest).lanes);
+            if !lanes.is_some_and(|l| l.backward().is_some()) {
                 return Err(bad(0, "a deferred gradient outside a lane nest".into()));
             }
         }
@@ -53,17 +61,45 @@ pub(super) fn verify(plan: &Plan, tape: &Tape) -> Result<()> {
 /// [`Plan::new`] checks of a schedule before its analyses index the tape with them. (That
 /// they compute the tape, [`verify_items`], is checked once, of the finished plan: it walks
 /// every node.)
-pub(super) fn verify_shapes(items: &[Item], tape: &Tape) -> Result<()> {
-    items.iter().try_for_each(|item| {
-        check_shape(item, 0).map_err(|what| Error::InvalidPlan { slot: 0, what })?;
+pub(super) fn verify_shapes(schedule: &Schedule, tape: &Tape) -> Result<()> {
+    let bad = |what| Error::InvalidPlan { slot: 0, what };
+    check_ids(&schedule.items, schedule.nests as usize).map_err(bad)?;
+    schedule.items.iter().try_for_each(|item| {
+        check_shape(item, 0).map_err(bad)?;
         check_bounds(item, tape).map_err(|(slot, what)| Error::InvalidPlan { slot, what })
     })
 }
 
+/// Every nest of `items` (at any depth) has its own number below `count`: the plan keeps
+/// its decisions under it ([`Nests`]).
+fn check_ids<'a>(
+    items: impl IntoIterator<Item = &'a Item>,
+    count: usize,
+) -> std::result::Result<(), String> {
+    fn visit(item: &Item, seen: &mut [bool]) -> std::result::Result<(), String> {
+        let Item::Nest(n) = item else { return Ok(()) };
+        match seen.get_mut(n.id.0 as usize) {
+            Some(seen) if !*seen => *seen = true,
+            Some(_) => return Err(format!("two nests numbered {}", n.id.0)),
+            None => return Err(format!("nest {} of {}", n.id.0, seen.len())),
+        }
+        n.body.iter().try_for_each(|b| visit(b, seen))
+    }
+    let mut seen = vec![false; count];
+    items
+        .into_iter()
+        .try_for_each(|item| visit(item, &mut seen))
+}
+
 /// The items, in order, compute every non-leaf slot of `tape` once, as the tape says, in
-/// shapes the emitter lowers, at addresses inside the buffers, in lanes only where the
-/// order proofs hold ([`super::lanes::check`]).
-fn verify_items<'a>(items: impl IntoIterator<Item = &'a Item>, tape: &Tape) -> Result<()> {
+/// shapes the emitter lowers, at addresses inside the buffers, their nests run as the
+/// emitter can ([`check_nest_plans`]), in lanes only where the order proofs hold
+/// ([`super::lanes::check`]).
+fn verify_items<'a>(
+    items: impl IntoIterator<Item = &'a Item>,
+    tape: &Tape,
+    nests: &Nests,
+) -> Result<()> {
     let bad = |slot: u32, what: String| Error::InvalidPlan { slot, what };
     // Coverage: every non-leaf slot once, in slot order, as the tape says.
     let mut next = Coverage {
@@ -74,7 +110,8 @@ fn verify_items<'a>(items: impl IntoIterator<Item = &'a Item>, tape: &Tape) -> R
     for item in items {
         check_shape(item, 0).map_err(|what| bad(next.expected, what))?;
         check_bounds(item, tape).map_err(|(slot, what)| bad(slot, what))?;
-        super::lanes::check(item, &[]).map_err(|what| bad(next.expected, what))?;
+        check_nest_plans(item, nests).map_err(|what| bad(next.expected, what))?;
+        super::lanes::check(item, &[], nests).map_err(|what| bad(next.expected, what))?;
         let (item, skipped) = match over_copies(item, tape) {
             Some(first_two) => (std::borrow::Cow::Owned(first_two.0), first_two.1),
             None => (std::borrow::Cow::Borrowed(item), 0),
@@ -101,8 +138,52 @@ fn over_copies(item: &Item, tape: &Tape) -> Option<(Item, u32)> {
     Some((first_two, copies.past_second().len() as u32))
 }
 
+/// The nests of `item` run as the emitter can run them ([`super::NestPlan`]): lanes only in
+/// nests whose body holds no nest, in groups of at most the repetitions; shared gradients
+/// only of dots of nests of lanes in the body of a nest that runs one repetition after the
+/// other; forward's order the body's or a permutation of it; operand orders only for the
+/// body's items.
+fn check_nest_plans(item: &Item, nests: &Nests) -> std::result::Result<(), String> {
+    let Item::Nest(n) = item else { return Ok(()) };
+    let plan = nests.of(n);
+    let flat = n.body.iter().all(|b| !matches!(b, Item::Nest(_)));
+    if plan.lanes != Lanes::None && !flat {
+        return Err("lanes in a nest of nests".into());
+    }
+    if let Some(group) = plan.lanes.forward() {
+        if group == 0 || group > n.count {
+            return Err(format!("lane group {group} of {} repetitions", n.count));
+        }
+    }
+    for &shared in &plan.shared_grads {
+        let inner = shared.dot_in(n).map(|(inner, _)| nests.of(inner).lanes);
+        if plan.lanes != Lanes::None || !inner.is_some_and(|l| l.backward().is_some()) {
+            return Err(format!(
+                "a shared gradient at {shared:?} that is no such dot"
+            ));
+        }
+    }
+    let mut order = plan.forward_order.clone();
+    order.sort_unstable();
+    if !order.is_empty() && !order.iter().copied().eq(0..n.body.len() as u32) {
+        return Err(format!(
+            "forward order {:?} of {} body items",
+            plan.forward_order,
+            n.body.len()
+        ));
+    }
+    if plan.operands_from_last.len() > n.body.len() {
+        return Err(format!(
+            "operand orders for {} of {} body items",
+            plan.operands_from_last.len(),
+            n.body.len()
+        ));
+    }
+    n.body.iter().try_for_each(|b| check_nest_plans(b, nests))
+}
+
 /// Loop bodies hold only what the emitter lowers: nests of at most [`MAX_NEST_DEPTH`]
-/// levels whose bodies hold loops and nests; lanes only in nests whose body holds no nest.
+/// levels whose bodies hold loops and nests.
 fn check_shape(item: &Item, depth: usize) -> std::result::Result<(), String> {
     match item {
         Item::Straight(_) | Item::SumPart { .. } if depth > 0 => {
@@ -114,35 +195,6 @@ fn check_shape(item: &Item, depth: usize) -> std::result::Result<(), String> {
             }
             if n.count == 0 || n.body.is_empty() {
                 return Err("an empty nest".into());
-            }
-            let flat = n.body.iter().all(|b| !matches!(b, Item::Nest(_)));
-            if n.lanes != Lanes::None && !flat {
-                return Err("lanes in a nest of nests".into());
-            }
-            if let Some(group) = n.lanes.forward() {
-                if group == 0 || group > n.count {
-                    return Err(format!("lane group {group} of {} repetitions", n.count));
-                }
-            }
-            // A shared gradient names an operand of a dot of a nest of lanes in the body of a
-            // nest whose repetitions run one after the other.
-            for &shared in &n.shared_grads {
-                let lanes = n.shared_dot(shared).map(|(inner, _)| inner.lanes);
-                if n.lanes != Lanes::None || !lanes.is_some_and(|l| l.backward().is_some()) {
-                    return Err(format!(
-                        "a shared gradient at {shared:?} that is no such dot"
-                    ));
-                }
-            }
-            // Forward's order is the body's, or a permutation of it.
-            let mut order = n.forward_order.clone();
-            order.sort_unstable();
-            if !order.is_empty() && !order.iter().copied().eq(0..n.body.len() as u32) {
-                return Err(format!(
-                    "forward order {:?} of {} body items",
-                    n.forward_order,
-                    n.body.len()
-                ));
             }
             n.body.iter().try_for_each(|b| check_shape(b, depth + 1))
         }

@@ -14,9 +14,10 @@ use super::{Emit, Emitter, Frame};
 use crate::op::Arith;
 
 use crate::passes::lane_order::{backward_operands, vertical_arg};
-use crate::passes::schedule::{Affine, DotLoop, Item, Lanes, MapLoop, Nest, SharedGrad, SumLoop};
+use crate::passes::schedule::{Affine, DotLoop, Item, MapLoop, Nest, SumLoop};
 use crate::plan::memory::Addition;
 use crate::plan::shared::SHARED_CHUNK;
+use crate::plan::SharedGrad;
 
 impl<'ctx, 't> Emitter<'ctx, 't> {
     /// Forward of a loop item outside any nest.
@@ -33,25 +34,26 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
     /// buffer write tells it. What it knew before (or learns inside) may be stale after
     /// (or before) any other code, so it starts and ends empty.
     pub(super) fn loop_code(&self, emit: impl FnOnce() -> Emit<()>) -> Emit<()> {
-        self.known.forget();
+        self.known.forget(self.builder.get_insert_block());
         let done = emit();
-        self.known.forget();
+        self.known.forget(self.builder.get_insert_block());
         done
     }
 
     /// A nest's forward: lane groups, each body item for the whole group, where the plan
     /// allows; otherwise `for j in 0..count { body }`; the body's items in the order the
-    /// plan chose ([`Nest::forward_items`]).
+    /// plan chose ([`crate::plan::NestPlan::forward_items`]).
     fn nest_forward(&self, frame: Frame<'ctx>, nest: &Nest, outer: &Reps<'ctx>) -> Emit<()> {
-        if let Some(group) = nest.lanes.forward() {
+        let plan = self.plan.nest(nest);
+        if let Some(group) = plan.lanes.forward() {
             return self.for_each_group(nest.count, group, false, outer, |this, reps| {
-                nest.forward_items()
+                plan.forward_items(nest)
                     .try_for_each(|item| this.body_forward::<VectorValue>(frame, item, reps))
             });
         }
         self.emit_repetitions(nest.count, false, |this, j| {
             let reps = outer.scalar_in(j, nest.count);
-            nest.forward_items()
+            plan.forward_items(nest)
                 .try_for_each(|item| this.body_forward::<FloatValue>(frame, item, &reps))
         })
     }
@@ -59,21 +61,24 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
     /// A nest's backward: lane groups from the last, body items from the last, where the
     /// plan allows; otherwise `for j in (0..count).rev() { body reversed }`.
     fn nest_backward(&self, frame: Frame<'ctx>, nest: &Nest, outer: &Reps<'ctx>) -> Emit<()> {
-        if let Some(group) = nest.lanes.backward() {
-            let vertical = matches!(nest.lanes, Lanes::Both { vertical: true, .. });
+        let plan = self.plan.nest(nest);
+        if let Some(group) = plan.lanes.backward() {
             return self.for_each_group(nest.count, group, true, outer, |this, reps| {
                 let reps = &Reps {
-                    vertical,
+                    vertical: plan.lanes.vertical(),
                     ..reps.clone()
                 };
                 this.zero_local_grads::<VectorValue>(frame, &nest.body, reps)?;
-                nest.body
-                    .iter()
-                    .rev()
-                    .try_for_each(|item| this.body_backward::<VectorValue>(frame, item, reps))
+                (nest.body.iter().enumerate().rev()).try_for_each(|(k, item)| {
+                    let reps = &Reps {
+                        operands_from_last: plan.adds_from_last(k),
+                        ..reps.clone()
+                    };
+                    this.body_backward::<VectorValue>(frame, item, reps)
+                })
             });
         }
-        let body = nest.repetition_body();
+        let body = plan.repetition_body(nest);
         self.emit_repetitions(nest.count, true, |this, j| {
             let reps = outer.scalar_in(j, nest.count);
             this.zero_local_grads::<FloatValue>(frame, &body, &reps)?;
@@ -81,7 +86,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
                 .rev()
                 .try_for_each(|item| this.body_backward::<FloatValue>(frame, item, &reps))
         })?;
-        for &shared in &nest.shared_grads {
+        for &shared in &plan.shared_grads {
             self.shared_grad_backward(frame, nest, shared, outer)?;
         }
         Ok(())
@@ -117,10 +122,10 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         outer: &Reps<'ctx>,
         (first, size): (IntValue<'ctx>, u32),
     ) -> Emit<()> {
-        let Some((inner, dot)) = nest.shared_dot(shared) else {
+        let Some((inner, dot)) = shared.dot_in(nest) else {
             unreachable!("the plan names a dot of a nest of lanes")
         };
-        let Some(group) = inner.lanes.backward() else {
+        let Some(group) = self.plan.nest(inner).lanes.backward() else {
             unreachable!("the plan shares gradients of nests of lanes")
         };
         let (map, k) = (&dot.products, shared.operand);
@@ -570,7 +575,7 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         locals: &[Vec<V>],
         except: Option<usize>,
     ) -> Emit<()> {
-        for (i, _) in backward_operands(map) {
+        for (i, _) in backward_operands(map, reps.operands_from_last) {
             if except == Some(i) {
                 continue;
             }

@@ -7,13 +7,18 @@
 //! (a layer of 2-input neurons), each item's lanes would otherwise wait for the scatter the
 //! item before it just issued. A value is reused only while nothing could have changed the
 //! slots it came from: every write to a buffer while emitting loop code goes through
-//! [`Known::wrote`] (a write whose slots are known) or [`Known::forget`] (any other), and a
-//! value is used only in the block that computed it, which it dominates.
+//! [`Emitter::write`](super::Emitter::write) (a write whose slots are known) or
+//! [`Known::forget`] (any other), and a value is used only in the block that computed it,
+//! which it dominates.
+//!
+//! Debug builds (the tests) check that rule instead of trusting it: before each use, the
+//! cache walks the instructions emitted since it last looked and refuses any store or writing
+//! call into a buffer it holds values of that did not go through `write` ([`Known::check`]).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 use inkwell::basic_block::BasicBlock;
-use inkwell::values::{IntValue, PointerValue, VectorValue};
+use inkwell::values::{InstructionValue, IntValue, PointerValue, VectorValue};
 
 use super::lane_io::{Reps, Vector};
 use crate::passes::schedule::Affine;
@@ -110,6 +115,9 @@ struct Entry<'ctx> {
 #[derive(Default)]
 pub(super) struct Known<'ctx> {
     entries: RefCell<Vec<Entry<'ctx>>>,
+    /// Where the cache last saw every write: a block and its last instruction then (`None`:
+    /// it was empty), from which [`Known::check`] walks.
+    seen: Cell<Option<(BasicBlock<'ctx>, Option<InstructionValue<'ctx>>)>>,
 }
 
 impl<'ctx> Known<'ctx> {
@@ -119,6 +127,7 @@ impl<'ctx> Known<'ctx> {
         block: BasicBlock<'ctx>,
         place: &Place<'ctx>,
     ) -> Option<VectorValue<'ctx>> {
+        self.check(block);
         let entries = self.entries.borrow();
         let entry = entries
             .iter()
@@ -134,6 +143,7 @@ impl<'ctx> Known<'ctx> {
         place: Place<'ctx>,
         value: VectorValue<'ctx>,
     ) {
+        self.check(block);
         let mut entries = self.entries.borrow_mut();
         entries.retain(|e| e.block == block);
         entries.push(Entry {
@@ -143,14 +153,16 @@ impl<'ctx> Known<'ctx> {
         });
     }
 
-    /// `place` was written: what its slots held is gone; `value`, if given, is what they
-    /// hold now.
-    pub(super) fn wrote(
+    /// `place` is about to be written (the caller emits the write, then calls
+    /// [`Known::written`]): what its slots held is gone; `value`, if given, is what they hold
+    /// then.
+    pub(super) fn will_write(
         &self,
         block: BasicBlock<'ctx>,
         place: Place<'ctx>,
         value: Option<VectorValue<'ctx>>,
     ) {
+        self.check(block);
         let mut entries = self.entries.borrow_mut();
         entries.retain(|e| e.block == block && e.place.disjoint(&place));
         if let Some(value) = value {
@@ -162,9 +174,97 @@ impl<'ctx> Known<'ctx> {
         }
     }
 
-    /// Some slots were written that no [`Place`] describes: nothing is known any more.
-    pub(super) fn forget(&self) {
+    /// The write announced by [`Known::will_write`] is emitted, up to the end of `block`.
+    pub(super) fn written(&self, block: BasicBlock<'ctx>) {
+        self.seen.set(Some((block, block.get_last_instruction())));
+    }
+
+    /// Some slots were written that no [`Place`] describes (up to the end of `block`, if
+    /// any): nothing is known any more.
+    pub(super) fn forget(&self, block: Option<BasicBlock<'ctx>>) {
         self.entries.borrow_mut().clear();
+        self.seen.set(block.map(|b| (b, b.get_last_instruction())));
+    }
+
+    /// In debug builds: panics if, since the cache last looked, an instruction of `block`
+    /// wrote into a buffer whose values it holds without telling it ([module docs](self)).
+    /// Then (in every build) it has seen everything up to the end of `block`.
+    fn check(&self, block: BasicBlock<'ctx>) {
+        #[cfg(debug_assertions)]
+        {
+            let first = match self.seen.get() {
+                Some((b, Some(last))) if b == block => last.get_next_instruction(),
+                _ => block.get_first_instruction(),
+            };
+            let entries = self.entries.borrow();
+            let held = entries.iter().filter(|e| e.block == block);
+            let held: Vec<PointerValue> = held.map(|e| e.place.buf).collect();
+            if let Some(inst) = untold::first_write(first, &held) {
+                panic!("loop code wrote a buffer behind the known lanes' back: {inst:?}");
+            }
+        }
+        self.seen.set(Some((block, block.get_last_instruction())));
+    }
+}
+
+/// What [`Known::check`] looks for.
+#[cfg(debug_assertions)]
+mod untold {
+    use inkwell::values::{
+        BasicValue, BasicValueEnum, InstructionOpcode, InstructionValue, Operand, PointerValue,
+    };
+
+    /// The first instruction from `first` on that writes into one of the buffers `held`.
+    pub(super) fn first_write<'ctx>(
+        first: Option<InstructionValue<'ctx>>,
+        held: &[PointerValue<'ctx>],
+    ) -> Option<InstructionValue<'ctx>> {
+        let mut instructions = std::iter::successors(first, |i| i.get_next_instruction());
+        instructions.find(|&inst| {
+            written_bases(inst).any(|base| held.iter().any(|&b| base == BasicValueEnum::from(b)))
+        })
+    }
+
+    /// The buffers `inst` may write into, each as the pointer its addresses start from: a
+    /// store's, and any pointer operand's of a call that stores (a scatter, a masked or
+    /// compressing store, `memset`, `memcpy`).
+    fn written_bases(inst: InstructionValue<'_>) -> impl Iterator<Item = BasicValueEnum<'_>> {
+        let operand = |k: u32| match inst.get_operand(k) {
+            Some(Operand::Value(v)) => Some(v),
+            _ => None,
+        };
+        let pointers: Vec<BasicValueEnum> = match inst.get_opcode() {
+            InstructionOpcode::Store => operand(1).into_iter().collect(),
+            InstructionOpcode::Call => {
+                let n = inst.get_num_operands();
+                let callee = operand(n.saturating_sub(1)).map(|f| f.get_name().to_owned());
+                let stores = callee.is_some_and(|name| {
+                    let name = name.to_string_lossy();
+                    ["scatter", "store", "memset", "memcpy", "memmove"]
+                        .iter()
+                        .any(|w| name.contains(w))
+                });
+                match stores {
+                    true => (0..n.saturating_sub(1)).filter_map(operand).collect(),
+                    false => Vec::new(),
+                }
+            }
+            _ => Vec::new(),
+        };
+        pointers.into_iter().map(base)
+    }
+
+    /// The pointer `v`'s addresses are formed from: through its `getelementptr`s to the first
+    /// that is not one (a buffer's pointer).
+    fn base(v: BasicValueEnum<'_>) -> BasicValueEnum<'_> {
+        let mut v = v;
+        while let Some(inst) = v.as_instruction_value() {
+            match (inst.get_opcode(), inst.get_operand(0)) {
+                (InstructionOpcode::GetElementPtr, Some(Operand::Value(from))) => v = from,
+                _ => break,
+            }
+        }
+        v
     }
 }
 
@@ -235,5 +335,49 @@ mod tests {
         // A step the emitter cannot see is any step.
         let stepped = place(grads, affine(700, 1, &[369, 4]), t_var, 0);
         assert!(!sums.disjoint(&Place { t: copy, ..stepped }));
+    }
+
+    /// A store into a buffer whose lanes the cache holds, emitted without
+    /// [`Known::will_write`], is refused at the next look (in debug builds, as tests run);
+    /// one that announced itself is not.
+    #[test]
+    #[cfg(debug_assertions)]
+    fn an_untold_write_into_a_held_buffer_is_refused() {
+        let context = Context::create();
+        let module = context.create_module("known");
+        let (f64t, i64t) = (context.f64_type(), context.i64_type());
+        let ptr = context.ptr_type(AddressSpace::default());
+        let f = module.add_function("f", context.void_type().fn_type(&[ptr.into()], false), None);
+        let vals = f.get_nth_param(0).unwrap().into_pointer_value();
+        let block = context.append_basic_block(f, "entry");
+        let builder = context.create_builder();
+        builder.position_at_end(block);
+        let zero = i64t.const_zero();
+        let place = Place {
+            buf: vals,
+            a: affine(0, 0, &[1]),
+            t: zero,
+            js: vec![zero],
+            counts: vec![8],
+            offset: 0,
+            width: 8,
+        };
+        let lanes = f64t.vec_type(8).const_zero();
+        let store = |at: u64| {
+            // SAFETY: (of the GEP, not of Rust code) the function never runs.
+            let p = unsafe { builder.build_gep(f64t, vals, &[i64t.const_int(at, false)], "") };
+            builder.build_store(p.unwrap(), f64t.const_zero()).unwrap();
+        };
+        let known = Known::default();
+        known.read(block, place.clone(), lanes);
+        known.will_write(block, place.clone(), Some(lanes));
+        store(0);
+        known.written(block);
+        assert!(known.get(block, &place).is_some());
+        store(100);
+        let refused = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            known.get(block, &place);
+        }));
+        assert!(refused.is_err(), "an untold store went unseen");
     }
 }

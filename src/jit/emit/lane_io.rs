@@ -36,8 +36,11 @@ pub(super) struct Reps<'ctx> {
     /// Per level of `js`: how many repetitions its nest has.
     pub(super) counts: Vec<u32>,
     pub(super) vectors: Vec<Vector>,
-    /// The lanes' backward runs in the vertical order ([`crate::passes::schedule::Lanes`]).
+    /// The lanes' backward runs in the vertical order ([`crate::plan::Lanes`]).
     pub(super) vertical: bool,
+    /// The map being emitted adds into its operands from the last in backward
+    /// ([`crate::plan::NestPlan::operands_from_last`]).
+    pub(super) operands_from_last: bool,
 }
 
 impl<'ctx> Reps<'ctx> {
@@ -51,6 +54,7 @@ impl<'ctx> Reps<'ctx> {
                 width: 1,
             }],
             vertical: false,
+            operands_from_last: false,
         }
     }
 
@@ -73,6 +77,7 @@ impl<'ctx> Reps<'ctx> {
             counts: self.counts.iter().copied().chain([count]).collect(),
             vectors,
             vertical: false,
+            operands_from_last: false,
         }
     }
 
@@ -187,10 +192,11 @@ impl<'ctx> LaneIo<'ctx> for FloatValue<'ctx> {
         lanes: Vector,
         v: Self,
     ) -> Emit<()> {
-        e.wrote(Place::new(buf, a, t, reps, lanes));
-        let ptr = e.ptr_at(buf, a, t, &reps.js)?;
-        e.builder.build_store(ptr, v)?;
-        Ok(())
+        e.write(Place::new(buf, a, t, reps, lanes), None, || {
+            let ptr = e.ptr_at(buf, a, t, &reps.js)?;
+            e.builder.build_store(ptr, v)?;
+            Ok(())
+        })
     }
 
     fn accumulate(
@@ -206,21 +212,22 @@ impl<'ctx> LaneIo<'ctx> for FloatValue<'ctx> {
         if e.add_local_grad(frame, a, lanes, d)? {
             return Ok(());
         }
-        e.wrote(Place::new(frame.grads, a, t, reps, lanes));
-        let ptr = e.ptr_at(frame.grads, a, t, &reps.js)?;
-        if e.plan.grads.stores_whole(additions) {
-            // Its first addition: what the zeroed buffer would hold after it.
-            let whole = e.fresh(&[d])?[0];
-            e.builder.build_store(ptr, whole)?;
-            return Ok(());
-        }
-        let before = e
-            .builder
-            .build_load(e.f64_type(), ptr, "")?
-            .into_float_value();
-        let after = e.builder.build_float_add(before, d, "")?;
-        e.builder.build_store(ptr, after)?;
-        Ok(())
+        e.write(Place::new(frame.grads, a, t, reps, lanes), None, || {
+            let ptr = e.ptr_at(frame.grads, a, t, &reps.js)?;
+            if e.plan.grads.stores_whole(additions) {
+                // Its first addition: what the zeroed buffer would hold after it.
+                let whole = e.fresh(&[d])?[0];
+                e.builder.build_store(ptr, whole)?;
+                return Ok(());
+            }
+            let before = e
+                .builder
+                .build_load(e.f64_type(), ptr, "")?
+                .into_float_value();
+            let after = e.builder.build_float_add(before, d, "")?;
+            e.builder.build_store(ptr, after)?;
+            Ok(())
+        })
     }
 }
 
@@ -309,12 +316,14 @@ impl<'ctx> LaneIo<'ctx> for VectorValue<'ctx> {
     ) -> Emit<()> {
         let place = Place::new(buf, a, t, reps, lanes);
         if e.across(a, reps) == 1 {
-            e.wrote(place);
-            let ptr = e.ptr_at(buf, a, t, &e.lane_js(reps, lanes)?)?;
-            return e.store_vector(ptr, v);
+            return e.write(place, None, || {
+                let ptr = e.ptr_at(buf, a, t, &e.lane_js(reps, lanes)?)?;
+                e.store_vector(ptr, v)
+            });
         }
-        e.known.wrote(e.block(), place, Some(v));
-        e.scatter(v, e.lanes_at(buf, a, t, reps, lanes)?)
+        e.write(place, Some(v), || {
+            e.scatter(v, e.lanes_at(buf, a, t, reps, lanes)?)
+        })
     }
 
     /// One vector update when the repetitions' slots are adjacent; otherwise lane by lane
@@ -349,22 +358,23 @@ impl<'ctx> LaneIo<'ctx> for VectorValue<'ctx> {
             return Self::store(e, frame.grads, a, t, reps, lanes, after);
         }
         // One slot for every lane: its running sum stays in a register, lanes from the last.
-        e.wrote(Place::new(frame.grads, a, t, reps, lanes));
-        let i32t = e.context.i32_type();
-        let ptr = e.ptr_at(frame.grads, a, t, &reps.js)?;
-        let mut sum = e
-            .builder
-            .build_load(e.f64_type(), ptr, "")?
-            .into_float_value();
-        for lane in (0..lanes.width).rev() {
-            let x = e
+        e.write(Place::new(frame.grads, a, t, reps, lanes), None, || {
+            let i32t = e.context.i32_type();
+            let ptr = e.ptr_at(frame.grads, a, t, &reps.js)?;
+            let mut sum = e
                 .builder
-                .build_extract_element(d, i32t.const_int(lane as u64, false), "")?
+                .build_load(e.f64_type(), ptr, "")?
                 .into_float_value();
-            sum = e.builder.build_float_add(sum, x, "")?;
-        }
-        e.builder.build_store(ptr, sum)?;
-        Ok(())
+            for lane in (0..lanes.width).rev() {
+                let x = e
+                    .builder
+                    .build_extract_element(d, i32t.const_int(lane as u64, false), "")?
+                    .into_float_value();
+                sum = e.builder.build_float_add(sum, x, "")?;
+            }
+            e.builder.build_store(ptr, sum)?;
+            Ok(())
+        })
     }
 }
 
@@ -376,9 +386,19 @@ impl<'ctx> Emitter<'ctx, '_> {
             .expect("positioned in a function")
     }
 
-    /// Loop code writes `place` ([`Known`](super::known::Known)).
-    pub(super) fn wrote(&self, place: Place<'ctx>) {
-        self.known.wrote(self.block(), place, None);
+    /// Loop code writes `place`, as `emit` emits: every buffer write of loop code goes
+    /// through here, so the lanes known in registers ([`Known`](super::known::Known)) learn
+    /// what the slots hold now (`now`, if given; else nothing).
+    pub(super) fn write<T>(
+        &self,
+        place: Place<'ctx>,
+        now: Option<VectorValue<'ctx>>,
+        emit: impl FnOnce() -> Emit<T>,
+    ) -> Emit<T> {
+        self.known.will_write(self.block(), place, now);
+        let done = emit()?;
+        self.known.written(self.block());
+        Ok(done)
     }
 
     /// How many addresses apart the lanes of `reps` find `a`'s slots (1: one vector; 0: one

@@ -41,7 +41,8 @@ impl<'ctx> Emitter<'ctx, '_> {
         reps: &Reps<'ctx>,
         locals: &[Vec<VectorValue<'ctx>>],
     ) -> Emit<bool> {
-        let &[(i, first), (j, second)] = &backward_operands(map)[..] else {
+        let &[(i, first), (j, second)] = &backward_operands(map, reps.operands_from_last)[..]
+        else {
             return Ok(false);
         };
         let in_buffers = |k: usize| {

@@ -509,7 +509,7 @@ impl<'ctx> Emitter<'ctx, '_> {
             pass: Pass::Other,
         };
         for d in plan.iter().flat_map(|p| &p.deferred) {
-            let group = d.nest.lanes.backward().unwrap_or(1);
+            let group = self.plan.nest(&d.nest).lanes.backward().unwrap_or(1);
             self.deferred_grads(frame, &d.nest, d.dot(), d.operand, group)?;
         }
         self.builder.build_return(None)?;
@@ -620,8 +620,27 @@ impl<'ctx> Emitter<'ctx, '_> {
         let Some(lr) = frame.lr() else {
             unreachable!("fuses_update holds in step's backward only, which has lr")
         };
-        self.wrote(Place::new(frame.grads, a, t, reps, lanes));
-        self.wrote(Place::new(frame.vals, a, t, reps, lanes));
+        let (g_place, p_place) = (
+            Place::new(frame.grads, a, t, reps, lanes),
+            Place::new(frame.vals, a, t, reps, lanes),
+        );
+        self.write(g_place, None, || {
+            self.write(p_place, None, || {
+                self.fused_update_at(frame, a, t, (reps, lanes), d, lr)
+            })
+        })
+    }
+
+    /// [`Emitter::fused_update`]'s loads and stores.
+    fn fused_update_at(
+        &self,
+        frame: Frame<'ctx>,
+        a: Affine,
+        t: IntValue<'ctx>,
+        (reps, lanes): (&Reps<'ctx>, Vector),
+        d: VectorValue<'ctx>,
+        lr: FloatValue<'ctx>,
+    ) -> Emit<()> {
         let js = self.lane_js(reps, lanes)?;
         let (g_ptr, p_ptr) = (
             self.ptr_at(frame.grads, a, t, &js)?,

@@ -12,8 +12,9 @@
 //! step order.
 
 use crate::minibatch::SplitRows;
-use crate::passes::schedule::{DotLoop, Item, Lanes, Nest};
+use crate::passes::schedule::{DotLoop, Item, Nest};
 use crate::plan::buffers::Buffers;
+use crate::plan::nests::{Lanes, Nests};
 use crate::plan::step::StepPlan;
 use crate::tape::{Slot, Tape};
 
@@ -38,6 +39,7 @@ pub fn split_nest<'p>(
 pub fn find(
     tape: &Tape,
     functions: &[Vec<Item>],
+    nests: &Nests,
     buffers: &Buffers,
     step: Option<&StepPlan>,
 ) -> Option<SplitRows> {
@@ -45,7 +47,7 @@ pub fn find(
     let skip = step.train.as_ref()?.skip_zeros.as_ref()?;
     let (nest, dot) = split_nest(functions, step)?;
     if !matches!(
-        nest.lanes,
+        nests.of(nest).lanes,
         Lanes::Both {
             vertical: false,
             ..

@@ -70,7 +70,8 @@ impl<'ctx> Emitter<'ctx, '_> {
                 ahead: Some(param(7).into_pointer_value()),
             },
         };
-        let group = nest.lanes.forward().expect("a split nest runs in lanes");
+        let lanes = self.plan.nest(nest).lanes;
+        let group = lanes.forward().expect("a split nest runs in lanes");
         self.in_groups(nest, group, false, |this, reps| {
             let biases = this.load_first::<VectorValue>(vals, dot.sum.first, reps)?;
             let sums = this.load_first::<VectorValue>(vals, dot.sum.slot, reps)?;
@@ -164,7 +165,8 @@ impl<'ctx> Emitter<'ctx, '_> {
             .builder
             .build_int_unsigned_div(sixty_four, chunk, "per_word")?;
         let one = i64t.const_int(1, false);
-        let group = nest.lanes.backward().expect("a split nest runs in lanes");
+        let lanes = self.plan.nest(nest).lanes;
+        let group = lanes.backward().expect("a split nest runs in lanes");
         // The chunks of mask word `word` (64 samples, whose sums' gradients stay in L1 while
         // every row takes them), row by row, each row's sum continued from the last word's
         // (in `grads`) unless `word` is the first.
