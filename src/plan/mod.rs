@@ -21,12 +21,15 @@
 //!   skips zero inputs, and ([`first_layer::split`]) where minibatches cut that layer by its
 //!   rows across threads.
 //! - [`tactics`]: the shapes of the emitter's code (unroll counts, thresholds).
+//! - [`copies`]: a batch's copies that the schedule runs alike, whose per-slot data
+//!   ([`per_slot`]) every decision stores once.
 //!
 //! [`Plan::verify`] checks the invariants the emitter relies on, as [`Tape::verify`] does for
 //! the tape.
 
 pub mod buffers;
 pub mod constants;
+pub mod copies;
 pub mod first_layer;
 pub mod functions;
 pub mod lanes;
@@ -49,11 +52,12 @@ use crate::passes::schedule::{Item, Schedule};
 use crate::tape::Tape;
 
 pub use buffers::Buffers;
+pub use copies::CopiesRunAlike;
 pub use first_layer::{
     TrainPlan, ZeroSkip, ZeroSkipping, GUARD_FINITE, GUARD_NO_NEGATIVE_ZERO, GUARD_WAIT_SHIFT,
 };
 pub use memory::GradMemory;
-pub use per_slot::{Alike, PerSlot};
+pub use per_slot::PerSlot;
 pub use step::StepPlan;
 
 /// How the emitter lowers a tape: the result of every planning decision.
@@ -66,8 +70,8 @@ pub struct Plan {
     /// the entry points): runs of consecutive functions that together cover them all.
     pub modules: Vec<Range<usize>>,
     /// A batch's copies the functions run alike, whose per-slot data the plan stores once
-    /// ([`per_slot`]).
-    pub alike: Option<Alike>,
+    /// ([`copies`]).
+    pub copies: Option<CopiesRunAlike>,
     /// Per slot: whether its value and gradient reach the buffers. Everything does but the
     /// products of fused dots ([`buffers::kept`]).
     pub kept: PerSlot<bool>,
@@ -113,22 +117,27 @@ impl Plan {
     /// ([`Plan::verify`]). A schedule that does not compute the tape (each non-leaf slot
     /// once, in order, as the tape says) is an [`crate::Error::InvalidPlan`].
     pub fn new(tape: &Tape, schedule: &Schedule, options: PlanOptions) -> crate::Result<Plan> {
-        Plan::with_copies(tape, schedule, options, Alike::of(tape, &schedule.items))
+        Plan::with_copies(
+            tape,
+            schedule,
+            options,
+            CopiesRunAlike::of(tape, &schedule.items),
+        )
     }
 
-    /// [`Plan::new`], storing copies `2..` of `alike` once (every slot, with `None`).
+    /// [`Plan::new`], storing copies `2..` of `copies` once (every slot, with `None`).
     fn with_copies(
         tape: &Tape,
         schedule: &Schedule,
         options: PlanOptions,
-        alike: Option<Alike>,
+        copies: Option<CopiesRunAlike>,
     ) -> crate::Result<Plan> {
         verify::verify_shapes(&schedule.items, tape)?;
-        let kept = buffers::kept(tape, &schedule.items, alike.as_ref());
+        let kept = buffers::kept(tape, &schedule.items, copies.as_ref());
         // Before the lanes, which pay where their slots' addresses are adjacent. (Cutting
         // the items into functions cuts straight-line runs and wide sums only: every loop
         // keeps its accesses.)
-        let buffers = Buffers::new(tape, &kept, &schedule.items, alike.as_ref());
+        let buffers = Buffers::new(tape, &kept, &schedule.items, copies.as_ref());
         let items: Vec<Item> = schedule
             .items
             .iter()
@@ -137,13 +146,19 @@ impl Plan {
         let step = step::plan(tape, &items, options.zero_skipping);
         let functions = functions::cut(tape, &items, options.chunk_size);
         // (Cutting sums into parts may read the copies in parts.)
-        let alike = alike.and_then(|a| a.in_functions(tape, &functions));
-        let (local_grads, local_values) = local::find(tape, &functions, alike.as_ref());
+        let copies = copies.and_then(|c| c.in_functions(tape, &functions));
+        let (local_grads, local_values) = local::find(tape, &functions, copies.as_ref());
         let constants = constants::Constants::find(tape, &functions);
-        let grads = GradMemory::new(tape, &functions, step.as_ref(), local_grads, alike.as_ref());
+        let grads = GradMemory::new(
+            tape,
+            &functions,
+            step.as_ref(),
+            local_grads,
+            copies.as_ref(),
+        );
         let split = first_layer::split::find(tape, &functions, &buffers, step.as_ref());
         let plan = Plan {
-            alike,
+            copies,
             split,
             buffers: Arc::new(buffers),
             kept,
