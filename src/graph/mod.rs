@@ -3,9 +3,9 @@
 //! A [`Value`] is a cheap `Copy` handle (graph reference + node id). Building a value appends a
 //! node to its graph's arena, so operands always precede their users: the arena is already in
 //! topological order, and nothing here (or later) needs recursion. As nodes are appended, the
-//! graph notes where they repeat the ones before them (`repeats.rs`).
+//! graph notes where they copy the ones before them (`copies.rs`).
 
-mod repeats;
+mod copies;
 
 use std::borrow::Borrow;
 use std::cell::RefCell;
@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{Error, Result};
 use crate::op::Op;
-pub(crate) use repeats::{Arena, Repeats};
+pub(crate) use copies::{Arena, CopyRuns};
 
 /// Index of a node in its graph's arena.
 pub type NodeId = u32;
@@ -49,8 +49,8 @@ pub(crate) struct GraphData {
     /// The first misuse seen while building through operators (which cannot return errors);
     /// reported by compilation.
     pub poison: Option<Error>,
-    /// Where the arena repeats itself.
-    pub repeats: Repeats,
+    /// Where the arena repeats itself: a batch's copies.
+    pub copy_runs: CopyRuns,
 }
 
 impl GraphData {
@@ -276,10 +276,10 @@ impl Graph {
         let GraphData {
             nodes,
             args,
-            repeats,
+            copy_runs,
             ..
         } = &mut *d;
-        repeats.push(Arena { nodes, args }, id);
+        copy_runs.push(Arena { nodes, args }, id);
         Value { graph: self, id }
     }
 }

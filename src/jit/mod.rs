@@ -96,13 +96,13 @@ impl JitBuilder {
         let (values, grads) = (&plan.local_values, &plan.grads.local);
         let kept = match values.count() {
             0 => plan.kept.clone(),
-            _ => PerSlot::from_fn(tape.len(), plan.alike.as_ref(), |s| {
+            _ => PerSlot::from_fn(tape.len(), plan.copies.as_ref(), |s| {
                 plan.kept.get(s) && !values.is_local(Slot(s as u32))
             }),
         };
         let local_grads = match grads.count() {
             0 => PerSlot::default(),
-            _ => PerSlot::from_fn(tape.len(), plan.alike.as_ref(), |s| {
+            _ => PerSlot::from_fn(tape.len(), plan.copies.as_ref(), |s| {
                 grads.is_local(Slot(s as u32))
             }),
         };

@@ -39,16 +39,16 @@ use std::num::NonZeroU32;
 use std::ops::Range;
 
 use super::lanes::may_run_in_lanes;
-use super::per_slot::{Alike, PerSlot};
+use super::{CopiesRunAlike, PerSlot};
 use crate::aligned::AlignedBuf;
 use crate::passes::schedule::{every_repetition, AccessKind, Affine, Item};
 use crate::tape::{Slot, Tape};
 
 /// Per slot: whether the buffers hold it. Every slot is but the products of fused dots, which
 /// the code keeps in registers.
-pub fn kept(tape: &Tape, items: &[Item], alike: Option<&Alike>) -> PerSlot<bool> {
-    let mut kept = PerSlot::new(tape.len(), alike, true);
-    for item in Alike::first_two(alike, items) {
+pub fn kept(tape: &Tape, items: &[Item], copies: Option<&CopiesRunAlike>) -> PerSlot<bool> {
+    let mut kept = PerSlot::new(tape.len(), copies, true);
+    for item in CopiesRunAlike::first_two(copies, items) {
         let _ = item.try_for_each_flat(&mut |flat, js| {
             if let Item::Dot(d) = flat {
                 for s in d.products.out.slots_in(js, d.products.len) {
@@ -86,10 +86,10 @@ impl Buffers {
         tape: &Tape,
         kept: &PerSlot<bool>,
         items: &[Item],
-        alike: Option<&Alike>,
+        copies: Option<&CopiesRunAlike>,
     ) -> Buffers {
-        let slot_by_slot = || Buffers::slot_by_slot(tape.len(), alike);
-        let Some(compact) = Buffers::compact(kept, alike) else {
+        let slot_by_slot = || Buffers::slot_by_slot(tape.len(), copies);
+        let Some(compact) = Buffers::compact(kept, copies) else {
             return slot_by_slot();
         };
         let leaves = tape.num_params() + tape.num_inputs();
@@ -98,38 +98,38 @@ impl Buffers {
             return slot_by_slot();
         }
         (compact.with_lined_rows(tape, items))
-            .and_then(|lined| lined.laid_out(kept, items, leaves, alike))
-            .or_else(|| compact.laid_out(kept, items, leaves, alike))
+            .and_then(|lined| lined.laid_out(kept, items, leaves, copies))
+            .or_else(|| compact.laid_out(kept, items, leaves, copies))
             .unwrap_or_else(slot_by_slot)
     }
 
     /// The kept slots side by side in slot order (a slot's address: how many kept slots come
     /// before it); `None` if copies 0 and 1 keep differently many.
-    fn compact(kept: &PerSlot<bool>, alike: Option<&Alike>) -> Option<Buffers> {
-        let mut address = PerSlot::new(kept.len(), alike, 0u32);
+    fn compact(kept: &PerSlot<bool>, copies: Option<&CopiesRunAlike>) -> Option<Buffers> {
+        let mut address = PerSlot::new(kept.len(), copies, 0u32);
         let ruled = kept.ruled_slots();
         // Where copies 1 and 2 start, in the buffers.
         let (mut copy1, mut copy2) = (0, 0);
         let mut n = 0u32;
         for s in kept.stored_slots() {
             if s == ruled.end && !ruled.is_empty() {
-                n += (copy2 - copy1) * (alike?.count() - 2);
+                n += (copy2 - copy1) * (copies?.count() - 2);
             }
             address.set(s, n);
             n += kept.get(s) as u32;
-            if let Some(a) = alike {
-                if s + 1 == a.copy(1).start as usize {
+            if let Some(c) = copies {
+                if s + 1 == c.copy(1).start as usize {
                     copy1 = n;
-                } else if s + 1 == a.copy(2).start as usize {
+                } else if s + 1 == c.copy(2).start as usize {
                     copy2 = n;
-                    if copy2 - copy1 != copy1 - address.get(a.copy(0).start as usize) {
+                    if copy2 - copy1 != copy1 - address.get(c.copy(0).start as usize) {
                         return None;
                     }
                 }
             }
         }
         if !ruled.is_empty() && ruled.end == kept.len() {
-            n += (copy2 - copy1) * (alike?.count() - 2);
+            n += (copy2 - copy1) * (copies?.count() - 2);
         }
         Some(Buffers {
             in_place: n as usize == kept.len(),
@@ -149,16 +149,16 @@ impl Buffers {
         kept: &PerSlot<bool>,
         items: &[Item],
         leaves: usize,
-        alike: Option<&Alike>,
+        copies: Option<&CopiesRunAlike>,
     ) -> Option<Buffers> {
-        let runs = NestRun::all(items, alike);
-        let in_runs = self.in_runs(&runs, alike);
+        let runs = NestRun::all(items, copies);
+        let in_runs = self.in_runs(&runs, copies);
         let mut layouts = vec![RunLayout::WithBoundaries; runs.len()];
         // Slots whose addresses the last fallback changed: only loops reaching them can
         // have changed (all, the first time).
         let mut changed = 0..self.address.len();
         loop {
-            let (mut moves, ends) = self.item_by_item(&runs, &in_runs, &layouts, leaves, alike);
+            let (mut moves, ends) = self.item_by_item(&runs, &in_runs, &layouts, leaves, copies);
             // (Moved in place, each move keeping the address it replaced, and back if a loop
             // breaks: an address per slot is millions of them for a batch of copies.)
             let mut in_place = self.in_place;
@@ -168,7 +168,7 @@ impl Buffers {
                 self.address.set(m.slot as usize, new);
                 in_place &= m.address == new;
             }
-            let broken = self.unaffine_accesses(kept, items, changed, alike);
+            let broken = self.unaffine_accesses(kept, items, changed, copies);
             if broken.is_empty() {
                 self.in_place = in_place;
                 self.ends = ends;
@@ -179,7 +179,7 @@ impl Buffers {
             }
             // Per slot, the run that moved it (its index + 1).
             let mut mover: PerSlot<Option<NonZeroU32>> =
-                PerSlot::new(self.address.len(), alike, None);
+                PerSlot::new(self.address.len(), copies, None);
             for (r, run) in moves.by_run().enumerate() {
                 let r = NonZeroU32::new(r as u32 + 1);
                 run.iter().for_each(|m| mover.set(m.slot as usize, r));
@@ -276,10 +276,10 @@ impl Buffers {
     }
 
     /// Every slot at its own address.
-    pub fn slot_by_slot(slots: usize, alike: Option<&Alike>) -> Buffers {
+    pub fn slot_by_slot(slots: usize, copies: Option<&CopiesRunAlike>) -> Buffers {
         Buffers {
-            address: PerSlot::from_fn(slots, alike, |s| s as u32),
-            held: PerSlot::new(slots, alike, true),
+            address: PerSlot::from_fn(slots, copies, |s| s as u32),
+            held: PerSlot::new(slots, copies, true),
             len: slots as u32,
             in_place: true,
             ends: Vec::new(),
@@ -309,7 +309,7 @@ impl Buffers {
         in_runs: &PerSlot<bool>,
         layouts: &[RunLayout],
         leaves: usize,
-        alike: Option<&Alike>,
+        copies: Option<&CopiesRunAlike>,
     ) -> (Moves, Vec<u32>) {
         let slots = self.address.len();
         // (At most every held slot moves; pages reserved and not reached cost nothing.)
@@ -319,7 +319,7 @@ impl Buffers {
         };
         // Boundary elements moved so far (the slots of runs are `in_runs`): zeros but where
         // a chain has them.
-        let mut boundaries = PerSlot::new(slots, alike, false);
+        let mut boundaries = PerSlot::new(slots, copies, false);
         let mut ends = Vec::new();
         for (r, NestRun { run, count, outer }) in runs.iter().enumerate() {
             if layouts[r] == RunLayout::InPlace {
@@ -511,9 +511,9 @@ impl Buffers {
     }
 
     /// Per slot, whether one of `runs` holds it (`in_runs` of [`Buffers::item_by_item`]).
-    fn in_runs(&self, runs: &[NestRun], alike: Option<&Alike>) -> PerSlot<bool> {
+    fn in_runs(&self, runs: &[NestRun], copies: Option<&CopiesRunAlike>) -> PerSlot<bool> {
         let slots = self.address.len();
-        let mut in_runs = PerSlot::new(slots, alike, false);
+        let mut in_runs = PerSlot::new(slots, copies, false);
         for NestRun { run, count, outer } in runs {
             every_repetition(outer, |js| {
                 if let Some(first) = run.first(js) {
@@ -534,11 +534,11 @@ impl Buffers {
         kept: &PerSlot<bool>,
         items: &[Item],
         changed: Range<usize>,
-        alike: Option<&Alike>,
+        copies: Option<&CopiesRunAlike>,
     ) -> Vec<Vec<usize>> {
         let mut found = Vec::new();
         for item in items {
-            let around = Alike::around(alike, item);
+            let around = CopiesRunAlike::around(copies, item);
             for (access, counts) in item.nested_accesses() {
                 let (lo, hi) = access.at.bounds(access.len, &counts);
                 if hi < changed.start as i64 || lo >= changed.end as i64 {
@@ -547,7 +547,7 @@ impl Buffers {
                 let (a, mapped) = (access.at, self.affine(access.at));
                 // Slots and addresses computed per repetition, then moved by their strides;
                 // (a level the slots do not move along has the same ones in every repetition.)
-                every_repetition(&Alike::counts(around, a, &counts), |js| {
+                every_repetition(&CopiesRunAlike::counts(around, a, &counts), |js| {
                     let (s0, m0) = (
                         a.at_levels(0, js).0 as i64,
                         mapped.at_levels(0, js).0 as i64,
@@ -603,10 +603,10 @@ impl NestRun {
     /// repetitions depend on each other (a rollout's steps) runs one after the other: its
     /// values stay together. (In a batch's copies, the nests around a run count the first two
     /// copies only: the others are laid out as they are.)
-    fn all(items: &[Item], alike: Option<&Alike>) -> Vec<NestRun> {
+    fn all(items: &[Item], copies: Option<&CopiesRunAlike>) -> Vec<NestRun> {
         let mut runs = Vec::new();
         for item in items {
-            let around = Alike::around(alike, item);
+            let around = CopiesRunAlike::around(copies, item);
             for_each_flat_nest(item, &[], &mut |nest, outer| {
                 if let Some(run) =
                     Run::of(nest, outer.len()).filter(|_| may_run_in_lanes(nest, outer))
@@ -614,7 +614,7 @@ impl NestRun {
                     runs.push(NestRun {
                         run,
                         count: nest.count,
-                        outer: Alike::outer_counts(around, outer),
+                        outer: CopiesRunAlike::outer_counts(around, outer),
                     });
                 }
             });

@@ -17,7 +17,7 @@
 //!   readers'), such as `dx * dx`, read only by a sum. Backward never loads it.
 //!
 //! Not in a nest whose backward adds shared gradients after its repetitions
-//! ([`crate::passes::schedule::SharedGrad`]).
+//! ([`crate::plan::SharedGrad`]).
 //!
 //! [`crate::Program::value`] and `grad` call what the buffers do not keep not kept;
 //! [`crate::Program::every_value_and_grad`] recomputes it. Outputs and the loss are never
@@ -27,7 +27,7 @@ use std::collections::HashMap;
 
 use crate::op::BackwardReads;
 use crate::passes::schedule::{every_repetition, Affine, Item, MapLoop};
-use crate::plan::{Alike, Nests, PerSlot};
+use crate::plan::{CopiesRunAlike, Nests, PerSlot};
 use crate::tape::{Slot, Tape};
 
 /// Slots of one kind (values or gradients) kept in their function's scratch.
@@ -45,11 +45,11 @@ pub struct Locals {
 }
 
 impl Locals {
-    fn new(tape: &Tape, functions: usize, alike: Option<&Alike>) -> Locals {
+    fn new(tape: &Tape, functions: usize, copies: Option<&CopiesRunAlike>) -> Locals {
         Locals {
             place: HashMap::new(),
             scratch: vec![0; functions],
-            slots: PerSlot::new(tape.len(), alike, false),
+            slots: PerSlot::new(tape.len(), copies, false),
             count: 0,
         }
     }
@@ -89,14 +89,14 @@ impl Locals {
         &mut self,
         out: Affine,
         counts: &[u32],
-        around: Option<&Alike>,
+        around: Option<&CopiesRunAlike>,
         function: usize,
         lanes: u32,
     ) {
         self.place.insert(key(out), self.scratch[function]);
         self.scratch[function] += lanes;
         self.count += counts.iter().map(|&c| c as usize).product::<usize>();
-        every_repetition(&Alike::cut(around, out, counts), |js| {
+        every_repetition(&CopiesRunAlike::cut(around, out, counts), |js| {
             self.slots.set(out.at_levels(0, js).index(), true);
             true
         });
@@ -104,16 +104,16 @@ impl Locals {
 }
 
 /// The local gradients and the local values of `functions`' nests (run as `nests` says;
-/// copies `2..` of `alike` stored once).
+/// copies `2..` of `copies` stored once).
 pub fn find(
     tape: &Tape,
     functions: &[Vec<Item>],
     nests: &Nests,
-    alike: Option<&Alike>,
+    copies: Option<&CopiesRunAlike>,
 ) -> (Locals, Locals) {
     let mut found = Found {
-        grads: Locals::new(tape, functions.len(), alike),
-        values: Locals::new(tape, functions.len(), alike),
+        grads: Locals::new(tape, functions.len(), copies),
+        values: Locals::new(tape, functions.len(), copies),
     };
     let mut outputs: Vec<Slot> = tape.outputs().iter().copied().chain(tape.loss()).collect();
     outputs.sort_unstable();
@@ -124,7 +124,7 @@ pub fn find(
     };
     for (k, function) in functions.iter().enumerate() {
         for item in function {
-            let around = Alike::around(alike, item);
+            let around = CopiesRunAlike::around(copies, item);
             finder.visit(item, &mut Vec::new(), (k, around), &mut found);
         }
     }
@@ -171,7 +171,7 @@ impl Finder<'_> {
         &self,
         item: &Item,
         counts: &mut Vec<u32>,
-        function: (usize, Option<&Alike>),
+        function: (usize, Option<&CopiesRunAlike>),
         found: &mut Found,
     ) {
         let Item::Nest(nest) = item else { return };
@@ -199,7 +199,7 @@ impl Finder<'_> {
         &self,
         body: &[Item],
         counts: &[u32],
-        (function, around): (usize, Option<&Alike>),
+        (function, around): (usize, Option<&CopiesRunAlike>),
         found: &mut Found,
         lanes: GroupSizes,
     ) {
@@ -230,7 +230,7 @@ impl Finder<'_> {
             // (`Consumers` stops counting at 255.)
             let all = |counted: &dyn Fn(Slot) -> u8, n: u32| {
                 n < u8::MAX as u32
-                    && every_repetition(&Alike::cut(around, m.out, counts), |js| {
+                    && every_repetition(&CopiesRunAlike::cut(around, m.out, counts), |js| {
                         let s = m.out.at_levels(0, js);
                         counted(s) as u32 == n && self.outputs.binary_search(&s).is_err()
                     })

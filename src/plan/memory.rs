@@ -16,8 +16,8 @@ use crate::passes::schedule::{
     every_iteration, every_repetition, Access, AccessKind, Affine, Item, MapLoop, SumLoop,
 };
 use crate::plan::local::Locals;
-use crate::plan::per_slot::Rule;
-use crate::plan::{Alike, Lanes, Nests, PerSlot, StepPlan};
+use crate::plan::per_slot::CopyRule;
+use crate::plan::{CopiesRunAlike, Lanes, Nests, PerSlot, StepPlan};
 use crate::tape::{Consumers, Slot, Tape};
 
 /// The gradients' places, per slot (a batch's copies alike stored once, [`PerSlot`]).
@@ -55,7 +55,7 @@ enum Whole {
     Summed,
 }
 
-impl Rule for Whole {
+impl CopyRule for Whole {
     fn in_copy(_: Whole, copy1: Whole, _: u32) -> Whole {
         copy1
     }
@@ -74,20 +74,20 @@ pub enum GradStart {
 
 impl GradMemory {
     /// The places of `tape`'s gradients as `functions` compute them; copies `2..` of
-    /// `alike` (run alike in `functions`, [`Alike::in_functions`]) stored once.
+    /// `copies` (run alike in `functions`, [`CopiesRunAlike::in_functions`]) stored once.
     pub fn new(
         tape: &Tape,
         functions: &[Vec<Item>],
         nests: &Nests,
         step: Option<&StepPlan>,
         local: Locals,
-        alike: Option<&Alike>,
+        copies: Option<&CopiesRunAlike>,
     ) -> GradMemory {
         let additions = Additions { tape };
-        let mut in_loops = PerSlot::new(tape.len(), alike, false);
-        let mut whole = PerSlot::new(tape.len(), alike, Whole::No);
+        let mut in_loops = PerSlot::new(tape.len(), copies, false);
+        let mut whole = PerSlot::new(tape.len(), copies, Whole::No);
         for item in functions.iter().flatten() {
-            let around = Alike::around(alike, item);
+            let around = CopiesRunAlike::around(copies, item);
             for (access, counts) in item.nested_accesses() {
                 let marks = match access.kind {
                     AccessKind::Writes { .. } => true,
@@ -96,22 +96,22 @@ impl GradMemory {
                 if !marks {
                     continue;
                 }
-                let counts = Alike::counts(around, access.at, &counts);
+                let counts = CopiesRunAlike::counts(around, access.at, &counts);
                 access.for_each_slot_in(&counts, |s| in_loops.set(s.index(), true));
             }
         }
         for item in functions.iter().flatten() {
-            let around = Alike::around(alike, item);
+            let around = CopiesRunAlike::around(copies, item);
             mark_summed_whole(item, &[], &additions, nests, &mut whole, around);
         }
-        let stored = mark_stored_whole(tape, &additions, functions, &mut whole, alike);
+        let stored = mark_stored_whole(tape, &additions, functions, &mut whole, copies);
         if let Some(step) = step {
             // `step` updates fused params in the loops, and never reads their gradients.
             for s in (0..tape.num_params()).filter(|&s| step.fuses(s)) {
                 in_loops.set(s, false);
             }
         }
-        let mut first_store = PerSlot::new(tape.len(), alike, None);
+        let mut first_store = PerSlot::new(tape.len(), copies, None);
         for (k, function) in functions.iter().enumerate().rev() {
             let mut touch = |s: Slot| {
                 if first_store.get(s.index()).is_none() {
@@ -279,7 +279,7 @@ fn mark_summed_whole(
     additions: &Additions,
     nests: &Nests,
     whole: &mut PerSlot<Whole>,
-    around: Option<&Alike>,
+    around: Option<&CopiesRunAlike>,
 ) {
     let Item::Nest(nest) = item else { return };
     let inner: Vec<u32> = counts.iter().copied().chain([nest.count]).collect();
@@ -308,7 +308,7 @@ fn mark_summed_whole(
             len: map.len,
             kind: AccessKind::Reads { grad: true },
         };
-        let counts = Alike::counts(around, access.at, counts);
+        let counts = CopiesRunAlike::counts(around, access.at, counts);
         let mut all = true;
         access.for_each_slot_in(&counts, |s| all &= additions.count(s) as u32 == nest.count);
         if all {
@@ -431,14 +431,14 @@ fn mark_stored_whole(
     additions: &Additions,
     functions: &[Vec<Item>],
     whole: &mut PerSlot<Whole>,
-    alike: Option<&Alike>,
+    copies: Option<&CopiesRunAlike>,
 ) -> HashSet<Addition> {
     let mut marked = Vec::new();
     for item in functions.iter().flatten() {
-        let around = Alike::around(alike, item);
+        let around = CopiesRunAlike::around(copies, item);
         for (add, len, counts) in grad_additions(item) {
             // (Where the operand moves with the copies, so does its consumer.)
-            let counts = Alike::cut(around, add.operand, &counts);
+            let counts = CopiesRunAlike::cut(around, add.operand, &counts);
             // Slots computed per repetition, then moved along by their strides.
             let consumer_stride = if add.per_step { add.consumer.stride } else { 0 };
             let makes_first = every_repetition(&counts, |js| {

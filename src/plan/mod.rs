@@ -23,12 +23,15 @@
 //!   skips zero inputs, and ([`first_layer::split`]) where minibatches cut that layer by its
 //!   rows across threads.
 //! - [`tactics`]: the shapes of the emitter's code (unroll counts, thresholds).
+//! - [`copies`]: a batch's copies that the schedule runs alike, whose per-slot data
+//!   ([`per_slot`]) every decision stores once.
 //!
 //! [`Plan::verify`] checks the invariants the emitter relies on, as [`Tape::verify`] does for
 //! the tape.
 
 pub mod buffers;
 pub mod constants;
+pub mod copies;
 pub mod first_layer;
 pub mod functions;
 pub mod lanes;
@@ -52,12 +55,13 @@ use crate::passes::schedule::{Item, Nest, Schedule};
 use crate::tape::Tape;
 
 pub use buffers::Buffers;
+pub use copies::CopiesRunAlike;
 pub use first_layer::{
     TrainPlan, ZeroSkip, ZeroSkipping, GUARD_FINITE, GUARD_NO_NEGATIVE_ZERO, GUARD_WAIT_SHIFT,
 };
 pub use memory::GradMemory;
 pub use nests::{Lanes, NestPlan, Nests, SharedGrad};
-pub use per_slot::{Alike, PerSlot};
+pub use per_slot::PerSlot;
 pub use step::StepPlan;
 
 /// How the emitter lowers a tape: the result of every planning decision.
@@ -72,8 +76,8 @@ pub struct Plan {
     /// the entry points): runs of consecutive functions that together cover them all.
     pub modules: Vec<Range<usize>>,
     /// A batch's copies the functions run alike, whose per-slot data the plan stores once
-    /// ([`per_slot`]).
-    pub alike: Option<Alike>,
+    /// ([`copies`]).
+    pub copies: Option<CopiesRunAlike>,
     /// Per slot: whether its value and gradient reach the buffers. Everything does but the
     /// products of fused dots ([`buffers::kept`]).
     pub kept: PerSlot<bool>,
@@ -119,23 +123,28 @@ impl Plan {
     /// ([`Plan::verify`]). A schedule that does not compute the tape (each non-leaf slot
     /// once, in order, as the tape says) is an [`crate::Error::InvalidPlan`].
     pub fn new(tape: &Tape, schedule: &Schedule, options: PlanOptions) -> crate::Result<Plan> {
-        Plan::with_copies(tape, schedule, options, Alike::of(tape, &schedule.items))
+        Plan::with_copies(
+            tape,
+            schedule,
+            options,
+            CopiesRunAlike::of(tape, &schedule.items),
+        )
     }
 
-    /// [`Plan::new`], storing copies `2..` of `alike` once (every slot, with `None`).
+    /// [`Plan::new`], storing copies `2..` of `copies` once (every slot, with `None`).
     fn with_copies(
         tape: &Tape,
         schedule: &Schedule,
         options: PlanOptions,
-        alike: Option<Alike>,
+        copies: Option<CopiesRunAlike>,
     ) -> crate::Result<Plan> {
         verify::verify_shapes(schedule, tape)?;
         let items = &schedule.items;
-        let kept = buffers::kept(tape, items, alike.as_ref());
+        let kept = buffers::kept(tape, items, copies.as_ref());
         // Before the lanes, which pay where their slots' addresses are adjacent. (Cutting
         // the items into functions cuts straight-line runs and wide sums only: every loop
         // keeps its accesses.)
-        let buffers = Buffers::new(tape, &kept, items, alike.as_ref());
+        let buffers = Buffers::new(tape, &kept, items, copies.as_ref());
         let mut nests = Nests::new(schedule.nests);
         for item in items {
             lanes::decide(item, &buffers, &mut nests);
@@ -145,8 +154,8 @@ impl Plan {
         let step = step::plan(tape, items, &nests, options.zero_skipping);
         let functions = functions::cut(tape, items, options.chunk_size);
         // (Cutting sums into parts may read the copies in parts.)
-        let alike = alike.and_then(|a| a.in_functions(tape, &functions));
-        let (local_grads, local_values) = local::find(tape, &functions, &nests, alike.as_ref());
+        let copies = copies.and_then(|c| c.in_functions(tape, &functions));
+        let (local_grads, local_values) = local::find(tape, &functions, &nests, copies.as_ref());
         let constants = constants::Constants::find(tape, &functions);
         let grads = GradMemory::new(
             tape,
@@ -154,12 +163,12 @@ impl Plan {
             &nests,
             step.as_ref(),
             local_grads,
-            alike.as_ref(),
+            copies.as_ref(),
         );
         let split = first_layer::split::find(tape, &functions, &nests, &buffers, step.as_ref());
         let plan = Plan {
             nests,
-            alike,
+            copies,
             split,
             buffers: Arc::new(buffers),
             kept,

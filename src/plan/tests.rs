@@ -1181,11 +1181,11 @@ fn copies_stored_once_plan_as_storing_every_slot() {
         let tape = Tape::from_graph(&g).unwrap();
         let s = schedule(&tape, true);
         let (tape, s) = layout::apply(tape, s).unwrap();
-        let alike = super::Alike::of(&tape, &s.items);
-        assert_eq!(alike.is_some(), runs_alike, "{name}");
-        let once = Plan::with_copies(&tape, &s, options, alike).unwrap();
+        let copies = super::CopiesRunAlike::of(&tape, &s.items);
+        assert_eq!(copies.is_some(), runs_alike, "{name}");
+        let once = Plan::with_copies(&tape, &s, options, copies).unwrap();
         let every = Plan::with_copies(&tape, &s, options, None).unwrap();
-        assert_eq!(once.alike, alike, "{name}");
+        assert_eq!(once.copies, copies, "{name}");
         let (a, b) = (&once.buffers, &every.buffers);
         assert_eq!(a.buffer_len(), b.buffer_len(), "{name}");
         assert_eq!(a.in_place(), b.in_place(), "{name}");
@@ -1254,7 +1254,7 @@ fn copies_read_by_a_sum_in_parts_do_not_run_alike() {
     copies_of_a_neuron(&g, 7);
     let tape = Tape::from_graph(&g).unwrap();
     let s = schedule(&tape, true);
-    let alike = super::Alike::of(&tape, &s.items).expect("copies run alike");
+    let copies = super::CopiesRunAlike::of(&tape, &s.items).expect("copies run alike");
     // The loss: the sum of the copies' squares.
     let sum = tape.loss().unwrap();
     assert_eq!(tape.op(sum), crate::op::Op::Sum);
@@ -1263,9 +1263,9 @@ fn copies_read_by_a_sum_in_parts_do_not_run_alike() {
         slot: sum,
         args: 0..3,
     };
-    assert_eq!(alike.in_functions(&tape, &functions(part)), None);
+    assert_eq!(copies.in_functions(&tape, &functions(part)), None);
     assert_eq!(
-        alike.in_functions(&tape, std::slice::from_ref(&s.items)),
-        Some(alike)
+        copies.in_functions(&tape, std::slice::from_ref(&s.items)),
+        Some(copies)
     );
 }

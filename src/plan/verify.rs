@@ -5,7 +5,7 @@ use crate::op::Op;
 use crate::passes::schedule::{
     AccessKind, Affine, Item, MapLoop, Schedule, SumLoop, MAX_NEST_DEPTH,
 };
-use crate::plan::{Alike, Lanes, Nests, Plan};
+use crate::plan::{CopiesRunAlike, Lanes, Nests, Plan};
 use crate::tape::{Slot, Tape};
 
 pub(super) fn verify(plan: &Plan, tape: &Tape) -> Result<()> {
@@ -126,14 +126,14 @@ fn verify_items<'a>(
         .map_err(|what| bad(next.expected, what))
 }
 
-/// A nest whose repetitions are copies of the tape's ([`Tape::copies`], [`Alike::nests_copies`])
-/// as its first two repetitions, and the slots the others cover. Every repetition's slots
-/// are the first's moved by the nest's strides, and every copy's nodes and operands the
-/// first copy's moved by the copies' strides: both affine in the repetition, so two that
-/// match the tape, each writing in the copies, make every one match (the writes move by a
-/// copy per repetition and stay in the copies).
+/// A nest whose repetitions are copies of the tape's ([`Tape::copies`],
+/// [`CopiesRunAlike::nests_copies`]) as its first two repetitions, and the slots the others
+/// cover. Every repetition's slots are the first's moved by the nest's strides, and every
+/// copy's nodes and operands the first copy's moved by the copies' strides: both affine in
+/// the repetition, so two that match the tape, each writing in the copies, make every one
+/// match (the writes move by a copy per repetition and stay in the copies).
 fn over_copies(item: &Item, tape: &Tape) -> Option<(Item, u32)> {
-    let copies = Alike::copies_of(tape)?;
+    let copies = CopiesRunAlike::of_tape(tape)?;
     let first_two = copies.first_two_of(item)?;
     Some((first_two, copies.past_second().len() as u32))
 }

@@ -6,7 +6,7 @@
 //! them ([`hint`]: among the loss's first few operands, a sum whose operands lie at equal
 //! distances in the graph, one per copy, each copy the stretch up to its operand), checks
 //! while it places them that every copy is the first one moved (where the graph proved the
-//! copies past the second the first moved as far as the second is, [`crate::graph::Repeats`],
+//! copies past the second the first moved as far as the second is, [`crate::graph::CopyRuns`],
 //! it checks the second and what the graph does not prove), and stores the first copy's
 //! nodes and operands only: the others' ops and gradient flags are the first's, their
 //! operands the first's moved by [`Copies::stride`] ([`super::Args`]).

@@ -61,7 +61,7 @@ fn flag_operands(
 }
 
 /// [`liveness`] where copies `1..count` of the `period` graph nodes at `start` are the first
-/// moved ([`crate::graph::Repeats`]): if the nodes after the copies (and the outputs, and the
+/// moved ([`crate::graph::CopyRuns`]): if the nodes after the copies (and the outputs, and the
 /// loss) flag every copy alike, every copy's flags are the first's. So the first copy is
 /// flagged and its flags given to the second, and the others' left 0 (but where a node after
 /// them reads them). `None` if the copies are not flagged alike, or a copy reads another or
@@ -134,7 +134,7 @@ pub(super) struct Linear {
 
 /// `g` linearized: liveness, then the forward sweep, a batch's copies stored once where
 /// [`copies::hint`] finds them and they check out: on the first two copies only where the
-/// graph proved the others ([`crate::graph::Repeats`]).
+/// graph proved the others ([`crate::graph::CopyRuns`]).
 pub(super) fn linearize(g: &GraphData) -> Linear {
     let Some((start, period, count)) = copies::hint(g) else {
         return sweep_storing_all(g, &liveness(g));
@@ -149,7 +149,7 @@ pub(super) fn linearize(g: &GraphData) -> Linear {
 
 /// The sweep with graph nodes `start + b * period..` (for `b < count`) as copies of the
 /// first, as far as the graph proved them the first moved as far as the second is
-/// ([`crate::graph::Repeats`]): only the first two copies are read. `None` if it proved
+/// ([`crate::graph::CopyRuns`]): only the first two copies are read. `None` if it proved
 /// fewer than [`MIN_COPIES`], or they are not copies the tape can store once (or the copies
 /// make params of their own).
 pub(super) fn proven_copies(
@@ -158,7 +158,7 @@ pub(super) fn proven_copies(
     period: usize,
     count: u32,
 ) -> Option<Linear> {
-    let count = (g.repeats).copies_from(g.arena(), start as u32, period as u32, count);
+    let count = (g.copy_runs).copies_from(g.arena(), start as u32, period as u32, count);
     if count < MIN_COPIES {
         return None;
     }

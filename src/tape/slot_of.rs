@@ -1,6 +1,6 @@
 //! Graph node -> slot, for a graph whose batch copies past the second are known by rule.
 //!
-//! Where the graph proved its copies ([`crate::graph::Repeats`]), linearization reads the first
+//! Where the graph proved its copies ([`crate::graph::CopyRuns`]), linearization reads the first
 //! two copies only; the slots of the others follow from theirs: a copy's node `b` copies on
 //! from the first lies `b` times as far from it as the second copy's does (a node's slot moves
 //! by the copies' period, an input's by the inputs a copy makes). So those nodes take no entry.
@@ -12,12 +12,12 @@ use super::DROPPED;
 pub(crate) struct SlotOf {
     /// Per graph node, but those of `ruled`.
     slots: Vec<u32>,
-    ruled: Option<Ruled>,
+    ruled: Option<RuledCopies>,
 }
 
 /// Graph nodes `from..end`: copies `2..` of the copies at `start` of `period` graph nodes.
 #[derive(Clone, Debug, PartialEq)]
-struct Ruled {
+struct RuledCopies {
     start: u32,
     period: u32,
     from: u32,
@@ -41,7 +41,7 @@ impl SlotOf {
         let (from, end) = (start + 2 * period, start + count * period);
         SlotOf {
             slots: vec![DROPPED; nodes - (end - from) as usize],
-            ruled: Some(Ruled {
+            ruled: Some(RuledCopies {
                 start,
                 period,
                 from,

@@ -5,7 +5,7 @@
 //! several neurons can share one vector instruction, lane `j` doing neuron `j`'s operation.
 //! Every lane performs the interpreter's operations in the interpreter's order; only
 //! *different* repetitions' operations interleave, where the plan proved that harmless
-//! ([`Lanes`](crate::passes::schedule::Lanes)). A repetition run alone is the width-1 case: the
+//! ([`Lanes`](crate::plan::Lanes)). A repetition run alone is the width-1 case: the
 //! item emitters (`items.rs`) are written once, generic over [`LaneIo`], for both.
 
 use inkwell::basic_block::BasicBlock;

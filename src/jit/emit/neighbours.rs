@@ -1,6 +1,6 @@
 //! A chain's link in lanes: `x[s] - x[s - 1]` reads, and adds into, two windows of one
 //! array one lane apart. Backward adds operand by operand (the later operand first:
-//! `MapLoop::operands_from_last`), each window a load, an add and a store per vector; the
+//! `NestPlan::operands_from_last`), each window a load, an add and a store per vector; the
 //! second window's loads then straddle the first's stores, which a core cannot forward, and
 //! wait for them to reach the cache (a third of the spring chain's backward). Forward reads
 //! a window right after the nest before stored the other (a mass's `t[i + 1] - t[i]` of

@@ -1,4 +1,4 @@
-//! A map's backward in lanes in the vertical order ([`crate::passes::schedule::Lanes`]): the
+//! A map's backward in lanes in the vertical order ([`crate::plan::Lanes`]): the
 //! gradients of the operand every lane shares (a layer's inputs, a recurrent cell's state),
 //! 8 steps at a time, one vector over the steps per lane: a dot's products computed as such
 //! columns from columns of their operands (a weight matrix the function never writes
@@ -21,7 +21,7 @@ const STEPS: Vector = Vector {
 
 impl<'ctx> Emitter<'ctx, '_> {
     /// A map's backward in lanes (`locals` gives its local gradients at a step, per vector),
-    /// in the vertical order the plan checked ([`crate::passes::schedule::Lanes`]): the steps
+    /// in the vertical order the plan checked ([`crate::plan::Lanes`]): the steps
     /// after the last whole block lane by lane, from the last (as
     /// [`crate::passes::lane_order::vertical_block`] says), then the steps
     /// in blocks of [`VERTICAL_BLOCK`] from the last, each block's steps from the last adding

@@ -1,4 +1,5 @@
-//! Stretches of the arena that repeat the stretch before them, noticed as nodes are pushed.
+//! A batch's copies, noticed as nodes are pushed: stretches of the arena that repeat the
+//! stretch before them ([`CopyRun`]).
 //!
 //! A batch written as copies (micrograd's demo builds its MLP once per point) pushes the same
 //! nodes again and again. Linearization stores such copies once, but only after checking that
@@ -6,8 +7,8 @@
 //! reads every copy again, which for a minibatch of 128 copies of MNIST's MLP (5 million
 //! nodes) took twice as long as compiling one copy. When a node is pushed, the node a copy
 //! back was pushed a copy ago and its operands are at hand: comparing the two there costs a
-//! few nanoseconds on top of the push. So the graph keeps [`Run`]s, and linearization checks
-//! the first two copies only ([`Repeats::copies_from`]).
+//! few nanoseconds on top of the push. So the graph keeps [`CopyRun`]s, and linearization
+//! checks the first two copies only ([`CopyRuns::copies_from`]).
 //!
 //! The period comes from the params the copies share: a copy reads each of them once, so
 //! the distance between two reads of one param is a candidate, tried on the node that reads
@@ -31,21 +32,21 @@ const NONE: u32 = u32::MAX;
 /// a period before it. So node `i + b * period` of the run (for `i` in its first period,
 /// `i - period` its base) is the base moved by `b + 1` times the move from the base to `i`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Run {
+pub(crate) struct CopyRun {
     pub start: u32,
     pub period: u32,
     pub end: u32,
 }
 
-/// The runs of a graph's arena, found as it is built.
+/// The copy runs of a graph's arena, found as it is built.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Repeats {
+pub(crate) struct CopyRuns {
     /// Per param (by number): the last node that read it, while no run is under way.
     last_read: Vec<u32>,
     /// The run the last node continued.
-    current: Option<Run>,
+    current: Option<CopyRun>,
     /// Runs that ended, of at least two periods.
-    ended: Vec<Run>,
+    ended: Vec<CopyRun>,
 }
 
 /// The arena as pushing sees it.
@@ -60,13 +61,13 @@ impl Arena<'_> {
         self.nodes[i as usize].args(self.args)
     }
 
-    /// Whether node `i` repeats node `i - period` ([`Run`]).
+    /// Whether node `i` repeats node `i - period` ([`CopyRun`]).
     fn repeats(&self, i: u32, period: u32) -> bool {
         let (node, before) = (&self.nodes[i as usize], &self.nodes[(i - period) as usize]);
         node.args_len == before.args_len && node.op.repeated_as(before.op)
     }
 
-    /// Whether node `i` continues the nodes one and two periods before it ([`Run`]).
+    /// Whether node `i` continues the nodes one and two periods before it ([`CopyRun`]).
     fn continues(&self, i: u32, period: u32) -> bool {
         let [a, b, c] = [i - 2 * period, i - period, i];
         let moves = |x: i64, y: i64, z: i64| z - y == y - x;
@@ -81,7 +82,7 @@ impl Arena<'_> {
     }
 }
 
-impl Run {
+impl CopyRun {
     /// Whether node `i` (the next) continues this run.
     fn takes(&self, arena: Arena<'_>, i: u32) -> bool {
         arena.repeats(i, self.period)
@@ -90,7 +91,7 @@ impl Run {
 
     /// This run started as early as it can: nodes found when it started (before its first
     /// param read) may repeat too. At most a period back.
-    fn started_early(mut self, arena: Arena<'_>) -> Run {
+    fn started_early(mut self, arena: Arena<'_>) -> CopyRun {
         let p = self.period;
         for _ in 0..p {
             let Some(j) = self.start.checked_sub(1).filter(|&j| j >= p) else {
@@ -106,7 +107,7 @@ impl Run {
     }
 }
 
-impl Repeats {
+impl CopyRuns {
     /// Node `i`, just pushed: continues the current run, or ends it; a read of a param may
     /// start one.
     pub fn push(&mut self, arena: Arena<'_>, i: u32) {
@@ -136,7 +137,7 @@ impl Repeats {
             let period = i.wrapping_sub(last);
             let candidate = last != NONE && period >= MIN_PERIOD && self.current.is_none();
             if candidate && arena.repeats(i, period) {
-                self.current = Some(Run {
+                self.current = Some(CopyRun {
                     start: i,
                     period,
                     end: i + 1,
@@ -147,7 +148,7 @@ impl Repeats {
 
     /// How many copies of nodes `start..start + period`, from the first, the runs prove to be
     /// the first moved (each copy `b` the first moved by `b` times the move from the first
-    /// to the second, [`Run`]): up to `count`, 0 if no run has that period there.
+    /// to the second, [`CopyRun`]): up to `count`, 0 if no run has that period there.
     pub fn copies_from(&self, arena: Arena<'_>, start: u32, period: u32, count: u32) -> u32 {
         let current = self.current.map(|run| run.started_early(arena));
         (self.ended.iter().copied().chain(current))
@@ -165,12 +166,12 @@ mod tests {
     use crate::nn::{Activation, Layer};
     use rand::{Rng, SeedableRng};
 
-    /// Every run of `g` checked node by node against what [`Run`] claims.
-    fn runs_hold(g: &Graph) -> Vec<Run> {
+    /// Every run of `g` checked node by node against what [`CopyRun`] claims.
+    fn runs_hold(g: &Graph) -> Vec<CopyRun> {
         let d = g.data.borrow();
         let arena = d.arena();
-        let runs: Vec<Run> = (d.repeats.ended.iter().copied())
-            .chain(d.repeats.current.map(|run| run.started_early(arena)))
+        let runs: Vec<CopyRun> = (d.copy_runs.ended.iter().copied())
+            .chain(d.copy_runs.current.map(|run| run.started_early(arena)))
             .collect();
         for run in &runs {
             let (p, op) = (run.period as usize, |i: usize| d.nodes[i].op);
@@ -223,7 +224,7 @@ mod tests {
         let copies_from = |g: &Graph, starts: &[u32], count| {
             let d = g.data.borrow();
             let period = starts[1] - starts[0];
-            (d.repeats).copies_from(d.arena(), starts[0], period, count)
+            (d.copy_runs).copies_from(d.arena(), starts[0], period, count)
         };
         let g = Graph::new();
         let starts = batch(&g, 9, None);
