@@ -5,8 +5,12 @@
 //! rollout unrolled over steps, a random DAG) at `examples/families`' quick sizes, each
 //! beside the interpreter and its hand-written yardstick (and JAX's moons step with `--jax`).
 //!
+//! Then graphs built anew (issue #40): irregular graphs timed from an empty graph to the last
+//! iteration on the JIT and the interpreter, beside a yardstick tape interpreter
+//! (`report/anew.rs`).
+//!
 //! cargo run --release --example report -- [--data DIR] [--quick] [--samples N] [--out DIR]
-//!     [--no-families] [--jax PYTHON]
+//!     [--no-families] [--section all|mnist|families|anew] [--jax PYTHON]
 //!
 //! Prints the table (and writes it to `target/report.md`) and plots compile time against
 //! epoch time (`target/report.svg`). Every number is a median of repeated runs: each mode is
@@ -21,6 +25,8 @@
 //!
 //! A new row is one more entry in `workload::modes()`.
 
+#[path = "report/anew.rs"]
+mod anew;
 #[path = "common/cli.rs"]
 #[allow(dead_code)]
 mod cli;
@@ -36,6 +42,8 @@ mod minibatch;
 mod svg;
 #[path = "common/table.rs"]
 mod table;
+#[path = "../benches/common/tape_interp.rs"]
+mod tape_interp;
 #[path = "../benches/common/workload.rs"]
 mod workload;
 #[path = "../benches/common/yardsticks.rs"]
@@ -75,13 +83,25 @@ struct Args {
     /// Where report.md and report.svg go (default: target/ of this package)
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
-    /// The MNIST table only
+    /// Leave out the graph families
     #[arg(long)]
     no_families: bool,
+    /// Only this section (`mnist`: the MNIST and minibatch tables)
+    #[arg(long, value_enum, default_value_t = Section::All)]
+    section: Section,
     /// JAX's moons step beside the families (a Python with jax and numpy; scripts/setup-jax
     /// makes one)
     #[arg(long, value_name = "PYTHON")]
     jax: Option<PathBuf>,
+}
+
+/// The report's sections.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Section {
+    All,
+    Mnist,
+    Families,
+    Anew,
 }
 
 struct Options {
@@ -90,7 +110,10 @@ struct Options {
     samples: usize,
     compile_repeats: usize,
     step_repeats: usize,
+    quick: bool,
+    mnist: bool,
     families: bool,
+    anew: bool,
     jax: Option<PathBuf>,
 }
 
@@ -98,13 +121,17 @@ fn parse_options() -> Options {
     let a = Args::parse();
     let package = Path::new(env!("CARGO_MANIFEST_DIR"));
     let (compile_repeats, step_repeats) = if a.quick { (1, 3) } else { (3, 5) };
+    let shows = |s: Section| a.section == s || a.section == Section::All;
     Options {
         data: a.data.unwrap_or_else(|| package.join("data/mnist")),
         out: a.out.unwrap_or_else(|| package.join("target")),
         samples: a.samples,
         compile_repeats,
         step_repeats,
-        families: !a.no_families,
+        quick: a.quick,
+        mnist: shows(Section::Mnist),
+        families: shows(Section::Families) && !(a.no_families && a.section == Section::All),
+        anew: shows(Section::Anew),
         jax: a.jax,
     }
 }
@@ -497,8 +524,8 @@ fn agreement(rows: &[Row], samples: usize) -> String {
     text
 }
 
-fn run(o: Options) -> Result<(), String> {
-    let started = Instant::now();
+/// The MNIST and minibatch tables (markdown), and the plot's points.
+fn mnist_section(o: &Options) -> Result<(String, Vec<svg::Point>), String> {
     eprintln!(
         "loading {} MNIST training samples from {}",
         o.samples,
@@ -521,12 +548,12 @@ fn run(o: Options) -> Result<(), String> {
     let mut contestants = Vec::new();
     for (i, mode) in modes.iter().enumerate() {
         eprintln!("compiling {} ({}/{})", mode.name, i + 1, modes.len());
-        contestants.push(compile(mode, &g, &o)?);
+        contestants.push(compile(mode, &g, o)?);
     }
     contestants.push(hand_written::<Naive>(&init));
     contestants.push(hand_written::<Expert>(&init));
     contestants.push(hand_written::<ExpertSkippingZeros>(&init));
-    time_steps(&mut contestants, &samples, &init, &o);
+    time_steps(&mut contestants, &samples, &init, o);
     let rows: Vec<Row> = contestants
         .into_iter()
         .map(|c| Row {
@@ -580,24 +607,6 @@ fn run(o: Options) -> Result<(), String> {
         "\n## Minibatch SGD on every core\n\n`Program::train_minibatches` at O2.\n\n{}",
         minibatch::table(&g, &samples, o.step_repeats, MIN_RUN_SECS)?
     );
-    let mut families_agree = true;
-    if o.families {
-        let mut settings = families_bench::Settings::new(true, o.data.clone());
-        settings.runs = o.step_repeats;
-        settings.jax = o.jax.clone();
-        let (table, agrees) = families_bench::report(&settings);
-        families_agree = agrees;
-        let _ = write!(
-            report,
-            "\n## Graph families\n\nThe graphs micrograd users write (`examples/families`, quick \
-             sizes; `cargo run --release --example families` measures every size).\n\n{table}"
-        );
-    }
-
-    std::fs::create_dir_all(&o.out)
-        .map_err(|e| format!("cannot create {}: {e}", o.out.display()))?;
-    let md = o.out.join("report.md");
-    std::fs::write(&md, &report).map_err(|e| format!("cannot write {}: {e}", md.display()))?;
     let points: Vec<svg::Point> = rows
         .iter()
         .map(|r| svg::Point {
@@ -607,22 +616,70 @@ fn run(o: Options) -> Result<(), String> {
             kind: r.kind,
         })
         .collect();
-    let plot = o.out.join("report.svg");
-    let title = format!("MNIST 784-50-10 on {}", cpu());
-    std::fs::write(&plot, svg::plot(&title, &points))
-        .map_err(|e| format!("cannot write {}: {e}", plot.display()))?;
+    Ok((report, points))
+}
+
+fn run(o: Options) -> Result<(), String> {
+    let started = Instant::now();
+    let mut report = String::new();
+    let mut points = None;
+    if o.mnist {
+        let (section, p) = mnist_section(&o)?;
+        report.push_str(&section);
+        points = Some(p);
+    }
+    let mut failed = Vec::new();
+    if o.families {
+        let mut settings = families_bench::Settings::new(true, o.data.clone());
+        settings.runs = o.step_repeats;
+        settings.jax = o.jax.clone();
+        let (table, agrees) = families_bench::report(&settings);
+        if !agrees {
+            failed.push("a graph family's JIT does not match the interpreter");
+        }
+        let _ = write!(
+            report,
+            "\n## Graph families\n\nThe graphs micrograd users write (`examples/families`, quick \
+             sizes; `cargo run --release --example families` measures every size).\n\n{table}"
+        );
+    }
+    if o.anew {
+        let settings = anew::Settings {
+            quick: o.quick,
+            runs: if o.quick { 1 } else { 3 },
+        };
+        let (table, agrees) = anew::report(&settings);
+        if !agrees {
+            failed.push("a backend does not match the interpreter on a graph built anew");
+        }
+        let _ = write!(
+            report,
+            "\n## Graphs built anew\n\nIrregular graphs from an empty graph to the last \
+             iteration (issue #40), beside the yardstick tape interpreter \
+             (`benches/common/tape_interp.rs`); {}, tapejit {}.\n\n{table}",
+            cpu(),
+            code_version().unwrap_or_else(|| "(no git)".into()),
+        );
+    }
+
+    std::fs::create_dir_all(&o.out)
+        .map_err(|e| format!("cannot create {}: {e}", o.out.display()))?;
+    let md = o.out.join("report.md");
+    std::fs::write(&md, &report).map_err(|e| format!("cannot write {}: {e}", md.display()))?;
+    let mut wrote = md.display().to_string();
+    if let Some(points) = points {
+        let plot = o.out.join("report.svg");
+        let title = format!("MNIST 784-50-10 on {}", cpu());
+        std::fs::write(&plot, svg::plot(&title, &points))
+            .map_err(|e| format!("cannot write {}: {e}", plot.display()))?;
+        let _ = write!(wrote, " and {}", plot.display());
+    }
 
     println!("{report}");
-    eprintln!(
-        "wrote {} and {} in {:.0} s",
-        md.display(),
-        plot.display(),
-        started.elapsed().as_secs_f64()
-    );
-    if families_agree {
-        Ok(())
-    } else {
-        Err("a graph family's JIT does not match the interpreter".into())
+    eprintln!("wrote {wrote} in {:.0} s", started.elapsed().as_secs_f64());
+    match failed.first() {
+        None => Ok(()),
+        Some(&what) => Err(what.into()),
     }
 }
 

@@ -335,3 +335,47 @@ pub fn random_dag(g: &Graph, nodes: usize, seed: u64) {
     }
     g.set_loss(level[0]).expect("one graph");
 }
+
+/// The irregular graph of issue #40 ("graphs built anew"), as a user writes it with today's
+/// ops: `ops` operations, each a softplus, a sum of 4, a product of 2 or a softmax of 4 (one
+/// of the four alike often), reading values drawn from the 30 newest (the leaves first: 15
+/// inputs and 15 params). Softplus is written `relu(x) + log(1 + exp(-max(-x, x)))` (9 nodes)
+/// and the softmax subtracts the largest of its operands before `exp` (16 nodes, its 4
+/// outputs all joining the pool), as a user who knows no `Op::Softplus` and guards the
+/// softmax would. The loss sums the 30 newest values; what it does not reach is dropped, as
+/// for any graph (10,000 ops make 57,167 tape nodes). Values stay finite: the softmax's
+/// outputs, most of the pool, keep sums and products small.
+pub fn irregular_ops(g: &Graph, ops: usize, seed: u64) {
+    const WINDOW: usize = 30;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut pool: Vec<Value<'_>> = g.inputs(WINDOW / 2);
+    pool.extend((0..WINDOW / 2).map(|_| g.param(rng.gen_range(-1.0..1.0))));
+    for _ in 0..ops {
+        let kind = rng.gen_range(0..4);
+        let mut pick = || pool[pool.len() - 1 - rng.gen_range(0..WINDOW)];
+        match kind {
+            0 => {
+                let x = pick();
+                let softplus = x.relu() + (1.0 + (-(-x).max(x)).exp()).log();
+                pool.push(softplus);
+            }
+            1 => {
+                let terms = [pick(), pick(), pick(), pick()];
+                pool.push(g.sum(terms));
+            }
+            2 => {
+                let (a, b) = (pick(), pick());
+                pool.push(a * b);
+            }
+            _ => {
+                let x = [pick(), pick(), pick(), pick()];
+                let largest = x[0].max(x[1]).max(x[2]).max(x[3]);
+                let e = x.map(|xi| (xi - largest).exp());
+                let total = g.sum(e);
+                pool.extend(e.map(|ei| ei / total));
+            }
+        }
+    }
+    let loss = g.sum(&pool[pool.len() - WINDOW..]);
+    g.set_loss(loss).expect("one graph");
+}

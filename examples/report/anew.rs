@@ -1,0 +1,426 @@
+//! The report's "graphs built anew" section (issue #40): wall time from an empty graph to
+//! the last training iteration (building the graph, `Tape::from_graph` or compiling, then
+//! `step` after `step`), for irregular graphs, on the JIT at O2 and O0 and the interpreter,
+//! beside the yardstick: a tape interpreter as fast as a plain one gets
+//! (benches/common/tape_interp.rs). Then the same for a graph rebuilt every K iterations
+//! (a fresh graph of the same kind, a new seed each time).
+//!
+//! One run passes every iteration count in turn: the time at 100 iterations is the clock
+//! when the 100th finished, in the run that goes on to 10,000. Backends take turns, run by
+//! run, and every number is a median over runs.
+
+use std::fmt::Write as _;
+use std::time::Instant;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tapejit::{Graph, Interpreter, Jit, OptLevel, Program, Tape};
+
+use crate::table::{median, significant, thousands};
+use crate::tape_interp::TapeInterp;
+use crate::workload;
+
+/// The learning rate of every iteration (small: 10,000 SGD steps keep the params and the
+/// values moderate).
+const LR: f64 = 1e-4;
+/// Graphs a rebuilt row builds, each run for its K iterations.
+const REBUILT_GRAPHS: usize = 3;
+
+/// What to measure.
+pub struct Settings {
+    /// Smaller graphs and fewer iterations.
+    pub quick: bool,
+    /// Runs per row (the median is reported).
+    pub runs: usize,
+}
+
+/// A kind of graph at one size.
+#[derive(Clone, Copy, Debug)]
+enum Workload {
+    /// `workload::random_dag` of about this many nodes.
+    Dag(usize),
+    /// `workload::irregular_ops` of this many operations.
+    Irregular(usize),
+}
+
+impl Workload {
+    fn name(self) -> String {
+        match self {
+            Workload::Dag(n) => format!("random_dag, {} nodes", thousands(n)),
+            Workload::Irregular(n) => format!("irregular, {} ops", thousands(n)),
+        }
+    }
+
+    /// Builds the graph of `seed` on `g`; returns the inputs every iteration steps on.
+    fn build(self, g: &Graph, seed: u64) -> Vec<f64> {
+        match self {
+            Workload::Dag(n) => workload::random_dag(g, n, seed),
+            Workload::Irregular(n) => workload::irregular_ops(g, n, seed),
+        }
+        let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed);
+        (0..g.num_inputs())
+            .map(|_| rng.gen_range(-1.0..1.0))
+            .collect()
+    }
+}
+
+/// A backend of the table.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Backend {
+    Jit(OptLevel),
+    Interpreter,
+    Yardstick,
+}
+
+const BACKENDS: [Backend; 4] = [
+    Backend::Jit(OptLevel::O2),
+    Backend::Jit(OptLevel::O0),
+    Backend::Interpreter,
+    Backend::Yardstick,
+];
+
+/// Something that steps.
+enum Runner {
+    Jit(Box<Jit>),
+    Interpreter(Box<Interpreter>),
+    Yardstick(Box<TapeInterp>),
+}
+
+impl Backend {
+    fn name(self) -> String {
+        match self {
+            Backend::Jit(level) => format!("JIT {level}"),
+            Backend::Interpreter => "interpreter".into(),
+            Backend::Yardstick => "yardstick".into(),
+        }
+    }
+
+    /// What runs `g` (compiled, linearized or converted): the work "ready" includes.
+    fn prepare(self, g: &Graph) -> Runner {
+        match self {
+            Backend::Jit(level) => {
+                let jit = Jit::builder().opt_level(level).compile(g);
+                Runner::Jit(Box::new(jit.expect("the graph compiles")))
+            }
+            Backend::Interpreter => {
+                Runner::Interpreter(Box::new(Interpreter::new(g).expect("the graph linearizes")))
+            }
+            Backend::Yardstick => {
+                let tape = Tape::from_graph(g).expect("the graph linearizes");
+                Runner::Yardstick(Box::new(TapeInterp::from_tape(&tape)))
+            }
+        }
+    }
+}
+
+impl Runner {
+    fn step(&mut self, inputs: &[f64]) -> f64 {
+        match self {
+            Runner::Jit(p) => p.step(inputs, LR).expect("the graph's inputs"),
+            Runner::Interpreter(p) => p.step(inputs, LR).expect("the graph's inputs"),
+            Runner::Yardstick(y) => y.step(inputs, LR),
+        }
+    }
+
+    fn params(&self) -> Vec<f64> {
+        match self {
+            Runner::Jit(p) => p.params(),
+            Runner::Interpreter(p) => p.params(),
+            Runner::Yardstick(y) => y.params(),
+        }
+    }
+
+    fn nodes(&self) -> usize {
+        match self {
+            Runner::Jit(p) => p.tape().len(),
+            Runner::Interpreter(p) => p.tape().len(),
+            Runner::Yardstick(y) => y.len(),
+        }
+    }
+}
+
+/// One run from an empty graph.
+struct Run {
+    /// Seconds until the first step could run (graph built, compiled or converted).
+    ready: f64,
+    /// Seconds when each checkpoint's last iteration finished.
+    at: Vec<f64>,
+    nodes: usize,
+    /// The JIT's own account: compile seconds and machine code bytes.
+    jit: Option<(f64, usize)>,
+    params: Vec<f64>,
+    finite: bool,
+}
+
+fn run(w: Workload, backend: Backend, seed: u64, checkpoints: &[usize]) -> Run {
+    let start = Instant::now();
+    let g = Graph::new();
+    let inputs = w.build(&g, seed);
+    let mut runner = backend.prepare(&g);
+    let ready = start.elapsed().as_secs_f64();
+    let mut at = Vec::new();
+    let mut loss = 0.0;
+    let mut done = 0;
+    for &n in checkpoints {
+        for _ in done..n {
+            loss = runner.step(&inputs);
+        }
+        done = n;
+        at.push(start.elapsed().as_secs_f64());
+    }
+    let params = runner.params();
+    Run {
+        ready,
+        at,
+        nodes: runner.nodes(),
+        jit: match &runner {
+            Runner::Jit(j) => Some((j.stats().compile_secs, j.stats().code_bytes)),
+            _ => None,
+        },
+        finite: loss.is_finite() && params.iter().all(|p| p.is_finite()),
+        params,
+    }
+}
+
+/// Seconds to build, prepare and step `k` times `graphs` fresh graphs of `w` (seeds from
+/// `seed` on), one after another; and the last graph's params.
+fn rebuilt(w: Workload, backend: Backend, seed: u64, k: usize, graphs: usize) -> (f64, Vec<f64>) {
+    let start = Instant::now();
+    let mut params = Vec::new();
+    for j in 0..graphs as u64 {
+        let g = Graph::new();
+        let inputs = w.build(&g, seed + j);
+        let mut runner = backend.prepare(&g);
+        for _ in 0..k {
+            runner.step(&inputs);
+        }
+        params = runner.params();
+    }
+    (start.elapsed().as_secs_f64(), params)
+}
+
+/// "median of 3 runs", or "one run".
+fn runs_text(runs: usize) -> String {
+    match runs {
+        1 => "one run".into(),
+        n => format!("median of {n} runs"),
+    }
+}
+
+fn same_bits(a: &[f64], b: &[f64]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+/// A row of the first table: one backend on one graph, medians over runs.
+struct Row {
+    workload: String,
+    backend: Backend,
+    nodes: usize,
+    ready: f64,
+    at: Vec<f64>,
+    us_per_iteration: f64,
+    jit: Option<(f64, usize)>,
+    same_bits: bool,
+    finite: bool,
+}
+
+/// What the section measures, full or `--quick`.
+struct Sizes {
+    workloads: Vec<Workload>,
+    /// The iteration counts a run passes, the last the run's length.
+    checkpoints: Vec<usize>,
+    /// The graph rebuilt, and every how many iterations.
+    rebuilt: Workload,
+    ks: Vec<usize>,
+}
+
+impl Sizes {
+    fn new(quick: bool) -> Sizes {
+        if quick {
+            Sizes {
+                workloads: vec![Workload::Dag(5_000), Workload::Irregular(1_000)],
+                checkpoints: vec![10, 100, 1_000],
+                rebuilt: Workload::Irregular(1_000),
+                ks: vec![10, 100],
+            }
+        } else {
+            Sizes {
+                workloads: vec![
+                    Workload::Dag(20_000),
+                    Workload::Dag(60_000),
+                    Workload::Irregular(10_000),
+                ],
+                checkpoints: vec![100, 1_000, 10_000],
+                rebuilt: Workload::Irregular(10_000),
+                ks: vec![100, 1_000],
+            }
+        }
+    }
+}
+
+/// The position of `b` in [`BACKENDS`].
+fn position(b: Backend) -> usize {
+    BACKENDS
+        .iter()
+        .position(|&x| x == b)
+        .expect("a backend of the table")
+}
+
+/// The seed of the first table's graphs.
+const SEED: u64 = 1;
+/// The first seed of the rebuilt graphs.
+const REBUILT_SEED: u64 = 100;
+
+/// The section (markdown) and whether every backend ended at the interpreter's params.
+pub fn report(o: &Settings) -> (String, bool) {
+    let sizes = Sizes::new(o.quick);
+    let checkpoints = &sizes.checkpoints;
+    let last = *checkpoints.last().expect("a checkpoint");
+    let mut rows = Vec::new();
+    let mut agree = true;
+    for &w in &sizes.workloads {
+        let mut runs: Vec<Vec<Run>> = BACKENDS.iter().map(|_| Vec::new()).collect();
+        for r in 1..=o.runs {
+            let mut line = format!("{}: run {r}/{}:", w.name(), o.runs);
+            for (b, &backend) in BACKENDS.iter().enumerate() {
+                let done = run(w, backend, SEED, checkpoints);
+                let total = done.at[done.at.len() - 1];
+                let _ = write!(
+                    line,
+                    " {} ready {:.3} s, {total:.2} s;",
+                    backend.name(),
+                    done.ready
+                );
+                runs[b].push(done);
+            }
+            eprintln!("{line}");
+        }
+        let reference = &runs[position(Backend::Interpreter)][0].params;
+        for (b, &backend) in BACKENDS.iter().enumerate() {
+            let rs = &runs[b];
+            let med = |f: &dyn Fn(&Run) -> f64| median(&rs.iter().map(f).collect::<Vec<_>>());
+            let same = rs.iter().all(|r| same_bits(&r.params, reference));
+            agree &= same;
+            rows.push(Row {
+                workload: w.name(),
+                backend,
+                nodes: rs[0].nodes,
+                ready: med(&|r| r.ready),
+                at: (0..checkpoints.len()).map(|i| med(&|r| r.at[i])).collect(),
+                us_per_iteration: med(&|r| (r.at[r.at.len() - 1] - r.ready) / last as f64 * 1e6),
+                jit: (rs[0].jit).map(|(_, bytes)| (med(&|r| r.jit.map_or(0.0, |j| j.0)), bytes)),
+                same_bits: same,
+                finite: rs.iter().all(|r| r.finite),
+            });
+        }
+    }
+    let last_text = thousands(last);
+    let mut out = first_table(&rows, checkpoints);
+    let _ = writeln!(
+        out,
+        "\nWall time from an empty graph to the end of the iteration: building the graph \
+         (seed {SEED}), then `Jit::compile`, `Interpreter::new`, or `Tape::from_graph` and the \
+         yardstick's conversion (ready s), then `step` (forward, backward, SGD at lr {LR}) on \
+         fixed inputs. One run passes every iteration count; {}, the backends taking turns. \
+         us/iteration: (time at {last_text} - ready) / {last_text}. × yardstick: total time \
+         over the yardstick's at each count (below 1: faster than the yardstick). \
+         Compile s: `JitStats::compile_secs`; code KB: `JitStats::code_bytes`. Same bits: \
+         the params after {last_text} iterations are the interpreter's, bit for bit.",
+        runs_text(o.runs),
+    );
+    let (rebuilt_table, rebuilt_agree) = rebuilt_table(sizes.rebuilt, &sizes.ks, o.runs);
+    let _ = write!(out, "\n{rebuilt_table}");
+    (out, agree && rebuilt_agree)
+}
+
+fn first_table(rows: &[Row], checkpoints: &[usize]) -> String {
+    let counts: Vec<String> = checkpoints.iter().map(|&n| thousands(n)).collect();
+    let mut t = format!(
+        "| graph | tape nodes | backend | ready s | {} | us/iteration | × yardstick at {} \
+         | compile s, code KB | same bits |\n|---|--:|---|--:|{}--:|--:|--:|:-:|\n",
+        counts
+            .iter()
+            .map(|n| format!("s at {n}"))
+            .collect::<Vec<_>>()
+            .join(" | "),
+        counts.join(" / "),
+        "--:|".repeat(counts.len()),
+    );
+    for r in rows {
+        let yard = rows
+            .iter()
+            .find(|y| y.workload == r.workload && y.backend == Backend::Yardstick)
+            .expect("a yardstick row");
+        let ratios: Vec<String> = (r.at.iter().zip(&yard.at))
+            .map(|(a, y)| format!("{}×", significant(a / y)))
+            .collect();
+        let jit = r.jit.map_or("—".into(), |(secs, bytes)| {
+            format!("{}, {}", significant(secs), thousands(bytes / 1024))
+        });
+        let _ = writeln!(
+            t,
+            "| {} | {} | {} | {} | {} | {} | {} | {jit} | {}{} |",
+            r.workload,
+            thousands(r.nodes),
+            r.backend.name(),
+            significant(r.ready),
+            r.at.iter()
+                .map(|&s| significant(s))
+                .collect::<Vec<_>>()
+                .join(" | "),
+            significant(r.us_per_iteration),
+            ratios.join(" / "),
+            if r.same_bits { "yes" } else { "NO" },
+            if r.finite { "" } else { " (not finite)" },
+        );
+    }
+    t
+}
+
+/// The rebuilt rows: for each K, `REBUILT_GRAPHS` fresh graphs of `w` run K iterations
+/// each, per backend; medians over `runs`.
+fn rebuilt_table(w: Workload, ks: &[usize], runs: usize) -> (String, bool) {
+    let mut t = format!(
+        "Rebuilt every K iterations: {REBUILT_GRAPHS} fresh graphs ({}, seeds {REBUILT_SEED}, \
+         {}, ...), each built, prepared and run K iterations, one after another; {}. Same \
+         bits: the last graph's params are the interpreter's.\n\n\
+         | K | backend | total s | s per graph | × yardstick | same bits |\n\
+         |--:|---|--:|--:|--:|:-:|\n",
+        w.name(),
+        REBUILT_SEED + 1,
+        runs_text(runs),
+    );
+    let mut agree = true;
+    for &k in ks {
+        let mut secs: Vec<Vec<f64>> = BACKENDS.iter().map(|_| Vec::new()).collect();
+        let mut params: Vec<Vec<f64>> = BACKENDS.iter().map(|_| Vec::new()).collect();
+        for r in 1..=runs {
+            let mut line = format!("rebuilt every {k}: run {r}/{runs}:");
+            for (b, &backend) in BACKENDS.iter().enumerate() {
+                let (s, p) = rebuilt(w, backend, REBUILT_SEED, k, REBUILT_GRAPHS);
+                let _ = write!(line, " {} {s:.2} s;", backend.name());
+                secs[b].push(s);
+                params[b] = p;
+            }
+            eprintln!("{line}");
+        }
+        let interp = position(Backend::Interpreter);
+        let yard = median(&secs[position(Backend::Yardstick)]);
+        for (b, &backend) in BACKENDS.iter().enumerate() {
+            let total = median(&secs[b]);
+            let same = same_bits(&params[b], &params[interp]);
+            agree &= same;
+            let _ = writeln!(
+                t,
+                "| {} | {} | {} | {} | {}× | {} |",
+                thousands(k),
+                backend.name(),
+                significant(total),
+                significant(total / REBUILT_GRAPHS as f64),
+                significant(total / yard),
+                if same { "yes" } else { "NO" },
+            );
+        }
+    }
+    (t, agree)
+}
