@@ -176,6 +176,33 @@ impl GradMemory {
         self.whole_at(slot) == Whole::Stored
     }
 
+    /// Which backward function's straight-line code stores `s`'s gradient first, if any.
+    #[cfg(test)]
+    pub fn first_store(&self, s: usize) -> Option<usize> {
+        self.first_store.get(s).map(|k| k.get() as usize - 1)
+    }
+
+    /// Says `function`'s straight-line code stores `s`'s gradient first (none: no
+    /// function's): a plan `Plan::verify` may have to refuse.
+    #[cfg(test)]
+    pub fn tamper_first_store(&mut self, s: usize, function: Option<usize>) {
+        let k = function.and_then(|k| NonZeroU32::new(k as u32 + 1));
+        self.first_store.set(s, k);
+    }
+
+    /// Says a vertical block sums `s`'s gradient from 0 ([`Whole::Summed`]): a plan
+    /// `Plan::verify` may have to refuse.
+    #[cfg(test)]
+    pub fn tamper_summed(&mut self, s: usize) {
+        self.whole.set(s, Whole::Summed);
+    }
+
+    /// The loop operands that store their first additions, to tamper with.
+    #[cfg(test)]
+    pub fn tamper_stored(&mut self) -> &mut HashSet<Addition> {
+        &mut self.stored
+    }
+
     /// Whether backward's first function zeroes `s`'s gradient: those loops accumulate,
     /// params excepted (they accumulate across `backward` calls) but in `step` (they start
     /// at 0; `step`'s fused params are not in the loops' set).

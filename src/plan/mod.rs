@@ -44,7 +44,10 @@ pub mod shared;
 pub mod step;
 pub mod tactics;
 mod verify;
+mod verify_grads;
 
+#[cfg(test)]
+mod grad_placement_tests;
 #[cfg(test)]
 mod tests;
 

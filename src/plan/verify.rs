@@ -54,7 +54,7 @@ pub(super) fn verify(plan: &Plan, tape: &Tape) -> Result<()> {
             }
         }
     }
-    Ok(())
+    super::verify_grads::verify(plan, tape)
 }
 
 /// The items are in shapes the emitter lowers and form addresses inside the buffers: what
