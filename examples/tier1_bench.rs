@@ -264,38 +264,8 @@ fn main() {
     }
 }
 
-/// `workload::irregular_ops` (the same draws, so the same graph) with each softplus written
-/// `x.softplus()`: one node instead of nine.
+/// `workload::irregular_ops` with each softplus written `x.softplus()`: one node instead of
+/// nine.
 fn irregular_with_softplus(g: &Graph, ops: usize, seed: u64) {
-    const WINDOW: usize = 30;
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut pool: Vec<tapejit::Value<'_>> = g.inputs(WINDOW / 2);
-    pool.extend((0..WINDOW / 2).map(|_| g.param(rng.gen_range(-1.0..1.0))));
-    for _ in 0..ops {
-        let kind = rng.gen_range(0..4);
-        let mut pick = || pool[pool.len() - 1 - rng.gen_range(0..WINDOW)];
-        match kind {
-            0 => {
-                let x = pick();
-                pool.push(x.softplus());
-            }
-            1 => {
-                let terms = [pick(), pick(), pick(), pick()];
-                pool.push(g.sum(terms));
-            }
-            2 => {
-                let (a, b) = (pick(), pick());
-                pool.push(a * b);
-            }
-            _ => {
-                let x = [pick(), pick(), pick(), pick()];
-                let largest = x[0].max(x[1]).max(x[2]).max(x[3]);
-                let e = x.map(|xi| (xi - largest).exp());
-                let total = g.sum(e);
-                pool.extend(e.map(|ei| ei / total));
-            }
-        }
-    }
-    let loss = g.sum(&pool[pool.len() - WINDOW..]);
-    g.set_loss(loss).expect("one graph");
+    workload::irregular_ops_written(g, ops, seed, workload::Softplus::Op)
 }

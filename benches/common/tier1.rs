@@ -921,58 +921,9 @@ impl Tier1 {
     }
 }
 
-// The formulas below are the yardstick's (benches/common/tape_interp.rs), each a copy of
-// src/op.rs's over `F64`, bit for bit.
-
-/// Max's and min's local gradients: `(0 * g, 1 * g)` if `b` is picked, else `(1 * g, 0 * g)`.
-#[inline(always)]
-fn picked(b: bool, g: f64) -> (f64, f64) {
-    let (da, db) = if b { (0.0, 1.0) } else { (1.0, 0.0) };
-    (da * g, db * g)
-}
-
-/// `1 / (1 + e^-x)` (op.rs `sigmoid`).
-#[inline(always)]
-fn sigmoid(x: f64) -> f64 {
-    1.0 / (1.0 + (-x).exp())
-}
-
-/// `|x|` from selects (op.rs `abs`): `x` above 0, `-x` below, `x + 0` at the zeros and NaN.
-#[inline(always)]
-fn abs(x: f64) -> f64 {
-    if x > 0.0 {
-        x
-    } else if 0.0 > x {
-        -x
-    } else {
-        x + 0.0
-    }
-}
-
-/// `pow`'s square root (op.rs `sqrt`): `+0` at `-0`, `+inf` at `-inf`.
-#[inline(always)]
-fn sqrt(x: f64) -> f64 {
-    let root = x.sqrt() + 0.0;
-    if f64::MIN > x {
-        f64::INFINITY
-    } else {
-        root
-    }
-}
-
-/// `a^c` as op.rs's `power` computes it.
-fn power(a: f64, c: f64) -> f64 {
-    if c == 0.0 {
-        1.0
-    } else if c == 1.0 {
-        a
-    } else if c == 2.0 {
-        a * a
-    } else if c == -1.0 {
-        1.0 / a
-    } else if c == 0.5 {
-        sqrt(a)
-    } else {
-        a.powf(c)
-    }
-}
+// The scalar formulas, shared with the other bench interpreter (an includer of both loads
+// them twice, which costs nothing).
+#[allow(clippy::duplicate_mod)]
+#[path = "scalar_formulas.rs"]
+mod scalar_formulas;
+use scalar_formulas::{abs, picked, power, sigmoid, sqrt};

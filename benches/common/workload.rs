@@ -346,6 +346,21 @@ pub fn random_dag(g: &Graph, nodes: usize, seed: u64) {
 /// for any graph (10,000 ops make 57,167 tape nodes). Values stay finite: the softmax's
 /// outputs, most of the pool, keep sums and products small.
 pub fn irregular_ops(g: &Graph, ops: usize, seed: u64) {
+    irregular_ops_written(g, ops, seed, Softplus::Written)
+}
+
+/// How [`irregular_ops_written`] writes a softplus.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Softplus {
+    /// `relu(x) + log(1 + exp(-max(-x, x)))`: nine nodes.
+    Written,
+    /// `x.softplus()`: one node.
+    Op,
+}
+
+/// [`irregular_ops`] (the same draws, so the same graph) with each softplus written as
+/// `softplus` says.
+pub fn irregular_ops_written(g: &Graph, ops: usize, seed: u64, softplus: Softplus) {
     const WINDOW: usize = 30;
     let mut rng = StdRng::seed_from_u64(seed);
     let mut pool: Vec<Value<'_>> = g.inputs(WINDOW / 2);
@@ -356,8 +371,10 @@ pub fn irregular_ops(g: &Graph, ops: usize, seed: u64) {
         match kind {
             0 => {
                 let x = pick();
-                let softplus = x.relu() + (1.0 + (-(-x).max(x)).exp()).log();
-                pool.push(softplus);
+                pool.push(match softplus {
+                    Softplus::Written => x.relu() + (1.0 + (-(-x).max(x)).exp()).log(),
+                    Softplus::Op => x.softplus(),
+                });
             }
             1 => {
                 let terms = [pick(), pick(), pick(), pick()];
