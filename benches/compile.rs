@@ -22,7 +22,7 @@ use criterion::{
     criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, SamplingMode,
     Throughput,
 };
-use tapejit::{Graph, Jit, OptLevel};
+use tapejit::{Graph, Jit, OptLevel, Tiering};
 use workload::{Engine, Mode};
 
 const SAMPLES: usize = 10;
@@ -101,7 +101,10 @@ fn compile_scaling_mlp(c: &mut Criterion) {
     let mut group = c.benchmark_group("compile_scaling_mlp");
     configure(&mut group);
     for level in SCALING_LEVELS {
-        let mode = Mode::jit(level.to_string(), Jit::builder().opt_level(level));
+        let mode = Mode::jit(
+            level.to_string(),
+            Jit::builder().tiering(Tiering::Off).opt_level(level),
+        );
         for h in HIDDEN {
             let g = Graph::new();
             workload::mnist_graph(&g, h);
@@ -117,7 +120,10 @@ fn compile_scaling_dag(c: &mut Criterion) {
     let mut group = c.benchmark_group("compile_scaling_dag");
     configure(&mut group);
     for level in SCALING_LEVELS {
-        let mode = Mode::jit(level.to_string(), Jit::builder().opt_level(level));
+        let mode = Mode::jit(
+            level.to_string(),
+            Jit::builder().tiering(Tiering::Off).opt_level(level),
+        );
         for nodes in DAG_NODES {
             let g = Graph::new();
             workload::random_dag(&g, nodes, 7);

@@ -23,7 +23,7 @@ use std::time::Duration;
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
 use handwritten::{Expert, ExpertSkippingZeros, HandWritten, Naive};
-use tapejit::{Graph, Jit, OptLevel, Program, ZeroSkipping};
+use tapejit::{Graph, Jit, OptLevel, Program, Tiering, ZeroSkipping};
 use workload::{Samples, LR};
 
 const SAMPLES: usize = 2_000;
@@ -107,6 +107,7 @@ fn train_mnist(c: &mut Criterion) {
     let calls = |per: usize| inputs.chunks_exact(per * width).cycle();
     let compile = |skipping| {
         Jit::builder()
+            .tiering(Tiering::Off)
             .opt_level(OptLevel::O2)
             .zero_skipping(skipping)
             .compile(&g)

@@ -19,7 +19,7 @@ use clap::Parser;
 
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use tapejit::nn::Classifier;
-use tapejit::{Graph, Interpreter, Jit, OptLevel, Program};
+use tapejit::{Graph, Interpreter, Jit, OptLevel, Program, Tiering};
 
 /// Compile time and step time of an MNIST-shaped MLP at each level (or of random DAGs).
 #[derive(Parser)]
@@ -104,7 +104,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .map(|s| interp.step(s, 0.01).unwrap())
             .collect();
         for &level in &levels {
-            let mut b = Jit::builder().opt_level(level);
+            let mut b = Jit::builder().tiering(Tiering::Off).opt_level(level);
             if let Some(t) = o.threads {
                 b = b.compile_threads(t);
             }

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use families::{Dag, Family, Minibatch, Moons, Rnn, Springs};
-use tapejit::{Graph, Jit, JitBuilder, OptLevel, Program};
+use tapejit::{Graph, Jit, JitBuilder, OptLevel, Program, Tiering};
 use workload::{Engine, INPUTS};
 
 /// Samples run through the lazily linked entry points.
@@ -57,7 +57,10 @@ fn main() -> ExitCode {
                     family.size(),
                     if loops { "" } else { " straight-line" }
                 );
-                let builder = Jit::builder().opt_level(level).loop_recovery(loops);
+                let builder = Jit::builder()
+                    .tiering(Tiering::Off)
+                    .opt_level(level)
+                    .loop_recovery(loops);
                 programs.push((name, builder, Some(family.clone())));
             }
         }

@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use clap::Parser;
 
-use tapejit::{Graph, Jit, OptLevel, Program, Tape};
+use tapejit::{Graph, Jit, OptLevel, Program, Tape, Tiering};
 
 /// `(VmRSS, RssAnon)`.
 fn resident() -> (u64, u64) {
@@ -91,6 +91,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let before = resident();
     let start = Instant::now();
     let mut jit = Jit::builder()
+        .tiering(Tiering::Off)
         .opt_level(level)
         .loop_recovery(loops)
         .compile_tape(tape)?;

@@ -21,7 +21,7 @@ use rand::seq::SliceRandom;
 use rand::{rngs::StdRng, SeedableRng};
 use tapejit::checkpoint::Checkpoint;
 use tapejit::nn::Classifier;
-use tapejit::{Graph, Interpreter, Jit, OptLevel, Program};
+use tapejit::{Graph, Interpreter, Jit, OptLevel, Program, Tiering};
 use tapejit_mnist::{self as mnist, Dataset};
 
 /// Train an MLP on MNIST: micrograd's MLP (relu hidden layers, linear output) with a softmax
@@ -77,9 +77,11 @@ fn backend(opt: &str, fast_math: bool, g: &Graph) -> Result<Box<dyn Program>, St
         "O3" => OptLevel::O3,
         other => return Err(format!("--opt {other}: expected O0, O1, O2, O3 or interp")),
     };
+    // (Native code from the first sample: an epoch runs long, and the stats below are its.)
     let jit = Jit::builder()
         .opt_level(level)
         .fast_math(fast_math)
+        .tiering(Tiering::Off)
         .compile(g)
         .map_err(|e| e.to_string())?;
     let s = jit.stats();

@@ -29,7 +29,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use table::{median, significant, thousands};
 use tape_interp::TapeInterp;
-use tapejit::{Graph, Jit, OptLevel, Program, Tape};
+use tapejit::{Graph, Jit, OptLevel, Program, Tape, Tiering};
 use tier1::{Schedule, Tier1};
 
 const LR: f64 = 1e-4;
@@ -112,6 +112,9 @@ impl Runner {
 enum Backend {
     Yardstick,
     Tier(Schedule),
+    /// The library's kernel tier (`Tiering::FirstTierOnly`; its preparation includes
+    /// `Tape::from_graph`).
+    FirstTier,
     JitO0,
 }
 
@@ -120,6 +123,7 @@ impl Backend {
         match self {
             Backend::Yardstick => "yardstick".into(),
             Backend::Tier(s) => format!("tier1, {}", s.name()),
+            Backend::FirstTier => "JIT first tier (src/kernels)".into(),
             Backend::JitO0 => "JIT O0".into(),
         }
     }
@@ -127,8 +131,18 @@ impl Backend {
         match self {
             Backend::Yardstick => Runner::Yard(Box::new(TapeInterp::from_tape(tape))),
             Backend::Tier(s) => Runner::Tier(Box::new(Tier1::from_tape(tape, s))),
+            Backend::FirstTier => Runner::Jit(Box::new(
+                Jit::builder()
+                    .tiering(Tiering::FirstTierOnly)
+                    .compile(g)
+                    .unwrap(),
+            )),
             Backend::JitO0 => Runner::Jit(Box::new(
-                Jit::builder().opt_level(OptLevel::O0).compile(g).unwrap(),
+                Jit::builder()
+                    .opt_level(OptLevel::O0)
+                    .tiering(Tiering::Off)
+                    .compile(g)
+                    .unwrap(),
             )),
         }
     }
@@ -144,6 +158,7 @@ fn main() {
     ];
     let mut backends = vec![Backend::Yardstick];
     backends.extend(Schedule::ALL.map(Backend::Tier));
+    backends.push(Backend::FirstTier);
     if let Some(b) = &args.backend {
         backends.retain(|x| *x == Backend::Yardstick || x.name().contains(b.as_str()));
     }

@@ -15,7 +15,7 @@ mod table;
 
 use clap::Parser;
 use rand::{rngs::StdRng, Rng, SeedableRng};
-use tapejit::{Graph, Jit, JitStats, OptLevel};
+use tapejit::{Graph, Jit, JitStats, OptLevel, Tiering};
 
 /// Compile time of one wide `sum` node at O2, for each operand count.
 #[derive(Parser)]
@@ -44,6 +44,7 @@ fn main() {
         for (i, g) in graphs.iter().enumerate() {
             eprintln!("repeat {}/{repeats}: {} operands", r + 1, sizes[i]);
             let jit = Jit::builder()
+                .tiering(Tiering::Off)
                 .opt_level(OptLevel::O2)
                 .compile_threads(threads)
                 .compile(g)

@@ -16,6 +16,7 @@ pub mod dot;
 pub mod error;
 pub mod graph;
 pub mod interp;
+pub(crate) mod kernels;
 pub mod minibatch;
 pub mod op;
 pub mod optim;
@@ -32,7 +33,7 @@ pub use program::Program;
 pub use tape::{Slot, Tape, TapeNodeView};
 pub mod jit;
 pub mod nn;
-pub use jit::{Jit, JitBuilder, JitStats, NestStats, OptLevel};
+pub use jit::{Jit, JitBuilder, JitStats, NestStats, OptLevel, Tier, Tiering};
 pub use plan::ZeroSkipping;
 
 /// The README's examples are compiled and run as doctests.

@@ -220,11 +220,27 @@ impl Op {
     /// Leaves have no formula: their values live in the buffers. Calling this on a leaf returns
     /// the constant's value for `Const` and is a caller bug otherwise (it returns `0.0`), as is
     /// passing fewer operands than the op takes (the missing ones read as NaN).
+    // (Inlined into every caller: a caller that knows the op, as the kernel tier's runs
+    // do, [`Op::specialize`], keeps only its arm.)
+    #[inline(always)]
     pub fn forward<A: Arith>(self, ar: &mut A, x: &[A::V]) -> A::V {
         if x.len() < self.min_operands() {
-            let x = padded_with_nan(ar, x, self.min_operands());
-            return self.forward(ar, &x);
+            return self.forward_padded(ar, x);
         }
+        self.forward_of(ar, x)
+    }
+
+    /// [`Op::forward`] of too few operands: the missing ones NaN.
+    #[inline(never)]
+    #[cold]
+    fn forward_padded<A: Arith>(self, ar: &mut A, x: &[A::V]) -> A::V {
+        let x = padded_with_nan(ar, x, self.min_operands());
+        self.forward_of(ar, &x)
+    }
+
+    /// [`Op::forward`] of enough operands.
+    #[inline(always)]
+    fn forward_of<A: Arith>(self, ar: &mut A, x: &[A::V]) -> A::V {
         match self {
             Op::Const(c) => ar.constant(c),
             Op::Input(_) | Op::Param(_) => ar.constant(0.0),
@@ -273,6 +289,9 @@ impl Op {
     /// What each operand's gradient receives, in operand order, given the operands `x`, this
     /// op's value `out` and its gradient `g`. The caller adds `grads[i] += local[i]` in order.
     /// Missing operands read as NaN, as in [`Op::forward`].
+    // (Inlined into every caller: a caller that knows the op, as the kernel tier's runs
+    // do, [`Op::specialize`], keeps only its arm.)
+    #[inline(always)]
     pub fn local_grads<A: Arith>(
         self,
         ar: &mut A,
@@ -282,9 +301,36 @@ impl Op {
         local: &mut Vec<A::V>,
     ) {
         if x.len() < self.min_operands() {
-            let x = padded_with_nan(ar, x, self.min_operands());
-            return self.local_grads(ar, &x, out, g, local);
+            return self.local_grads_padded(ar, x, out, g, local);
         }
+        self.local_grads_of(ar, x, out, g, local)
+    }
+
+    /// [`Op::local_grads`] of too few operands: the missing ones NaN.
+    #[inline(never)]
+    #[cold]
+    fn local_grads_padded<A: Arith>(
+        self,
+        ar: &mut A,
+        x: &[A::V],
+        out: A::V,
+        g: A::V,
+        local: &mut Vec<A::V>,
+    ) {
+        let x = padded_with_nan(ar, x, self.min_operands());
+        self.local_grads_of(ar, &x, out, g, local)
+    }
+
+    /// [`Op::local_grads`] of enough operands.
+    #[inline(always)]
+    fn local_grads_of<A: Arith>(
+        self,
+        ar: &mut A,
+        x: &[A::V],
+        out: A::V,
+        g: A::V,
+        local: &mut Vec<A::V>,
+    ) {
         local.clear();
         match self {
             Op::Input(_) | Op::Param(_) | Op::Const(_) => {}
@@ -397,6 +443,47 @@ impl Op {
                 local.extend([da, db]);
             }
             Op::Sum => local.extend(x.iter().map(|_| g)),
+        }
+    }
+}
+
+/// Code instantiated once per op ([`Op::specialize`]): `run` gets the op as a closure that
+/// returns it, a type of its own per variant, so that after inlining the code knows which op
+/// it computes and [`Op::forward`]'s and [`Op::local_grads`]' `match` folds away (a kernel
+/// that loops over many nodes of one op then branches on nothing).
+pub(crate) trait PerOp {
+    type Out;
+    fn run(self, op: impl Fn() -> Op + Copy) -> Self::Out;
+}
+
+impl Op {
+    /// `per_op.run` specialized to this op's variant (its field, if any, a runtime value).
+    /// The one `match` outside the formulas that lists every op: a new op adds its arm here.
+    pub(crate) fn specialize<P: PerOp>(self, per_op: P) -> P::Out {
+        match self {
+            Op::Input(n) => per_op.run(move || Op::Input(n)),
+            Op::Param(n) => per_op.run(move || Op::Param(n)),
+            Op::Const(c) => per_op.run(move || Op::Const(c)),
+            Op::Add => per_op.run(|| Op::Add),
+            Op::Sub => per_op.run(|| Op::Sub),
+            Op::Mul => per_op.run(|| Op::Mul),
+            Op::Div => per_op.run(|| Op::Div),
+            Op::Neg => per_op.run(|| Op::Neg),
+            Op::Powf(c) => per_op.run(move || Op::Powf(c)),
+            Op::Exp => per_op.run(|| Op::Exp),
+            Op::Log => per_op.run(|| Op::Log),
+            Op::Tanh => per_op.run(|| Op::Tanh),
+            Op::Relu => per_op.run(|| Op::Relu),
+            Op::Sigmoid => per_op.run(|| Op::Sigmoid),
+            Op::Softplus => per_op.run(|| Op::Softplus),
+            Op::Log1p => per_op.run(|| Op::Log1p),
+            Op::Abs => per_op.run(|| Op::Abs),
+            Op::Sin => per_op.run(|| Op::Sin),
+            Op::Cos => per_op.run(|| Op::Cos),
+            Op::Sqrt => per_op.run(|| Op::Sqrt),
+            Op::Max => per_op.run(|| Op::Max),
+            Op::Min => per_op.run(|| Op::Min),
+            Op::Sum => per_op.run(|| Op::Sum),
         }
     }
 }

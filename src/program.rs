@@ -164,6 +164,13 @@ mod backend {
         fn run_train(&mut self, inputs: &[f64], lr: f64) -> Result<Vec<f64>, usize> {
             super::train_checking_chunks(self, inputs, lr)
         }
+        /// Whether `run_train` may hand over to another tier between two samples (the JIT,
+        /// while native code compiles): `train` then checks every input first, so that
+        /// `run_train` cannot fail after the hand-over (the buffers `train` would put back
+        /// are laid out as the tier before it had them).
+        fn may_change_tier(&self) -> bool {
+            false
+        }
         /// Called before `run_train`: a backend may build what it runs (the JIT compiles
         /// `train` when it is first called). Fails only as compiling does.
         fn prepare_train(&mut self) -> crate::Result<()> {
@@ -432,7 +439,7 @@ impl<B: Backend> Program for B {
         // Values and gradients, laid out alike.
         let state = 2 * self.value_buffer().len();
         let width = self.tape().num_inputs();
-        if inputs.len() < CHECK_AS_YOU_GO_FROM * state {
+        if inputs.len() < CHECK_AS_YOU_GO_FROM * state || self.may_change_tier() {
             // Checked first: cheap while the inputs are few (and so in cache).
             check_finite("input", inputs)?;
             return self

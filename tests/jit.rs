@@ -2,7 +2,7 @@
 
 mod common;
 
-use tapejit::{Error, Graph, Interpreter, Jit, OptLevel, Program};
+use tapejit::{Error, Graph, Interpreter, Jit, OptLevel, Program, Tiering};
 
 fn small_graph(g: &Graph) {
     let x = g.input();
@@ -16,7 +16,11 @@ fn small_graph(g: &Graph) {
 fn compiled(level: OptLevel) -> Jit {
     let g = Graph::new();
     small_graph(&g);
-    Jit::builder().opt_level(level).compile(&g).unwrap()
+    Jit::builder()
+        .tiering(Tiering::Off)
+        .opt_level(level)
+        .compile(&g)
+        .unwrap()
     // The graph is dropped here: the Jit owns everything it runs.
 }
 
@@ -57,6 +61,7 @@ fn stats_and_ir_describe_the_compilation() {
     let g = Graph::new();
     small_graph(&g);
     let jit = Jit::builder()
+        .tiering(Tiering::Off)
         .opt_level(OptLevel::O0)
         .keep_ir(true)
         .compile(&g)
@@ -85,10 +90,15 @@ fn chunk_size_and_pipeline_options_keep_results_identical() {
     let mut interp = Interpreter::new(&g).unwrap();
     let want = interp.step(&[0.3], 0.1).unwrap();
     let builders = [
-        Jit::builder().chunk_size(1),
-        Jit::builder().chunk_size(1_000_000),
-        Jit::builder().pipeline("function(instcombine,gvn)"),
-        Jit::builder().opt_level(OptLevel::O3).codegen(OptLevel::O0),
+        Jit::builder().tiering(Tiering::Off).chunk_size(1),
+        Jit::builder().tiering(Tiering::Off).chunk_size(1_000_000),
+        Jit::builder()
+            .tiering(Tiering::Off)
+            .pipeline("function(instcombine,gvn)"),
+        Jit::builder()
+            .tiering(Tiering::Off)
+            .opt_level(OptLevel::O3)
+            .codegen(OptLevel::O0),
     ];
     for b in builders {
         let mut jit = b.compile(&g).unwrap();
@@ -102,6 +112,7 @@ fn a_bad_pipeline_is_an_llvm_error() {
     let g = Graph::new();
     small_graph(&g);
     let err = Jit::builder()
+        .tiering(Tiering::Off)
         .pipeline("no-such-pass")
         .compile(&g)
         .err()
@@ -130,6 +141,7 @@ fn modules_compile_alike_on_any_number_of_threads() {
     for recovery in [true, false] {
         let build = |threads| {
             Jit::builder()
+                .tiering(Tiering::Off)
                 .opt_level(OptLevel::O1)
                 .loop_recovery(recovery)
                 .chunk_size(12)

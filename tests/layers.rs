@@ -22,6 +22,8 @@ const LAYERS: &[&[&str]] = &[
     &["program"],
     &["minibatch"],
     &["interp", "checkpoint"],
+    // The JIT's first tier: the tape as runs of one op, no compiler.
+    &["kernels"],
     // Compiling a tape: structure, decisions, then LLVM.
     &["passes"],
     &["plan"],

@@ -9,14 +9,19 @@ use common::{assert_backends_agree, interpreter_and_every_jit_level, random_inpu
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tapejit::nn::{Activation, Classifier, Layer};
-use tapejit::{Graph, Jit, JitStats, NestStats, Op, Program, Slot, Value};
+use tapejit::{Graph, Jit, JitStats, NestStats, Op, Program, Slot, Tiering, Value};
 
 /// Checks every backend against the interpreter and returns the stats of the JIT at the
 /// default level.
 fn check(name: &str, g: &Graph) -> JitStats {
     let mut backends = interpreter_and_every_jit_level(g);
     assert_backends_agree(name, &mut backends, &mut StdRng::seed_from_u64(7));
-    Jit::compile(g).unwrap().stats().clone()
+    Jit::builder()
+        .tiering(Tiering::Off)
+        .compile(g)
+        .unwrap()
+        .stats()
+        .clone()
 }
 
 /// Every nest of `stats`, outermost first, each followed by the nests in its body.
@@ -187,7 +192,7 @@ fn constants_made_at_every_use_in_a_rollout() {
     }
     g.set_loss(g.sum(x.iter().map(|&v| v * v))).unwrap();
     assert!(check("constants made at every use", &g).loops > 0);
-    let jit = Jit::compile(&g).unwrap();
+    let jit = Jit::builder().tiering(Tiering::Off).compile(&g).unwrap();
     let stats = jit.stats();
     assert!(
         stats.nest_depth >= 1 && stats.constant_operands > 0,
@@ -230,8 +235,13 @@ fn fast_math_agrees_to_rounding_and_is_off_by_default() {
     let g = Graph::new();
     Classifier::new(&g, 40, &[16], 4, &mut StdRng::seed_from_u64(5)).unwrap();
     let mut interp = tapejit::Interpreter::new(&g).unwrap();
-    let mut exact = Jit::builder().keep_ir(true).compile(&g).unwrap();
+    let mut exact = Jit::builder()
+        .tiering(Tiering::Off)
+        .keep_ir(true)
+        .compile(&g)
+        .unwrap();
     let mut fast = Jit::builder()
+        .tiering(Tiering::Off)
         .fast_math(true)
         .keep_ir(true)
         .compile(&g)
@@ -336,7 +346,12 @@ fn gradients_step_defers_are_there_whenever_anyone_looks() {
     // each action right after a step, without looking in between, then compare everything.
     let g = Graph::new();
     Classifier::new(&g, 24, &[12], 3, &mut StdRng::seed_from_u64(15)).unwrap();
-    let stats = Jit::compile(&g).unwrap().stats().clone();
+    let stats = Jit::builder()
+        .tiering(Tiering::Off)
+        .compile(&g)
+        .unwrap()
+        .stats()
+        .clone();
     assert!(stats.deferred_grads > 0, "{stats:?}");
     let (inputs, params) = (g.num_inputs(), g.num_params());
     let mut rng = StdRng::seed_from_u64(16);
@@ -401,7 +416,12 @@ fn train_is_step_per_sample_bit_for_bit() {
     for (nin, hidden, samples) in [(24, vec![12], 7), (20, vec![70, 5], 4), (16, vec![9], 1)] {
         let g = Graph::new();
         Classifier::new(&g, nin, &hidden, 3, &mut StdRng::seed_from_u64(17)).unwrap();
-        let stats = Jit::compile(&g).unwrap().stats().clone();
+        let stats = Jit::builder()
+            .tiering(Tiering::Off)
+            .compile(&g)
+            .unwrap()
+            .stats()
+            .clone();
         assert!(stats.merged_train, "{nin}-{hidden:?}: train merges nothing");
         let width = g.num_inputs();
         let mut rng = StdRng::seed_from_u64(18);
@@ -679,7 +699,7 @@ fn tanh_in_vector_lanes_is_the_interpreters_on_every_kind_of_input() {
     ];
     let mut backends = interpreter_and_every_jit_level(&g);
     common::assert_backends_agree_on("tanh of special values", &mut backends, &script);
-    let jit = Jit::compile(&g).unwrap();
+    let jit = Jit::builder().tiering(Tiering::Off).compile(&g).unwrap();
     let stats = jit.stats();
     assert!(stats.loops > 0, "the tanh map is no loop");
     assert!(
@@ -800,7 +820,7 @@ fn new_ops_in_vector_lanes_are_the_interpreters_on_every_kind_of_input() {
         g.set_loss(g.sum(outs.iter().map(|&o| o * 0.5))).unwrap();
         let mut backends = interpreter_and_every_jit_level(&g);
         common::assert_backends_agree_on(name, &mut backends, &script);
-        let jit = Jit::compile(&g).unwrap();
+        let jit = Jit::builder().tiering(Tiering::Off).compile(&g).unwrap();
         let stats = jit.stats();
         assert!(stats.loops > 0, "{name}: the map is no loop");
         // A map of one op and its scaling is a loop of scalar code (which LLVM vectorizes);

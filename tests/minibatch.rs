@@ -8,7 +8,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tapejit::minibatch::CHUNK;
 use tapejit::nn::{Activation, Classifier, Layer};
-use tapejit::{Error, Graph, Interpreter, Jit, OptLevel, Program, Value, ZeroSkipping};
+use tapejit::{Error, Graph, Interpreter, Jit, OptLevel, Program, Tiering, Value, ZeroSkipping};
 
 const NIN: usize = 12;
 const CLASSES: usize = 3;
@@ -151,9 +151,10 @@ fn every_backend_and_thread_count_follows_the_documented_order() {
 fn the_jit_cuts_a_first_layer_by_rows() {
     let g = Graph::new();
     classifier(&g);
-    let jit = Jit::compile(&g).unwrap();
+    let jit = Jit::builder().tiering(Tiering::Off).compile(&g).unwrap();
     assert_eq!(jit.stats().split_rows, NIN);
     let never = Jit::builder()
+        .tiering(Tiering::Off)
         .zero_skipping(ZeroSkipping::Never)
         .compile(&g)
         .unwrap();
@@ -196,7 +197,12 @@ fn a_rollout_trains_in_minibatches_as_documented() {
     let params = (g.param(-0.2), g.param(0.01));
     let x = roll(g.inputs(6), params, 30);
     g.set_loss(g.sum(x.iter().map(|&v| v * v))).unwrap();
-    let stats = Jit::compile(&g).unwrap().stats().clone();
+    let stats = Jit::builder()
+        .tiering(Tiering::Off)
+        .compile(&g)
+        .unwrap()
+        .stats()
+        .clone();
     assert!(stats.local_values > 0 && stats.local_grads > 0, "{stats:?}");
     let mut rng = StdRng::seed_from_u64(23);
     let inputs: Vec<f64> = (0..40 * 6).map(|_| rng.gen_range(-0.5..0.5)).collect();
@@ -223,7 +229,9 @@ fn a_skipping_layer_then_a_rollout_trains_as_documented() {
     let params = (g.param(-0.2), g.param(0.01));
     let x = roll(layer.call(&g.inputs_without_grad(NIN)).unwrap(), params, 4);
     g.set_loss(g.sum(x.iter().map(|&v| v * v))).unwrap();
-    let jit = Jit::builder().zero_skipping(ZeroSkipping::Always);
+    let jit = Jit::builder()
+        .tiering(Tiering::Off)
+        .zero_skipping(ZeroSkipping::Always);
     let stats = jit.compile(&g).unwrap().stats().clone();
     assert!(stats.local_values > 0, "{stats:?}");
     let mut rng = StdRng::seed_from_u64(24);
@@ -299,7 +307,11 @@ fn minibatches_and_train_compile_their_code_on_first_use() {
     let g = Graph::new();
     classifier(&g);
     let inputs = samples(40, 23);
-    let mut jit = tapejit::Jit::builder().keep_ir(true).compile(&g).unwrap();
+    let mut jit = tapejit::Jit::builder()
+        .tiering(Tiering::Off)
+        .keep_ir(true)
+        .compile(&g)
+        .unwrap();
     let compiled = jit.stats().clone();
     assert_eq!(compiled.first_use_compile_secs, 0.0);
     let ir = jit.ir().unwrap();

@@ -1,7 +1,7 @@
 //! `TAPEJIT_PERF_MAP`: every compiled function listed where `perf` looks for JIT symbols.
 //! (Its own test binary: the variable is set for the whole process.)
 
-use tapejit::{Graph, Jit, Program};
+use tapejit::{Graph, Jit, Program, Tiering};
 
 #[cfg(target_os = "linux")]
 #[test]
@@ -12,7 +12,7 @@ fn the_perf_map_names_every_compiled_function() {
     let w = [g.param(0.5), g.param(-0.25), g.param(2.0)];
     let terms: Vec<_> = x.iter().zip(&w).map(|(&x, &w)| (x * w).tanh()).collect();
     g.set_loss(g.sum(&terms)).unwrap();
-    let mut jit = Jit::compile(&g).unwrap();
+    let mut jit = Jit::builder().tiering(Tiering::Off).compile(&g).unwrap();
     jit.step(&[1.0, 2.0, 3.0], 0.1).unwrap();
 
     let path = format!("/tmp/perf-{}.map", std::process::id());

@@ -451,7 +451,7 @@ fn sqrt_is_the_half_power_to_the_bit() {
     let inputs = [0.0, -0.0, 2.0, 1e-310, 1e300, 0.3, -4.0, 5e-324];
     let by_sqrt = values_and_derivatives(|x| x.sqrt(), &inputs);
     let by_pow = values_and_derivatives(|x| x.powf(0.5), &inputs);
-    assert_eq!(by_sqrt.len(), 2 * inputs.len());
+    assert_eq!(by_sqrt.len(), semantics_backends().len() * inputs.len());
     for ((at, sqrt), (_, pow)) in by_sqrt.iter().zip(&by_pow) {
         assert_eq!(
             sqrt.map(f64::to_bits),

@@ -33,7 +33,7 @@ use families::{Minibatch, Moons, Rnn, Springs};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use tapejit::nn::{self, Activation, Layer, Neuron};
-use tapejit::{Graph, Jit, JitStats, NestStats, OptLevel, Value};
+use tapejit::{Graph, Jit, JitStats, NestStats, OptLevel, Tiering, Value};
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -52,7 +52,10 @@ fn check_with(name: &str, g: &Graph, straight: bool) -> JitStats {
         .flat_map(|&recovery| OptLevel::ALL.map(|level| (level, recovery, None)))
         .chain([(OptLevel::O0, true, Some(SMALL_CHUNK))]);
     for (level, recovery, chunk) in configs {
-        let mut builder = Jit::builder().opt_level(level).loop_recovery(recovery);
+        let mut builder = Jit::builder()
+            .tiering(Tiering::Off)
+            .opt_level(level)
+            .loop_recovery(recovery);
         if let Some(nodes) = chunk {
             builder = builder.chunk_size(nodes);
         }
@@ -483,7 +486,11 @@ fn springs_nest_every_alike_step() {
     let steps = 12;
     let g = Graph::new();
     springs(&g, steps);
-    let jit = Jit::builder().opt_level(OptLevel::O0).compile(&g).unwrap();
+    let jit = Jit::builder()
+        .tiering(Tiering::Off)
+        .opt_level(OptLevel::O0)
+        .compile(&g)
+        .unwrap();
     let stats = jit.stats();
     assert!(
         largest(stats).count as usize >= steps - 2,
@@ -533,7 +540,11 @@ fn a_ring_rollout_of_four_is_a_nest_over_its_steps() {
     let steps = 14;
     let g = Graph::new();
     ring(&g, 4, steps);
-    let jit = Jit::builder().opt_level(OptLevel::O0).compile(&g).unwrap();
+    let jit = Jit::builder()
+        .tiering(Tiering::Off)
+        .opt_level(OptLevel::O0)
+        .compile(&g)
+        .unwrap();
     let stats = jit.stats();
     assert!(
         stats.nests.iter().any(|n| n.count as usize >= steps - 3),
@@ -1126,7 +1137,12 @@ fn rollouts_compile_to_code_flat_in_their_steps() {
     let instructions = |build: &dyn Fn(&Graph)| {
         let g = Graph::new();
         build(&g);
-        Jit::compile(&g).unwrap().stats().ir_instructions
+        Jit::builder()
+            .tiering(Tiering::Off)
+            .compile(&g)
+            .unwrap()
+            .stats()
+            .ir_instructions
     };
     for (name, short, long) in [
         (

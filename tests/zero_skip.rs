@@ -9,7 +9,7 @@ mod common;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tapejit::nn::Classifier;
-use tapejit::{Graph, Interpreter, Jit, OptLevel, Program, ZeroSkipping};
+use tapejit::{Graph, Interpreter, Jit, OptLevel, Program, Tiering, ZeroSkipping};
 
 const NIN: usize = 24;
 /// Rows of 13 weights, which the buffers lay out as rows of 16 starting on cache lines (the
@@ -91,6 +91,7 @@ fn assert_train_exact_on(g: &Graph, what: &str, params: &[f64], runs: &[(Vec<f64
         ] {
             let at = format!("{what}, {level:?}, {skipping:?}");
             let mut jit = Jit::builder()
+                .tiering(Tiering::Off)
                 .opt_level(level)
                 .zero_skipping(skipping)
                 .compile(g)
@@ -350,6 +351,7 @@ fn weights_that_stop_being_finite_where_nan_is_swallowed() {
 
     let mut reference = Interpreter::new(&g).unwrap();
     let mut jit = Jit::builder()
+        .tiering(Tiering::Off)
         .zero_skipping(ZeroSkipping::Always)
         .compile(&g)
         .unwrap();
@@ -415,6 +417,7 @@ fn a_step_between_trains_is_seen() {
     let huge = only_input_zero(1e10, 1);
     let mut reference = Interpreter::new(&g).unwrap();
     let mut jit = Jit::builder()
+        .tiering(Tiering::Off)
         .zero_skipping(ZeroSkipping::Always)
         .compile(&g)
         .unwrap();
@@ -480,6 +483,7 @@ fn a_non_finite_sample_stops_train_and_changes_nothing() {
     for level in [OptLevel::O0, OptLevel::O2] {
         for skipping in [ZeroSkipping::Auto, ZeroSkipping::Never] {
             let jit = Jit::builder()
+                .tiering(Tiering::Off)
                 .opt_level(level)
                 .zero_skipping(skipping)
                 .compile(&g)
@@ -546,5 +550,13 @@ fn a_late_sample_of_a_long_minibatch_with_gradients_that_are_not_finite() {
     // inputs, as `assert_train_exact` runs it too), each row's samples marked in words of 64.
     let g = Graph::new();
     Classifier::new(&g, NIN, &[HIDDEN], CLASSES, &mut StdRng::seed_from_u64(3)).unwrap();
-    assert_eq!(Jit::compile(&g).unwrap().stats().split_rows, NIN);
+    assert_eq!(
+        Jit::builder()
+            .tiering(Tiering::Off)
+            .compile(&g)
+            .unwrap()
+            .stats()
+            .split_rows,
+        NIN
+    );
 }

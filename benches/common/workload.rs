@@ -13,7 +13,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tapejit::nn::Classifier;
 use tapejit::{
-    Graph, Interpreter, Jit, JitBuilder, JitStats, OptLevel, Program, Value, ZeroSkipping,
+    Graph, Interpreter, Jit, JitBuilder, JitStats, OptLevel, Program, Tiering, Value, ZeroSkipping,
 };
 use tapejit_mnist::{self as mnist, Dataset};
 
@@ -121,12 +121,13 @@ impl Mode {
 /// option flipped. A new JIT option is one more entry here.
 pub fn modes() -> Vec<Mode> {
     let mut modes = vec![Mode::interpreter()];
-    modes.extend(
-        OptLevel::ALL
-            .iter()
-            .map(|&level| Mode::jit(level.to_string(), Jit::builder().opt_level(level))),
-    );
-    let o2 = Jit::builder().opt_level(OptLevel::O2);
+    modes.extend(OptLevel::ALL.iter().map(|&level| {
+        Mode::jit(
+            level.to_string(),
+            Jit::builder().tiering(Tiering::Off).opt_level(level),
+        )
+    }));
+    let o2 = Jit::builder().tiering(Tiering::Off).opt_level(OptLevel::O2);
     modes.push(Mode::jit("O2 train()", o2.clone()).whole_pass());
     modes.push(
         Mode::jit(

@@ -12,7 +12,7 @@ use super::families::{Dag, Family, Minibatch, Moons, Rnn, Springs};
 use super::table::{code_version, median, significant, thousands};
 use super::workload;
 use super::yardsticks::{self, Yardstick};
-use tapejit::{Graph, Interpreter, Jit, JitStats, OptLevel, Program};
+use tapejit::{Graph, Interpreter, Jit, JitStats, OptLevel, Program, Tiering};
 
 pub const FAMILIES: [&str; 5] = ["moons", "minibatch", "rnn", "springs", "dag"];
 /// Steps taken from the initial params before comparing params with the interpreter's.
@@ -178,7 +178,10 @@ struct Row {
 
 /// Compiles `g` at O2 (repeated while fast); the last program, its stats, the median seconds.
 fn compile(g: &Graph, loops: bool, label: &str) -> (Jit, JitStats, f64) {
-    let builder = Jit::builder().opt_level(OptLevel::O2).loop_recovery(loops);
+    let builder = Jit::builder()
+        .tiering(Tiering::Off)
+        .opt_level(OptLevel::O2)
+        .loop_recovery(loops);
     let mut secs = Vec::new();
     let mut jit: Option<Jit> = None;
     while secs.len() < 3 {

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tapejit::{Graph, Interpreter, Jit, OptLevel, Program, Tape};
+use tapejit::{Graph, Interpreter, Jit, OptLevel, Program, Tape, Tiering};
 
 use crate::table::{median, significant, thousands};
 use crate::tape_interp::TapeInterp;
@@ -67,14 +67,16 @@ impl Workload {
 /// A backend of the table.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Backend {
-    Jit(OptLevel),
+    Jit(OptLevel, Tiering),
     Interpreter,
     Yardstick,
 }
 
-const BACKENDS: [Backend; 4] = [
-    Backend::Jit(OptLevel::O2),
-    Backend::Jit(OptLevel::O0),
+const BACKENDS: [Backend; 6] = [
+    Backend::Jit(OptLevel::O2, Tiering::Auto),
+    Backend::Jit(OptLevel::O2, Tiering::FirstTierOnly),
+    Backend::Jit(OptLevel::O2, Tiering::Off),
+    Backend::Jit(OptLevel::O0, Tiering::Off),
     Backend::Interpreter,
     Backend::Yardstick,
 ];
@@ -89,7 +91,9 @@ enum Runner {
 impl Backend {
     fn name(self) -> String {
         match self {
-            Backend::Jit(level) => format!("JIT {level}"),
+            Backend::Jit(level, Tiering::Auto) => format!("JIT {level} (tiered)"),
+            Backend::Jit(_, Tiering::FirstTierOnly) => "JIT first tier only".into(),
+            Backend::Jit(level, Tiering::Off) => format!("JIT {level}, tiering off"),
             Backend::Interpreter => "interpreter".into(),
             Backend::Yardstick => "yardstick".into(),
         }
@@ -98,8 +102,8 @@ impl Backend {
     /// What runs `g` (compiled, linearized or converted): the work "ready" includes.
     fn prepare(self, g: &Graph) -> Runner {
         match self {
-            Backend::Jit(level) => {
-                let jit = Jit::builder().opt_level(level).compile(g);
+            Backend::Jit(level, tiering) => {
+                let jit = Jit::builder().opt_level(level).tiering(tiering).compile(g);
                 Runner::Jit(Box::new(jit.expect("the graph compiles")))
             }
             Backend::Interpreter => {

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::time::Instant;
 
-use tapejit::{Graph, Jit, OptLevel, Program};
+use tapejit::{Graph, Jit, OptLevel, Program, Tiering};
 
 use crate::table::{median, significant};
 use crate::workload::Samples;
@@ -23,6 +23,7 @@ pub fn table(g: &Graph, samples: &Samples, runs: usize, min_secs: f64) -> Result
     let inputs = samples.concatenated();
     let n = samples.len();
     let mut jit = Jit::builder()
+        .tiering(Tiering::Off)
         .opt_level(OptLevel::O2)
         .compile(g)
         .map_err(|e| e.to_string())?;

@@ -55,6 +55,11 @@ pub(super) fn compile_modules(
             if m >= count {
                 return done;
             }
+            if options.cancelled() {
+                // (Its program is gone: the modules left are not wanted.)
+                done.push((m, Err(llvm_error("compile", "called off"))));
+                return done;
+            }
             done.push((
                 m,
                 compile_module(tape, plan, options, &cpu, ModuleRole::Plan(m)),

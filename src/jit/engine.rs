@@ -114,6 +114,9 @@ pub struct Native {
     in_slot_order: UnsafeCell<(Vec<f64>, Vec<f64>)>,
     /// Whether `in_slot_order` holds the buffers as they are.
     in_slot_order_fresh: Cell<bool>,
+    /// Per param slot of the tape as built, its slot in the compiled tape, where the layout
+    /// pass moved params ([`Native::set_moved_params`]).
+    moved_params: Option<Vec<u32>>,
     /// What minibatch calls keep (replicas' values among the buffers).
     workspace: Workspace,
     /// Whether `step` defers any gradient.
@@ -436,6 +439,7 @@ impl Native {
             buffers,
             in_slot_order: UnsafeCell::new((Vec::new(), Vec::new())),
             in_slot_order_fresh: Cell::new(false),
+            moved_params: None,
             workspace: Workspace::default(),
             defers: plan.step.as_ref().is_some_and(|s| !s.deferred.is_empty()),
             sample_width: tape.num_inputs(),
@@ -516,24 +520,44 @@ impl Native {
         unsafe { &*self.grads.get() }
     }
 
-    /// Where each slot lives in the buffers.
+    /// Where each slot of the compiled tape lives in the buffers.
     pub fn buffers(&self) -> &Buffers {
         &self.buffers
     }
 
+    /// Has the methods below speak the slots of the tape as built, whose param in slot `u`
+    /// the compiled tape holds in slot `compiled[u]` (the layout pass moved params).
+    pub fn set_moved_params(&mut self, compiled: Vec<u32>) {
+        self.moved_params = Some(compiled);
+        self.in_slot_order_fresh.set(false);
+    }
+
+    /// The compiled tape's slot of the built tape's slot `s`.
+    pub fn compiled_slot(&self, s: Slot) -> Slot {
+        match &self.moved_params {
+            Some(compiled) if s.index() < compiled.len() => Slot(compiled[s.index()]),
+            _ => s,
+        }
+    }
+
+    /// Where the buffers hold slot `s` (of the tape as built).
+    pub fn address(&self, s: Slot) -> usize {
+        self.buffers.address(self.compiled_slot(s))
+    }
+
     /// The value of kept slot `s`.
     pub fn value_at(&self, s: Slot) -> f64 {
-        self.vals[self.buffers.address(s)]
+        self.vals[self.address(s)]
     }
 
     /// The gradient of kept slot `s`.
     pub fn grad_at(&self, s: Slot) -> f64 {
-        self.grads()[self.buffers.address(s)]
+        self.grads()[self.address(s)]
     }
 
     /// Every slot's value in slot order (0 for slots the buffers do not hold).
     pub fn slot_values(&self) -> &[f64] {
-        if self.buffers.in_place() {
+        if self.buffers.in_place() && self.moved_params.is_none() {
             return &self.vals;
         }
         &self.in_slot_order().0
@@ -541,7 +565,7 @@ impl Native {
 
     /// Every slot's gradient in slot order (0 for slots the buffers do not hold).
     pub fn slot_grads(&self) -> &[f64] {
-        if self.buffers.in_place() {
+        if self.buffers.in_place() && self.moved_params.is_none() {
             return self.grads();
         }
         &self.in_slot_order().1
@@ -557,6 +581,12 @@ impl Native {
             let (vals, slot_grads) = unsafe { &mut *self.in_slot_order.get() };
             self.buffers.in_slot_order(&self.vals, vals);
             self.buffers.in_slot_order(grads, slot_grads);
+            if let Some(compiled) = &self.moved_params {
+                for buffer in [vals, slot_grads] {
+                    let params: Vec<f64> = compiled.iter().map(|&c| buffer[c as usize]).collect();
+                    buffer[..params.len()].copy_from_slice(&params);
+                }
+            }
         }
         // SAFETY: fresh from here until a `&mut self` method, which ends this borrow.
         unsafe { &*self.in_slot_order.get() }

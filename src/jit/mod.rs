@@ -10,13 +10,15 @@ mod emit;
 mod engine;
 mod ir_arith;
 mod options;
+mod tiers;
 
-pub use options::{JitBuilder, JitStats, NestStats, OptLevel, MIN_LOOP_RUN};
+pub use options::{JitBuilder, JitStats, NestStats, OptLevel, Tier, Tiering, MIN_LOOP_RUN};
 
 use std::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::graph::Graph;
+use crate::kernels::Kernels;
 use crate::optim::Stepper;
 use crate::passes::schedule::Schedule;
 use crate::passes::{layout, loops as recovery};
@@ -25,6 +27,7 @@ use crate::program::{Backend, Program};
 use crate::tape::{Slot, Tape};
 use emit::LazyEntry;
 use engine::Native;
+use tiers::{Background, Compiled, Engine};
 
 impl JitBuilder {
     /// Linearizes and compiles `graph`.
@@ -33,9 +36,41 @@ impl JitBuilder {
     }
 
     /// Compiles an already linearized tape. (A `Tape` is verified when it is built and
-    /// cannot be changed afterwards, so it is not checked again here.)
+    /// cannot be changed afterwards, so it is not checked again here.) With
+    /// [`Tiering::Auto`] it returns once the first tier is ready and compiles native code in
+    /// the background.
     pub fn compile_tape(&self, tape: Tape) -> Result<Jit> {
         let start = Instant::now();
+        let first_tier = match self.tiering {
+            Tiering::Off => false,
+            Tiering::FirstTierOnly => true,
+            Tiering::Auto => tape.copies().is_none() && !self.keep_ir,
+        };
+        if !first_tier {
+            let compiled = self.compile_native(tape.clone(), start)?;
+            return Jit::new(tape, self, Engine::Native(Box::new(compiled)), None, start);
+        }
+        // The compile starts first, so that it runs beside the first tier's preparation.
+        let background = match self.tiering {
+            Tiering::FirstTierOnly => None,
+            _ => match Background::start(self, tape.clone(), start) {
+                Some(background) => Some(background),
+                // (No thread to spare: compiled here and now.)
+                None => return self.clone().tiering(Tiering::Off).compile_tape(tape),
+            },
+        };
+        let kernels = Kernels::new(&tape);
+        let runs = kernels.stats().runs;
+        let engine = Engine::Kernels(Box::new(kernels));
+        let mut jit = Jit::new(tape, self, engine, background, start)?;
+        jit.stats.first_tier_secs = start.elapsed().as_secs_f64();
+        jit.stats.first_tier_op_runs = runs;
+        Ok(jit)
+    }
+
+    /// Compiles `tape` to native code (the clock started at `start`): loop recovery, param
+    /// layout, the plan, LLVM.
+    fn compile_native(&self, tape: Tape, start: Instant) -> Result<Compiled> {
         let schedule = std::thread::scope(|scope| {
             // The planning passes ask who reads each slot; a second core counts it while
             // recovery scans (a batch of copies has millions of slots).
@@ -44,14 +79,26 @@ impl JitBuilder {
             }
             recovery::schedule(&tape, self.loop_recovery)
         });
+        let built: Vec<Slot> = tape.param_slots().to_vec();
         let (tape, schedule) = layout::apply(tape, schedule)?;
-        self.compile_schedule(tape, schedule, start)
+        let mut compiled = self.compile_schedule(tape, schedule, start)?;
+        // Param k sat in slot built[k] as built, and sits in param_slots()[k] now.
+        let now = compiled.tape.param_slots();
+        if now != built.as_slice() {
+            let mut moved = vec![0u32; built.len()];
+            for (b, n) in built.iter().zip(now) {
+                moved[b.index()] = n.0;
+            }
+            compiled.stats.moved_params = built.iter().zip(now).filter(|(b, n)| b != n).count();
+            compiled.native.set_moved_params(moved);
+        }
+        Ok(compiled)
     }
 
     /// Plans, verifies and compiles `tape` as `schedule` lays it out (scheduling began at
     /// `start`). Any schedule is safe here: `Plan::new` verifies the plan it makes and
     /// refuses one that does not compute the tape.
-    fn compile_schedule(&self, tape: Tape, schedule: Schedule, start: Instant) -> Result<Jit> {
+    fn compile_schedule(&self, tape: Tape, schedule: Schedule, start: Instant) -> Result<Compiled> {
         let mut stats = JitStats {
             tape_nodes: tape.len(),
             op_nodes: tape.op_nodes(),
@@ -106,21 +153,18 @@ impl JitBuilder {
                 grads.is_local(Slot(s as u32))
             }),
         };
-        let mut jit = Jit {
+        let options = JitBuilder {
+            cancel: None,
+            ..self.clone()
+        };
+        Ok(Compiled {
+            unlinked: tape.loss().map(|_| Box::new((plan, options))),
+            native,
+            tape,
             kept,
             local_grads,
-            unlinked: tape.loss().map(|_| Box::new((plan, self.clone()))),
-            tape,
-            native,
             stats,
-            opt_level: self.opt_level,
-            stepper: Stepper::default(),
-            detect_anomaly: false,
-        };
-        if !self.optimizer.is_plain() {
-            jit.set_optimizer(self.optimizer)?;
-        }
-        Ok(jit)
+        })
     }
 }
 
@@ -139,6 +183,10 @@ impl JitBuilder {
 /// jit.backward().unwrap();
 /// assert_eq!(jit.grad(w).unwrap(), 24.0);
 /// ```
+///
+/// `Jit::compile` returns as soon as the first tier can run ([`Tiering`]); native code
+/// compiles on a background thread and takes over between two calls. Every tier computes
+/// the same bits; [`Jit::tier`] and [`JitStats`] say which ran.
 ///
 /// Native code is reachable only through a live `Jit`: once it is dropped (or moved), nothing
 /// can call into the freed code, and the compiler says so:
@@ -160,18 +208,15 @@ impl JitBuilder {
 /// assert_sync::<tapejit::Jit>(); // error[E0277]: `UnsafeCell<Vec<f64>>` cannot be shared
 /// ```
 pub struct Jit {
+    /// The tape as built: what every tier's slots speak.
     tape: Tape,
-    /// Per slot: whether the buffers hold its value ([`Plan::kept`], but local values).
-    kept: PerSlot<bool>,
-    /// Per slot: whether its gradient lives in registers ([`crate::plan::local`]); empty
-    /// where none does.
-    local_grads: PerSlot<bool>,
-    native: Native,
+    engine: Engine,
+    /// Native code compiling, while the first tier runs.
+    background: Option<Background>,
+    /// When the compile started (the clock of [`JitStats::native_after_secs`]).
+    start: Instant,
     stats: JitStats,
     opt_level: OptLevel,
-    /// The plan and options the lazy entry points' modules are compiled from when first
-    /// called ([`emit::ModuleRole::Lazy`]), while one is left to link.
-    unlinked: Option<Box<(Plan, JitBuilder)>>,
     /// The optimizer, if not the plain SGD the code fuses, and its state.
     stepper: Stepper,
     /// Anomaly mode ([`crate::anomaly`]).
@@ -188,6 +233,39 @@ impl Jit {
         JitBuilder::default()
     }
 
+    fn new(
+        tape: Tape,
+        options: &JitBuilder,
+        engine: Engine,
+        background: Option<Background>,
+        start: Instant,
+    ) -> Result<Jit> {
+        let stats = match &engine {
+            Engine::Native(compiled) => compiled.stats.clone(),
+            Engine::Kernels(_) => JitStats {
+                tape_nodes: tape.len(),
+                op_nodes: tape.op_nodes(),
+                ..JitStats::default()
+            },
+        };
+        let mut jit = Jit {
+            tape,
+            engine,
+            background,
+            start,
+            stats,
+            opt_level: options.opt_level,
+            stepper: Stepper::default(),
+            detect_anomaly: false,
+        };
+        if !options.optimizer.is_plain() {
+            jit.set_optimizer(options.optimizer)?;
+        }
+        Ok(jit)
+    }
+
+    /// What compiling measured, and which tier ran how many calls. The fields that describe
+    /// native code fill in when it takes over.
     pub fn stats(&self) -> &JitStats {
         &self.stats
     }
@@ -196,8 +274,87 @@ impl Jit {
         self.opt_level
     }
 
+    /// The tier that runs the next call (native code may take over at its start, if it is
+    /// ready: see [`Jit::wait_for_native`]).
+    pub fn tier(&self) -> Tier {
+        match self.engine {
+            Engine::Kernels(_) => Tier::Kernels,
+            Engine::Native(_) => Tier::Native,
+        }
+    }
+
+    /// Waits for the native compile running in the background, if one is, and switches to
+    /// it. Its error, if it failed (the program then goes on in the first tier, which
+    /// computes the same numbers).
+    pub fn wait_for_native(&mut self) -> Result<()> {
+        match self.background.take() {
+            Some(background) => self.take_over(background.join()),
+            None => Ok(()),
+        }
+    }
+
+    /// Switches to native code if its compile has finished (at the start of a call).
+    fn poll(&mut self) {
+        if self
+            .background
+            .as_ref()
+            .is_some_and(Background::is_finished)
+        {
+            let _ = self.wait_for_native();
+        }
+    }
+
+    /// Native code takes over from the first tier, carrying every number over.
+    fn take_over(&mut self, compiled: Result<Compiled>) -> Result<()> {
+        let mut compiled = match compiled {
+            Ok(compiled) => Box::new(compiled),
+            Err(e) => {
+                self.stats.native_error = Some(e.clone());
+                return Err(e);
+            }
+        };
+        let Engine::Kernels(kernels) = &self.engine else {
+            return Ok(());
+        };
+        tiers::carry_over(&self.tape, kernels, &mut compiled);
+        let state = (!self.stepper.optimizer.is_plain()).then(|| self.optimizer_state());
+        let tier_stats = std::mem::take(&mut self.stats);
+        self.stats = JitStats {
+            first_tier_secs: tier_stats.first_tier_secs,
+            first_tier_op_runs: tier_stats.first_tier_op_runs,
+            first_tier_passes: tier_stats.first_tier_passes,
+            native_passes: tier_stats.native_passes,
+            native_after_secs: Some(self.start.elapsed().as_secs_f64()),
+            ..compiled.stats.clone()
+        };
+        self.engine = Engine::Native(compiled);
+        if let Some(state) = state {
+            // The optimizer's state, from the first tier's addresses to native code's.
+            self.stepper = Stepper::new(self.stepper.optimizer, self.params_len());
+            self.set_optimizer_state(&state)?;
+        }
+        Ok(())
+    }
+
+    /// Counts a call on the tier that runs it, native code taking over first if ready.
+    fn begin_call(&mut self) {
+        self.poll();
+        match self.engine {
+            Engine::Kernels(_) => self.stats.first_tier_passes += 1,
+            Engine::Native(_) => self.stats.native_passes += 1,
+        }
+    }
+
+    fn native(&self) -> Option<&Compiled> {
+        match &self.engine {
+            Engine::Native(compiled) => Some(compiled),
+            Engine::Kernels(_) => None,
+        }
+    }
+
     /// The optimized LLVM IR as text; values are named after slots (`%n17`, `%g17`).
-    /// [`Error::IrNotKept`] unless compiled with [`JitBuilder::keep_ir`]`(true)`.
+    /// [`Error::IrNotKept`] unless compiled with [`JitBuilder::keep_ir`]`(true)` (which
+    /// compiles natively at once).
     ///
     /// ```
     /// use tapejit::{Error, Graph, Jit};
@@ -208,29 +365,34 @@ impl Jit {
     /// assert!(jit.ir().unwrap().contains("define void @forward"));
     /// ```
     pub fn ir(&self) -> Result<String> {
-        self.native.ir().map(String::from).ok_or(Error::IrNotKept)
+        let ir = self.native().and_then(|c| c.native.ir());
+        ir.map(String::from).ok_or(Error::IrNotKept)
     }
 
-    /// Compiles and links `entry`'s module if this program has that entry point and it is not
-    /// linked yet; the plan is dropped once no lazy entry is left to link.
+    /// Compiles and links `entry`'s module if this program runs native code with that entry
+    /// point and it is not linked yet; the plan is dropped once no lazy entry is left to link.
     fn link_lazy(&mut self, entry: LazyEntry) -> Result<()> {
-        let Some(unlinked) = self.unlinked.as_deref() else {
+        let Engine::Native(compiled) = &mut self.engine else {
+            return Ok(());
+        };
+        let Some(unlinked) = compiled.unlinked.as_deref() else {
             return Ok(());
         };
         let (plan, options) = unlinked;
-        if !self.native.links(entry) && has_entry(&self.tape, plan, entry) {
+        let tape = &compiled.tape;
+        if !compiled.native.links(entry) && has_entry(tape, plan, entry) {
             let start = Instant::now();
-            let object = compiler::compile_lazy(&self.tape, plan, options, entry)?;
+            let object = compiler::compile_lazy(tape, plan, options, entry)?;
             self.stats.add_module(&object.stats);
             self.stats.modules += 1;
-            self.native.link(entry, object, plan.split.as_ref())?;
+            compiled.native.link(entry, object, plan.split.as_ref())?;
             self.stats.first_use_compile_secs += start.elapsed().as_secs_f64();
         }
         let left = [LazyEntry::Train, LazyEntry::Accumulate]
             .into_iter()
-            .any(|e| !self.native.links(e) && has_entry(&self.tape, plan, e));
+            .any(|e| !compiled.native.links(e) && has_entry(tape, plan, e));
         if !left {
-            self.unlinked = None;
+            compiled.unlinked = None;
         }
         Ok(())
     }
@@ -251,14 +413,30 @@ impl crate::minibatch::Replicas for Jit {
         self.link_lazy(LazyEntry::Accumulate)
     }
     fn replica(&self) -> Box<dyn crate::minibatch::Replica + '_> {
-        Box::new(self.native.replica())
+        match &self.engine {
+            Engine::Native(compiled) => Box::new(compiled.native.replica()),
+            Engine::Kernels(kernels) => Box::new(kernels.replica()),
+        }
     }
     fn workspace(&self) -> &crate::minibatch::Workspace {
-        self.native.workspace()
+        match &self.engine {
+            Engine::Native(compiled) => compiled.native.workspace(),
+            Engine::Kernels(kernels) => kernels.workspace(),
+        }
     }
     fn has_stages(&self) -> bool {
-        self.native.has_stages()
+        self.native().is_some_and(|c| c.native.has_stages())
     }
+}
+
+/// Forwards a `Backend` hook to the tier that runs.
+macro_rules! on_tier {
+    ($self:ident, $k:ident => $kernels:expr, $c:ident => $native:expr) => {
+        match &$self.engine {
+            Engine::Kernels($k) => $kernels,
+            Engine::Native($c) => $native,
+        }
+    };
 }
 
 impl Backend for Jit {
@@ -266,55 +444,94 @@ impl Backend for Jit {
         &self.tape
     }
     fn value_buffer(&self) -> &[f64] {
-        self.native.values()
+        on_tier!(self, k => k.values(), c => c.native.values())
     }
     fn grad_buffer(&self) -> &[f64] {
-        self.native.grads()
+        on_tier!(self, k => k.grads(), c => c.native.grads())
     }
     fn leaf_address(&self, s: Slot) -> usize {
-        self.native.buffers().address(s)
+        on_tier!(self, k => k.address(s), c => c.native.address(s))
     }
     fn params_len(&self) -> usize {
-        self.native.buffers().params_len(&self.tape)
+        on_tier!(self, _k => self.tape.num_params(), c => c.native.buffers().params_len(&c.tape))
     }
     fn value_at(&self, s: Slot) -> f64 {
-        self.native.value_at(s)
+        on_tier!(self, k => k.values()[k.address(s)], c => c.native.value_at(s))
     }
     fn grad_at(&self, s: Slot) -> f64 {
-        self.native.grad_at(s)
+        on_tier!(self, k => k.grads()[k.address(s)], c => c.native.grad_at(s))
     }
     fn slot_values(&self) -> &[f64] {
-        self.native.slot_values()
+        on_tier!(self, k => &k.in_slot_order().0, c => c.native.slot_values())
     }
     fn slot_grads(&self) -> &[f64] {
-        self.native.slot_grads()
+        on_tier!(self, k => &k.in_slot_order().1, c => c.native.slot_grads())
     }
     fn buffers_mut(&mut self) -> (&mut [f64], &mut [f64]) {
-        self.native.buffers_mut()
+        match &mut self.engine {
+            Engine::Kernels(k) => k.buffers_mut(),
+            Engine::Native(c) => c.native.buffers_mut(),
+        }
     }
     fn keeps(&self, slot: Slot) -> bool {
-        slot.index() >= self.kept.len() || self.kept.get(slot.index())
+        on_tier!(self, _k => true, c => c.keeps(slot))
     }
     fn keeps_grad(&self, slot: Slot) -> bool {
-        let local = slot.index() < self.local_grads.len() && self.local_grads.get(slot.index());
-        self.keeps(slot) && !local && !self.tape.drops_grad(slot)
+        on_tier!(self, _k => true, c => c.keeps_grad(slot))
     }
     fn run_forward(&mut self) {
-        self.native.forward();
+        self.begin_call();
+        match &mut self.engine {
+            Engine::Kernels(k) => k.forward(),
+            Engine::Native(c) => c.native.forward(),
+        }
     }
     fn run_backward(&mut self) {
-        self.native.backward();
+        // (Never a switch here: backward reads what forward left in this tier's buffers.)
+        match &mut self.engine {
+            Engine::Kernels(k) => {
+                self.stats.first_tier_passes += 1;
+                k.backward()
+            }
+            Engine::Native(c) => {
+                self.stats.native_passes += 1;
+                c.native.backward()
+            }
+        }
     }
     fn run_update(&mut self, lr: f64) {
-        self.native.update(lr);
-    }
-    fn run_step(&mut self, lr: f64) {
-        self.native.step(lr);
+        match &mut self.engine {
+            Engine::Kernels(k) => {
+                self.stats.first_tier_passes += 1;
+                k.update(lr)
+            }
+            Engine::Native(c) => {
+                self.stats.native_passes += 1;
+                c.native.update(lr)
+            }
+        }
     }
     fn begin_step(&mut self) {
-        self.native.discard_deferred();
+        // (`run_step` follows, which recomputes everything: a switch point.)
+        self.poll();
+        if let Engine::Native(c) = &mut self.engine {
+            c.native.discard_deferred();
+        }
+    }
+    fn run_step(&mut self, lr: f64) {
+        match &mut self.engine {
+            Engine::Kernels(k) => {
+                self.stats.first_tier_passes += 1;
+                k.step(lr)
+            }
+            Engine::Native(c) => {
+                self.stats.native_passes += 1;
+                c.native.step(lr)
+            }
+        }
     }
     fn prepare_train(&mut self) -> Result<()> {
+        self.poll();
         self.link_lazy(LazyEntry::Train)
     }
     fn run_minibatches(
@@ -324,6 +541,7 @@ impl Backend for Jit {
         lr: f64,
         threads: usize,
     ) -> Result<Vec<f64>> {
+        self.begin_call();
         crate::minibatch::train(self, inputs, batch, lr, threads)
     }
     fn stepper(&self) -> &Stepper {
@@ -338,15 +556,47 @@ impl Backend for Jit {
     fn set_anomaly_mode(&mut self, on: bool) {
         self.detect_anomaly = on;
     }
-
+    fn may_change_tier(&self) -> bool {
+        self.background.is_some()
+    }
     fn run_train(&mut self, inputs: &[f64], lr: f64) -> std::result::Result<Vec<f64>, usize> {
-        match self.native.train(inputs, lr) {
-            Some(trained) => trained,
-            None => crate::program::train_checking_chunks(self, inputs, lr),
+        // (Counted by the passes it runs: the first tier's steps, or native `train` as one.)
+        self.poll();
+        let width = self.tape.num_inputs();
+        let mut losses = Vec::with_capacity(inputs.len() / width.max(1));
+        let mut done = 0;
+        // On the first tier with native code coming: a sample at a time, switching between
+        // two (`Program::train` checked every input first, so none fails).
+        while self.background.is_some() && done < inputs.len() && width > 0 {
+            let sample = &inputs[done..done + width];
+            let offset = done / width;
+            let trained = crate::program::train_checking_chunks(self, sample, lr);
+            losses.extend(trained.map_err(|sample| sample + offset)?);
+            done += width;
+            self.poll();
+            if matches!(self.engine, Engine::Native(_)) {
+                // (Native `train` compiles its merged layer on first use; if that fails,
+                // `step` per sample computes the same.)
+                let _ = self.link_lazy(LazyEntry::Train);
+            }
         }
+        let rest = &inputs[done..];
+        let trained = match &mut self.engine {
+            Engine::Native(c) => c.native.train(rest, lr),
+            Engine::Kernels(_) => None,
+        };
+        if trained.is_some() {
+            self.stats.native_passes += 1;
+        }
+        let trained = match trained {
+            Some(trained) => trained,
+            None => crate::program::train_checking_chunks(self, rest, lr),
+        };
+        let offset = done / width.max(1);
+        losses.extend(trained.map_err(|sample| sample + offset)?);
+        Ok(losses)
     }
 }
-
 // `Jit` may move to another thread (it owns everything its code touches), but not be shared:
 // reading gradients through `&Jit` may store deferred ones (`Native::grads`).
 const _: fn() = || {
@@ -376,7 +626,9 @@ mod tests {
             let tape = Tape::from_graph(graph).unwrap();
             let s = schedule(&tape);
             let builder = Jit::builder().opt_level(level).chunk_size(40);
-            let mut jit = builder.compile_schedule(tape, s, Instant::now()).unwrap();
+            let compiled = builder.compile_schedule(tape.clone(), s, Instant::now());
+            let engine = Engine::Native(Box::new(compiled.unwrap()));
+            let mut jit = Jit::new(tape, &builder, engine, None, Instant::now()).unwrap();
             let got: Vec<f64> = (0..3).map(|_| jit.step(&inputs, 0.1).unwrap()).collect();
             let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&got), bits(&want), "losses at {level}");

@@ -187,6 +187,27 @@ pub struct JitStats {
     /// The repeated structure loop recovery found: each outermost nest in tape order (a
     /// batch written as copies, a rollout's steps, a layer's neurons), with the nests in it.
     pub nests: Vec<NestStats>,
+    /// Params the layout pass moved to other slots of the compiled tape (the program still
+    /// speaks the tape as built: [`crate::Program::tape`]).
+    pub moved_params: usize,
+    /// Seconds preparing the first tier, the kernel tier ([`Tiering`]); 0 without one.
+    pub first_tier_secs: f64,
+    /// Runs of one op the first tier computes its operations in (each a loop of that op's
+    /// formula); 0 without a first tier.
+    pub first_tier_op_runs: usize,
+    /// Passes run on the first tier, and on native code: each `forward`, `backward`,
+    /// `update` and `step` (a `step` with an optimizer other than plain SGD is a forward and
+    /// a backward), each sample of a `train` call the first tier runs, and each native
+    /// `train` and each `train_minibatches` call as one.
+    pub first_tier_passes: u64,
+    pub native_passes: u64,
+    /// Seconds from the start of the compile until native code took over from the first
+    /// tier (`None` while the first tier runs, and without one). Until then the fields
+    /// above that describe native code (times, sizes, loops) are 0.
+    pub native_after_secs: Option<f64>,
+    /// Why native code never took over, if its compile failed in the background: the
+    /// program goes on in the first tier, with the same results.
+    pub native_error: Option<crate::error::Error>,
 }
 
 /// One recovered nest: a body of tape nodes repeated `count` times.
@@ -279,6 +300,35 @@ pub struct JitBuilder {
     pub(super) compile_threads: usize,
     pub(super) zero_skipping: ZeroSkipping,
     pub(super) optimizer: Optimizer,
+    pub(super) tiering: Tiering,
+    /// Set when the compile it runs is no longer wanted (its program was dropped): the
+    /// background compile stops between modules.
+    pub(super) cancel: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+}
+
+/// How [`JitBuilder::compile`] gets a program running ([`JitBuilder::tiering`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Tiering {
+    /// Returns as soon as the first tier, the kernel tier, is ready (a few hundred
+    /// nanoseconds per node: the tape as runs of one op, each a loop of that op's formula);
+    /// native code compiles on a background thread and takes over between two calls once it
+    /// is linked. A tape holding a batch of copies (whose expanded tape is many times its
+    /// stored one) and a builder that keeps the IR compile natively at once.
+    #[default]
+    Auto,
+    /// Returns once native code is linked: no first tier.
+    Off,
+    /// The first tier only: nothing is compiled (for a graph that runs a few times).
+    FirstTierOnly,
+}
+
+/// Which tier runs a program's calls ([`crate::Jit::tier`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tier {
+    /// The kernel tier: runs of one op, each a loop of the op's formula.
+    Kernels,
+    /// Machine code compiled by LLVM at the builder's level.
+    Native,
 }
 
 impl Default for JitBuilder {
@@ -294,6 +344,8 @@ impl Default for JitBuilder {
             compile_threads: 0,
             zero_skipping: ZeroSkipping::Auto,
             optimizer: Optimizer::default(),
+            tiering: Tiering::Auto,
+            cancel: None,
         }
     }
 }
@@ -385,6 +437,20 @@ impl JitBuilder {
     pub fn optimizer(mut self, optimizer: impl Into<Optimizer>) -> Self {
         self.optimizer = optimizer.into();
         self
+    }
+
+    /// How `compile` gets the program running (default [`Tiering::Auto`]: the kernel tier at
+    /// once, native code when it is ready). Every tier computes the same bits.
+    pub fn tiering(mut self, tiering: Tiering) -> Self {
+        self.tiering = tiering;
+        self
+    }
+
+    /// Whether the compile this builder runs was called off.
+    pub(super) fn cancelled(&self) -> bool {
+        self.cancel
+            .as_ref()
+            .is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// Generates machine code at `level`'s code-generator setting instead of the level's own.

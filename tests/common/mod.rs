@@ -8,7 +8,7 @@ pub mod chain;
 
 use rand::rngs::StdRng;
 use rand::Rng;
-use tapejit::{Error, Graph, Interpreter, Jit, OptLevel, Program, Slot};
+use tapejit::{Error, Graph, Interpreter, Jit, OptLevel, Program, Slot, Tiering};
 
 // ---------------------------------------------------------------------------------------------
 // Backends
@@ -31,11 +31,13 @@ pub fn jit(graph: &Graph, level: OptLevel) -> Backend {
     jit_with(graph, level, true)
 }
 
-/// The JIT at `level`, with loop recovery on or off.
+/// The JIT's native code at `level`, with loop recovery on or off (tiering off, so that
+/// every call runs it).
 pub fn jit_with(graph: &Graph, level: OptLevel, loop_recovery: bool) -> Backend {
     let jit = Jit::builder()
         .opt_level(level)
         .loop_recovery(loop_recovery)
+        .tiering(Tiering::Off)
         .compile(graph)
         .unwrap_or_else(|e| panic!("JIT at {level:?} rejected the graph: {e}"));
     let lowering = if loop_recovery { "loops" } else { "straight" };
@@ -45,10 +47,22 @@ pub fn jit_with(graph: &Graph, level: OptLevel, loop_recovery: bool) -> Backend 
     }
 }
 
-/// The reference first, then the JIT at every level with loop recovery on and off: what the
-/// differential tests compare.
+/// The JIT's first tier alone (the kernel tier: nothing compiled).
+pub fn first_tier(graph: &Graph) -> Backend {
+    let jit = Jit::builder()
+        .tiering(Tiering::FirstTierOnly)
+        .compile(graph)
+        .unwrap_or_else(|e| panic!("the first tier rejected the graph: {e}"));
+    Backend {
+        name: "jit first tier".into(),
+        program: Box::new(jit),
+    }
+}
+
+/// The reference first, then the JIT's first tier, then its native code at every level
+/// with loop recovery on and off: what the differential tests compare.
 pub fn interpreter_and_every_jit_level(graph: &Graph) -> Vec<Backend> {
-    let mut backends = vec![interpreter(graph)];
+    let mut backends = vec![interpreter(graph), first_tier(graph)];
     for recovery in [true, false] {
         backends.extend(
             OptLevel::ALL
@@ -62,14 +76,13 @@ pub fn interpreter_and_every_jit_level(graph: &Graph) -> Vec<Backend> {
 /// Makes a program of a graph, panicking if the backend rejects it.
 pub type Compile = fn(&Graph) -> Box<dyn Program>;
 
-/// The two backends the hand-written semantics tests run on: the reference and the JIT at
-/// its default level.
-pub fn semantics_backends() -> [(&'static str, Compile); 2] {
+/// The backends the hand-written semantics tests run on: the reference, the JIT's first
+/// tier, and its native code at the default level.
+pub fn semantics_backends() -> [(&'static str, Compile); 3] {
     [
         ("interpreter", |g| interpreter(g).program),
-        ("jit O2", |g| {
-            Box::new(Jit::compile(g).unwrap_or_else(|e| panic!("JIT rejected the graph: {e}")))
-        }),
+        ("jit first tier", |g| first_tier(g).program),
+        ("jit O2", |g| jit(g, OptLevel::O2).program),
     ]
 }
 

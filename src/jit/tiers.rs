@@ -1,0 +1,130 @@
+//! Tiered running: what a [`super::Jit`] runs its calls on, and the hand-over from the first
+//! tier (the kernel tier, [`crate::kernels`]) to native code compiled in the background.
+//!
+//! The hand-over happens between two calls (or between two samples of one `train` call, the
+//! same numbers as separate calls), never inside a pass. It carries every number a program
+//! can show or read: each value and gradient the native buffers keep (params, inputs, the
+//! loss, gradients that accumulate), and the optimizer's state, moved to the native
+//! addresses. Both tiers compute the interpreter's bits, so the switch is invisible but in
+//! time.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use super::engine::Native;
+use super::options::{JitBuilder, JitStats};
+use crate::error::Result;
+use crate::kernels::Kernels;
+use crate::plan::{PerSlot, Plan};
+use crate::tape::{Slot, Tape};
+
+/// The code a program runs now.
+pub(super) enum Engine {
+    Kernels(Box<Kernels>),
+    Native(Box<Compiled>),
+}
+
+/// Native code and what it was compiled from.
+pub(super) struct Compiled {
+    pub native: Native,
+    /// The tape compiled: the tape as built, params perhaps moved ([`Native::compiled_slot`]).
+    pub tape: Tape,
+    /// Per compiled slot: whether the buffers hold its value ([`Plan::kept`], but local values).
+    pub kept: PerSlot<bool>,
+    /// Per compiled slot: whether its gradient lives in registers ([`crate::plan::local`]);
+    /// empty where none does.
+    pub local_grads: PerSlot<bool>,
+    /// The plan and options the lazy entry points' modules are compiled from when first
+    /// called ([`super::emit::ModuleRole::Lazy`]), while one is left to link.
+    pub unlinked: Option<Box<(Plan, JitBuilder)>>,
+    /// What compiling it measured.
+    pub stats: JitStats,
+}
+
+impl Compiled {
+    /// Whether the buffers hold slot `s`'s value (a slot of the tape as built).
+    pub fn keeps(&self, s: Slot) -> bool {
+        let c = self.native.compiled_slot(s);
+        c.index() >= self.kept.len() || self.kept.get(c.index())
+    }
+
+    /// Whether the gradients buffer holds slot `s`'s gradient.
+    pub fn keeps_grad(&self, s: Slot) -> bool {
+        let c = self.native.compiled_slot(s);
+        let local = c.index() < self.local_grads.len() && self.local_grads.get(c.index());
+        self.keeps(s) && !local && !self.tape.drops_grad(c)
+    }
+}
+
+/// A native compile running on a thread of its own.
+pub(super) struct Background {
+    handle: Option<JoinHandle<Result<Compiled>>>,
+    cancel: Arc<AtomicBool>,
+}
+
+impl Background {
+    /// Compiles `tape` with `builder`'s options on a new thread (the clock started at
+    /// `start`); `None` if the system refuses a thread.
+    pub fn start(builder: &JitBuilder, tape: Tape, start: Instant) -> Option<Background> {
+        let cancel = Arc::new(AtomicBool::new(false));
+        // (One core stays with the program, which runs on meanwhile.)
+        let builder = JitBuilder {
+            cancel: Some(cancel.clone()),
+            compile_threads: builder.threads().saturating_sub(1).max(1),
+            ..builder.clone()
+        };
+        let handle = std::thread::Builder::new()
+            .name("tapejit-compile".into())
+            .spawn(move || builder.compile_native(tape, start))
+            .ok()?;
+        Some(Background {
+            handle: Some(handle),
+            cancel,
+        })
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.handle.as_ref().map_or(true, JoinHandle::is_finished)
+    }
+
+    /// The compile's result, waiting for it if it runs still.
+    pub fn join(mut self) -> Result<Compiled> {
+        let handle = self.handle.take().expect("joined once");
+        match handle.join() {
+            Ok(compiled) => compiled,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+}
+
+impl Drop for Background {
+    /// Calls the compile off and waits for the module it is on: LLVM must not run on after
+    /// the program (or the process, whose exit tears LLVM's globals down) is gone.
+    fn drop(&mut self) {
+        self.cancel.store(true, Ordering::Relaxed);
+        if let Some(handle) = self.handle.take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+/// Copies into `to`'s buffers every number of `from` that they hold: values and gradients
+/// of the tape as built, slot by slot.
+pub(super) fn carry_over(tape: &Tape, from: &Kernels, to: &mut Compiled) {
+    // (Addresses first: `buffers_mut` borrows the native code mutably.)
+    let kept: Vec<(usize, usize, bool)> = tape
+        .slots()
+        .filter(|&s| to.keeps(s))
+        .map(|s| (s.index(), to.native.address(s), to.keeps_grad(s)))
+        .collect();
+    let (values, grads) = to.native.buffers_mut();
+    for (s, address, keeps_grad) in kept {
+        let at = from.address(Slot(s as u32));
+        values[address] = from.values()[at];
+        if keeps_grad {
+            grads[address] = from.grads()[at];
+        }
+    }
+}

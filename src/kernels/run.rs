@@ -1,0 +1,220 @@
+//! The passes: each run one loop of its op's formula ([`crate::op::Op::forward`] and
+//! [`crate::op::Op::local_grads`] over [`F64`]). The run's op is fixed through the loop, so
+//! the branch inside the formula that picks it goes the same way every time; operands are
+//! gathered into a small array by the arity the op has.
+
+use std::ops::Range;
+
+use super::Kernels;
+use crate::op::{Op, PerOp, F64};
+
+/// Operands gathered on the stack up to this many (a longer `sum` uses a scratch vector).
+const INLINE: usize = 8;
+
+/// Every operation's value into `values` (slot order), run by run.
+pub(super) fn forward(k: &Kernels, values: &mut [f64]) {
+    let mut wide = Vec::new();
+    for run in &k.runs {
+        let ops = run.start as usize..run.end as usize;
+        run.op.specialize(Forward {
+            k,
+            values: &mut *values,
+            ops,
+            wide: &mut wide,
+        });
+    }
+}
+
+/// One run of forward, specialized to its op ([`Op::specialize`]).
+struct Forward<'a> {
+    k: &'a Kernels,
+    values: &'a mut [f64],
+    ops: Range<usize>,
+    wide: &'a mut Vec<f64>,
+}
+
+impl PerOp for Forward<'_> {
+    type Out = ();
+    #[inline(always)]
+    fn run(self, op: impl Fn() -> Op + Copy) {
+        let Forward {
+            k,
+            values,
+            ops,
+            wide,
+        } = self;
+        match op().arity() {
+            Some(1) => {
+                for j in ops {
+                    let a = k.arg_start[j] as usize;
+                    let x = [values[k.args[a] as usize]];
+                    values[k.first_op + j] = op().forward(&mut F64, &x);
+                }
+            }
+            Some(2) => {
+                for j in ops {
+                    let a = k.arg_start[j] as usize;
+                    let x = [values[k.args[a] as usize], values[k.args[a + 1] as usize]];
+                    values[k.first_op + j] = op().forward(&mut F64, &x);
+                }
+            }
+            _ => {
+                let mut inline = [0.0; INLINE];
+                for j in ops {
+                    let x = gather(k, values, j, &mut inline, wide);
+                    values[k.first_op + j] = op().forward(&mut F64, x);
+                }
+            }
+        }
+    }
+}
+
+/// Gradients into `grads` (slot order, then the contributions area and the sink): every
+/// one but the params' from 0, the loss's 1, then each backward run from the last.
+pub(super) fn backward(k: &Kernels, values: &[f64], grads: &mut [f64]) {
+    let Some(loss) = k.loss else {
+        return;
+    };
+    grads[k.num_params..].fill(0.0);
+    grads[loss] = 1.0;
+    let (mut wide, mut local) = (Vec::new(), Vec::with_capacity(INLINE));
+    for run in k.runs[..k.backward_runs].iter().rev() {
+        run.op.specialize(Backward {
+            k,
+            values,
+            grads: &mut *grads,
+            ops: run.start as usize..run.end as usize,
+            wide: &mut wide,
+            local: &mut local,
+        });
+    }
+    for &(x, lo, hi) in &k.leaf_pulls {
+        finished_grad(grads, x as usize, lo as usize..hi as usize);
+    }
+}
+
+/// One run of backward, last operation first, specialized to its op.
+struct Backward<'a> {
+    k: &'a Kernels,
+    values: &'a [f64],
+    grads: &'a mut [f64],
+    ops: Range<usize>,
+    wide: &'a mut Vec<f64>,
+    local: &'a mut Vec<f64>,
+}
+
+impl PerOp for Backward<'_> {
+    type Out = ();
+    #[inline(always)]
+    fn run(self, op: impl Fn() -> Op + Copy) {
+        let Backward {
+            k,
+            values,
+            grads,
+            ops,
+            wide,
+            local,
+        } = self;
+        // (Operands by the op's arity, as in forward: a sum's gathered.)
+        let arity = op().arity();
+        let mut inline = [0.0; INLINE];
+        for j in ops.rev() {
+            let o = k.first_op + j;
+            let g = finished_grad(grads, o, k.pull[j] as usize..k.pull[j + 1] as usize);
+            let a = k.arg_start[j] as usize;
+            let (out, x) = (values[o], |i: usize| values[k.args[a + i] as usize]);
+            match arity {
+                Some(1) => op().local_grads(&mut F64, &[x(0)], out, g, local),
+                Some(2) => op().local_grads(&mut F64, &[x(0), x(1)], out, g, local),
+                _ => {
+                    let x = gather(k, values, j, &mut inline, wide);
+                    op().local_grads(&mut F64, x, out, g, local)
+                }
+            }
+            let dst = &k.dst[a..k.arg_start[j + 1] as usize];
+            for (&d, &c) in dst.iter().zip(local.iter()) {
+                grads[d as usize] += c;
+            }
+        }
+    }
+}
+
+/// Slot `o`'s gradient: what was pushed into it, then its pulled contributions in order.
+#[inline(always)]
+fn finished_grad(grads: &mut [f64], o: usize, pulled: std::ops::Range<usize>) -> f64 {
+    let mut g = grads[o];
+    for c in pulled {
+        g += grads[c];
+    }
+    grads[o] = g;
+    g
+}
+
+/// Operation `j`'s operand values: in `inline` up to its length, else in `wide`.
+#[inline(always)]
+fn gather<'w>(
+    k: &Kernels,
+    values: &[f64],
+    j: usize,
+    inline: &'w mut [f64; INLINE],
+    wide: &'w mut Vec<f64>,
+) -> &'w [f64] {
+    let args = &k.args[k.arg_start[j] as usize..k.arg_start[j + 1] as usize];
+    if args.len() <= INLINE {
+        for (xi, &a) in inline.iter_mut().zip(args) {
+            *xi = values[a as usize];
+        }
+        &inline[..args.len()]
+    } else {
+        wide.clear();
+        wide.extend(args.iter().map(|&a| values[a as usize]));
+        wide
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::graph::Graph;
+    use crate::interp::Interpreter;
+    use crate::kernels::Kernels;
+    use crate::program::Program;
+    use crate::tape::Tape;
+
+    fn bits(v: &[f64]) -> Vec<u64> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    /// A graph whose gradients need pulling (a node read by consumers that backward meets
+    /// out of slot order), wide sums, repeated operands and every kind of op: the kernel
+    /// tier's values and gradients are the interpreter's, bit for bit, over a few steps.
+    #[test]
+    fn runs_compute_the_interpreters_bits() {
+        let g = Graph::new();
+        let x = g.inputs(3);
+        let w: Vec<_> = (0..4).map(|i| g.param(0.3 * i as f64 - 0.4)).collect();
+        let a = (x[0] * w[0]).tanh();
+        let b = (x[1] + w[1]).exp() * a;
+        let c = g.sum((0..12).map(|i| if i % 2 == 0 { a } else { x[2] * w[i % 4] }));
+        let d = (b.max(c) - a.min(w[2])).softplus() + (a * a).powf(1.5) / c.abs();
+        let e = d.sigmoid() + b.abs().log1p().sqrt() + c.relu() - w[3].powf(-2.0);
+        g.set_loss(e * e + d).unwrap();
+        let tape = Tape::from_graph(&g).unwrap();
+        let mut interp = Interpreter::new(&g).unwrap();
+        let mut kernels = Kernels::new(&tape);
+        let inputs = [0.7, -0.2, 1.3];
+        for _ in 0..3 {
+            interp.set_inputs(&inputs).unwrap();
+            interp.forward();
+            interp.backward().unwrap();
+            kernels.buffers_mut().0[tape.input_base()..][..3].copy_from_slice(&inputs);
+            kernels.forward();
+            kernels.backward();
+            let (values, grads) = kernels.in_slot_order();
+            assert_eq!(bits(values), bits(interp.values()));
+            assert_eq!(bits(grads), bits(interp.grads()));
+            interp.update(0.1).unwrap();
+            kernels.update(0.1);
+        }
+        assert!(kernels.stats().pulled_edges > 0, "{:?}", kernels.stats());
+    }
+}

@@ -1,0 +1,241 @@
+//! Tiered compilation: the first tier (the kernel tier) runs at once, native code takes over
+//! between two calls, and every tier gives the interpreter's bits, across the switch too.
+
+mod common;
+
+use common::{build_random_graph, kept_slots, random_inputs, GraphShape, LEARNING_RATE};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use tapejit::nn::Classifier;
+use tapejit::optim::Adam;
+use tapejit::{Graph, Interpreter, Jit, Program, Tier, Tiering};
+
+/// Bit patterns, every NaN as one (which NaN comes out where two meet is IEEE's choice).
+fn bits(xs: &[f64]) -> Vec<u64> {
+    xs.iter()
+        .map(|x| if x.is_nan() { u64::MAX } else { x.to_bits() })
+        .collect()
+}
+
+/// A random graph of every op, big enough that its native compile takes a while.
+fn random_graph(g: &Graph, seed: u64, nodes: usize) -> Vec<Vec<f64>> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let shape = GraphShape {
+        nodes,
+        inputs: 6,
+        params: 12,
+        outputs: 3,
+        chain_bias: 0.3,
+        dead_ends: true,
+    };
+    build_random_graph(g, &mut rng, shape);
+    (0..40).map(|_| random_inputs(&mut rng, 6)).collect()
+}
+
+/// A classifier: the layout pass moves its params in the compiled tape.
+fn classifier(g: &Graph) -> Vec<Vec<f64>> {
+    let c = Classifier::new(g, 12, &[7], 3, &mut StdRng::seed_from_u64(5)).unwrap();
+    let _ = c;
+    (0..40)
+        .map(|i| {
+            let mut x: Vec<f64> = (0..12)
+                .map(|j| ((i * 12 + j) as f64 * 0.37).sin())
+                .collect();
+            x.extend([0.0, 0.0, 0.0]);
+            x[12 + i % 3] = 1.0;
+            x
+        })
+        .collect()
+}
+
+/// Steps `samples` one by one: the losses, then the params.
+fn steps(p: &mut dyn Program, samples: &[Vec<f64>]) -> (Vec<f64>, Vec<f64>) {
+    let losses = samples
+        .iter()
+        .map(|x| p.step(x, LEARNING_RATE).unwrap())
+        .collect();
+    (losses, p.params())
+}
+
+#[test]
+fn the_first_tier_alone_computes_the_interpreters_bits() {
+    for seed in 0..6 {
+        let g = Graph::new();
+        let samples = random_graph(&g, seed, 300);
+        let mut reference = Interpreter::new(&g).unwrap();
+        let mut jit = Jit::builder()
+            .tiering(Tiering::FirstTierOnly)
+            .compile(&g)
+            .unwrap();
+        assert_eq!(jit.tier(), Tier::Kernels);
+        let want = steps(&mut reference, &samples);
+        let got = steps(&mut jit, &samples);
+        assert_eq!(bits(&got.0), bits(&want.0), "losses, seed {seed}");
+        assert_eq!(bits(&got.1), bits(&want.1), "params, seed {seed}");
+        assert_eq!(bits(jit.values()), bits(reference.values()), "seed {seed}");
+        assert_eq!(bits(jit.grads()), bits(reference.grads()), "seed {seed}");
+        let stats = jit.stats();
+        assert!(stats.first_tier_op_runs > 0);
+        assert_eq!(
+            stats.first_tier_passes,
+            samples.len() as u64,
+            "a pass per step"
+        );
+        assert_eq!((stats.native_passes, stats.native_after_secs), (0, None));
+        assert_eq!(jit.tier(), Tier::Kernels, "nothing compiles");
+    }
+}
+
+/// Steps on the first tier, native code takes over (at `wait_for_native`), steps on: the
+/// same losses and params as the interpreter, with or without params moved by the layout
+/// pass, with plain SGD and with Adam's state carried over.
+#[test]
+fn a_switch_mid_training_gives_the_params_of_no_switch() {
+    for (name, build) in [
+        (
+            "random graph",
+            (|g| random_graph(g, 7, 400)) as fn(&Graph) -> Vec<Vec<f64>>,
+        ),
+        ("classifier", classifier),
+    ] {
+        for adam in [false, true] {
+            let g = Graph::new();
+            let samples = build(&g);
+            let mut reference = Interpreter::new(&g).unwrap();
+            let mut jit = Jit::compile(&g).unwrap();
+            if adam {
+                reference.set_optimizer(Adam::default().into()).unwrap();
+                jit.set_optimizer(Adam::default().into()).unwrap();
+            }
+            let (first, rest) = samples.split_at(15);
+            let want = (steps(&mut reference, first), steps(&mut reference, rest));
+            let before = steps(&mut jit, first);
+            jit.wait_for_native().unwrap();
+            assert_eq!(jit.tier(), Tier::Native, "{name}");
+            // The program speaks the tape as built in every tier.
+            let want_values = reference_values(&g, first, adam);
+            let kept = kept_slots(&reference, &jit);
+            let value = |v: &[f64]| kept.iter().map(|&s| v[s]).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&value(jit.values())),
+                bits(&value(&want_values)),
+                "{name}"
+            );
+            let after = steps(&mut jit, rest);
+            let context = format!("{name}, adam {adam}");
+            assert_eq!(
+                bits(&before.0),
+                bits(&want.0 .0),
+                "{context}: losses before"
+            );
+            assert_eq!(bits(&after.0), bits(&want.1 .0), "{context}: losses after");
+            assert_eq!(bits(&after.1), bits(&want.1 .1), "{context}: params");
+            let kept = kept_slots(&reference, &jit);
+            let grad = |p: &dyn Program| kept.iter().map(|&s| p.grads()[s]).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&grad(&jit)),
+                bits(&grad(&reference)),
+                "{context}: grads"
+            );
+            assert_eq!(
+                bits(&jit.param_grads()),
+                bits(&reference.param_grads()),
+                "{context}"
+            );
+            let stats = jit.stats();
+            // (Adam steps as a forward and a backward.)
+            assert_eq!(
+                stats.first_tier_passes + stats.native_passes,
+                (1 + adam as u64) * samples.len() as u64,
+                "{context}: passes"
+            );
+            assert!(stats.native_after_secs.is_some() && stats.compile_secs > 0.0);
+        }
+    }
+}
+
+/// The interpreter's values after stepping on `samples`.
+fn reference_values(g: &Graph, samples: &[Vec<f64>], adam: bool) -> Vec<f64> {
+    let mut p = Interpreter::new(g).unwrap();
+    if adam {
+        p.set_optimizer(Adam::default().into()).unwrap();
+    }
+    steps(&mut p, samples);
+    p.values().to_vec()
+}
+
+/// One `train` call while native code compiles: it may take over between two samples; the
+/// losses and params are the interpreter's either way.
+#[test]
+fn train_hands_over_between_samples() {
+    let g = Graph::new();
+    let samples = random_graph(&g, 11, 2_000);
+    let inputs: Vec<f64> = samples
+        .iter()
+        .cycle()
+        .take(4_000)
+        .flatten()
+        .copied()
+        .collect();
+    let mut reference = Interpreter::new(&g).unwrap();
+    let want = reference.train(&inputs, 0.01).unwrap();
+    let mut jit = Jit::compile(&g).unwrap();
+    let got = jit.train(&inputs, 0.01).unwrap();
+    assert_eq!(bits(&got), bits(&want));
+    assert_eq!(bits(&jit.params()), bits(&reference.params()));
+    // A non-finite input is refused before any step, whatever tier runs.
+    let mut bad = inputs.clone();
+    bad[6 * 100 + 2] = f64::NAN;
+    let before = jit.params();
+    let mut fresh = Jit::compile(&g).unwrap();
+    assert!(fresh.train(&bad, 0.01).is_err());
+    assert!(jit.train(&bad, 0.01).is_err());
+    assert_eq!(bits(&jit.params()), bits(&before));
+}
+
+#[test]
+fn minibatches_run_on_the_first_tier() {
+    let g = Graph::new();
+    let samples = random_graph(&g, 3, 300);
+    let inputs: Vec<f64> = samples.iter().flatten().copied().collect();
+    for threads in [1, 2] {
+        let mut reference = Interpreter::new(&g).unwrap();
+        let want = reference
+            .train_minibatches(&inputs, 8, 0.01, threads)
+            .unwrap();
+        let mut jit = Jit::builder()
+            .tiering(Tiering::FirstTierOnly)
+            .compile(&g)
+            .unwrap();
+        let got = jit.train_minibatches(&inputs, 8, 0.01, threads).unwrap();
+        assert_eq!(bits(&got), bits(&want), "{threads} threads");
+        assert_eq!(bits(&jit.params()), bits(&reference.params()));
+    }
+}
+
+#[test]
+fn tiering_off_runs_native_code_from_the_first_call() {
+    let g = Graph::new();
+    let samples = classifier(&g);
+    let mut jit = Jit::builder().tiering(Tiering::Off).compile(&g).unwrap();
+    assert_eq!(jit.tier(), Tier::Native);
+    steps(&mut jit, &samples);
+    let stats = jit.stats();
+    assert_eq!((stats.first_tier_passes, stats.first_tier_secs), (0, 0.0));
+    assert_eq!(stats.native_passes, samples.len() as u64);
+    assert!(stats.moved_params > 0, "the classifier's params move");
+    // Slots are the tape's as built, params in creation order.
+    let built: Vec<usize> = jit.tape().param_slots().iter().map(|s| s.index()).collect();
+    assert_eq!(built, (0..g.num_params()).collect::<Vec<_>>());
+}
+
+/// Dropping a program whose native code is still compiling returns (the compile is called
+/// off between modules) and leaves nothing running.
+#[test]
+fn a_program_dropped_while_compiling_calls_the_compile_off() {
+    let g = Graph::new();
+    random_graph(&g, 5, 20_000);
+    let jit = Jit::builder().chunk_size(50).compile(&g).unwrap();
+    assert_eq!(jit.tier(), Tier::Kernels);
+    drop(jit);
+}
