@@ -43,19 +43,19 @@ impl PerOp for Forward<'_> {
             ops,
             wide,
         } = self;
+        // (A run of fixed arity has its operands side by side: `arity` per operation.)
+        let outputs = k.first_op + ops.start..k.first_op + ops.end;
         match op().arity() {
             Some(1) => {
-                for j in ops {
-                    let a = k.arg_start[j] as usize;
-                    let x = [values[k.args[a] as usize]];
-                    values[k.first_op + j] = op().forward(&mut F64, &x);
+                for (o, a) in outputs.zip(&k.args[fixed(k, &ops, 1)]) {
+                    let x = [values[*a as usize]];
+                    values[o] = op().forward(&mut F64, &x);
                 }
             }
             Some(2) => {
-                for j in ops {
-                    let a = k.arg_start[j] as usize;
-                    let x = [values[k.args[a] as usize], values[k.args[a + 1] as usize]];
-                    values[k.first_op + j] = op().forward(&mut F64, &x);
+                for (o, a) in outputs.zip(k.args[fixed(k, &ops, 2)].chunks_exact(2)) {
+                    let x = [values[a[0] as usize], values[a[1] as usize]];
+                    values[o] = op().forward(&mut F64, &x);
                 }
             }
             _ => {
@@ -116,27 +116,57 @@ impl PerOp for Backward<'_> {
             local,
         } = self;
         // (Operands by the op's arity, as in forward: a sum's gathered.)
-        let arity = op().arity();
-        let mut inline = [0.0; INLINE];
-        for j in ops.rev() {
-            let o = k.first_op + j;
-            let g = finished_grad(grads, o, k.pull[j] as usize..k.pull[j + 1] as usize);
-            let a = k.arg_start[j] as usize;
-            let (out, x) = (values[o], |i: usize| values[k.args[a + i] as usize]);
-            match arity {
-                Some(1) => op().local_grads(&mut F64, &[x(0)], out, g, local),
-                Some(2) => op().local_grads(&mut F64, &[x(0), x(1)], out, g, local),
-                _ => {
-                    let x = gather(k, values, j, &mut inline, wide);
-                    op().local_grads(&mut F64, x, out, g, local)
+        let pulls = &k.pull[ops.start..ops.end + 1];
+        let at = |j: usize| j - ops.start;
+        let grad = |grads: &mut [f64], j: usize| {
+            let pulled = pulls[at(j)] as usize..pulls[at(j) + 1] as usize;
+            finished_grad(grads, k.first_op + j, pulled)
+        };
+        match op().arity() {
+            Some(1) => {
+                let args = &k.args[fixed(k, &ops, 1)];
+                let dst = &k.dst[fixed(k, &ops, 1)];
+                for j in ops.clone().rev() {
+                    let g = grad(grads, j);
+                    let (x, out) = ([values[args[at(j)] as usize]], values[k.first_op + j]);
+                    op().local_grads(&mut F64, &x, out, g, local);
+                    grads[dst[at(j)] as usize] += local[0];
                 }
             }
-            let dst = &k.dst[a..k.arg_start[j + 1] as usize];
-            for (&d, &c) in dst.iter().zip(local.iter()) {
-                grads[d as usize] += c;
+            Some(2) => {
+                let args = &k.args[fixed(k, &ops, 2)];
+                let dst = &k.dst[fixed(k, &ops, 2)];
+                for j in ops.clone().rev() {
+                    let g = grad(grads, j);
+                    let (a, d) = (&args[2 * at(j)..][..2], &dst[2 * at(j)..][..2]);
+                    let x = [values[a[0] as usize], values[a[1] as usize]];
+                    op().local_grads(&mut F64, &x, values[k.first_op + j], g, local);
+                    grads[d[0] as usize] += local[0];
+                    grads[d[1] as usize] += local[1];
+                }
+            }
+            _ => {
+                let mut inline = [0.0; INLINE];
+                for j in ops.clone().rev() {
+                    let g = grad(grads, j);
+                    let x = gather(k, values, j, &mut inline, wide);
+                    op().local_grads(&mut F64, x, values[k.first_op + j], g, local);
+                    let dst = &k.dst[k.arg_start[j] as usize..k.arg_start[j + 1] as usize];
+                    for (&d, &c) in dst.iter().zip(local.iter()) {
+                        grads[d as usize] += c;
+                    }
+                }
             }
         }
     }
+}
+
+/// Where the operands of the fixed-arity run `ops` lie in `args` (and their gradient
+/// entries in `dst`): `arity` per operation, side by side.
+#[inline(always)]
+fn fixed(k: &Kernels, ops: &Range<usize>, arity: usize) -> Range<usize> {
+    let start = k.arg_start[ops.start] as usize;
+    start..start + arity * ops.len()
 }
 
 /// Slot `o`'s gradient: what was pushed into it, then its pulled contributions in order.
