@@ -379,6 +379,67 @@ fn write_perf_map(code: &Code, functions: &[(String, u64)]) {
     }
 }
 
+/// Background compiles inside LLVM right now ([`LlvmWork`]), and the signal that one ended.
+static LLVM_WORK: (std::sync::Mutex<usize>, std::sync::Condvar) =
+    (std::sync::Mutex::new(0), std::sync::Condvar::new());
+
+/// A background compile's time inside LLVM: while one lives, the process waits for it at
+/// exit (LLVM's globals are torn down at exit, and a compile running on would use them).
+/// The program that started the compile does not wait: dropping it calls the compile off,
+/// which stops after the module it is on.
+pub struct LlvmWork(());
+
+impl LlvmWork {
+    pub fn begin() -> LlvmWork {
+        static AT_EXIT: std::sync::Once = std::sync::Once::new();
+        AT_EXIT.call_once(|| {
+            extern "C" {
+                fn atexit(f: extern "C" fn()) -> i32;
+            }
+            // SAFETY: `atexit` registers a function with no arguments to run at `exit`;
+            // `wait_for_llvm_work` is one, and it touches only a static. Registered after
+            // LLVM's own exit handlers (LLVM is initialized before any compile), it runs
+            // before them.
+            unsafe { atexit(wait_for_llvm_work) };
+        });
+        *LLVM_WORK.0.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        LlvmWork(())
+    }
+}
+
+impl Drop for LlvmWork {
+    fn drop(&mut self) {
+        *LLVM_WORK.0.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+        LLVM_WORK.1.notify_all();
+    }
+}
+
+/// At exit: waits until no background compile is inside LLVM (each was called off with its
+/// program, or runs to its end).
+extern "C" fn wait_for_llvm_work() {
+    let mut running = LLVM_WORK.0.lock().unwrap_or_else(|e| e.into_inner());
+    while *running > 0 {
+        running = LLVM_WORK.1.wait(running).unwrap_or_else(|e| e.into_inner());
+    }
+}
+
+/// Lowers the calling thread's scheduling priority (Linux: nice 10), for a compile that runs
+/// beside the program it compiles for ([`super::tiers`]): on a machine with a core to spare
+/// it takes that core, on a busy one it yields to the program rather than slowing it down.
+pub fn yield_to_the_program() {
+    #[cfg(target_os = "linux")]
+    {
+        extern "C" {
+            fn setpriority(which: i32, who: u32, priority: i32) -> i32;
+        }
+        const PRIO_PROCESS: i32 = 0;
+        // SAFETY: `setpriority` only changes a scheduling value; `who` 0 is the calling
+        // thread on Linux (each thread is a task with its own nice value). Failure leaves
+        // the priority as it was, which is harmless.
+        unsafe { setpriority(PRIO_PROCESS, 0, 10) };
+    }
+}
+
 /// Returns the heap memory freed with the compiler and the linker to the system (glibc keeps
 /// it otherwise: gigabytes of small blocks for a million-node tape).
 fn release_free_memory() {

@@ -81,6 +81,9 @@ impl JitBuilder {
         });
         let built: Vec<Slot> = tape.param_slots().to_vec();
         let (tape, schedule) = layout::apply(tape, schedule)?;
+        if self.cancelled() {
+            return Err(called_off());
+        }
         let mut compiled = self.compile_schedule(tape, schedule, start)?;
         // Param k sat in slot built[k] as built, and sits in param_slots()[k] now.
         let now = compiled.tape.param_slots();
@@ -137,6 +140,11 @@ impl JitBuilder {
             stats.zero_skipping = step.train.as_ref().is_some_and(|t| t.skip_zeros.is_some());
         }
         stats.compile_threads = self.threads().min(plan.modules.len());
+        // (The process waits at exit for a background compile inside LLVM.)
+        let _in_llvm = self.background.as_ref().map(|_| engine::LlvmWork::begin());
+        if self.cancelled() {
+            return Err(called_off());
+        }
         let native = Native::compile(&tape, &plan, self, stats.compile_threads, &mut stats)?;
         stats.compile_secs = start.elapsed().as_secs_f64();
         // (Per slot only where there are locals: a batch of copies has millions of slots.)
@@ -154,7 +162,7 @@ impl JitBuilder {
             }),
         };
         let options = JitBuilder {
-            cancel: None,
+            background: None,
             ..self.clone()
         };
         Ok(Compiled {
@@ -396,6 +404,11 @@ impl Jit {
         }
         Ok(())
     }
+}
+
+/// The error of a background compile its program no longer wants.
+fn called_off() -> Error {
+    compiler::llvm_error("compile", "called off")
 }
 
 /// Whether a program of `tape` planned as `plan` has the lazy entry point `entry`: `train`

@@ -1,6 +1,8 @@
 //! What a compile is asked for and what it reports: [`OptLevel`], [`JitBuilder`]'s options
 //! and [`JitStats`]. The lowest of the JIT's stages, so that every stage can read them.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use inkwell::OptimizationLevel;
 
 use crate::error::{Error, Result};
@@ -301,9 +303,25 @@ pub struct JitBuilder {
     pub(super) zero_skipping: ZeroSkipping,
     pub(super) optimizer: Optimizer,
     pub(super) tiering: Tiering,
-    /// Set when the compile it runs is no longer wanted (its program was dropped): the
-    /// background compile stops between modules.
-    pub(super) cancel: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// The background compile this builder runs, if it runs one ([`CompileState`]).
+    pub(super) background: Option<std::sync::Arc<CompileState>>,
+}
+
+/// Whether the program a background compile runs for still wants it: it stops at its next
+/// stage (or module) once called off.
+#[derive(Debug, Default)]
+pub(super) struct CompileState {
+    called_off: AtomicBool,
+}
+
+impl CompileState {
+    pub fn call_off(&self) {
+        self.called_off.store(true, Ordering::Relaxed);
+    }
+
+    pub fn called_off(&self) -> bool {
+        self.called_off.load(Ordering::Relaxed)
+    }
 }
 
 /// How [`JitBuilder::compile`] gets a program running ([`JitBuilder::tiering`]).
@@ -345,7 +363,7 @@ impl Default for JitBuilder {
             zero_skipping: ZeroSkipping::Auto,
             optimizer: Optimizer::default(),
             tiering: Tiering::Auto,
-            cancel: None,
+            background: None,
         }
     }
 }
@@ -446,11 +464,9 @@ impl JitBuilder {
         self
     }
 
-    /// Whether the compile this builder runs was called off.
+    /// Whether the compile this builder runs in the background was called off.
     pub(super) fn cancelled(&self) -> bool {
-        self.cancel
-            .as_ref()
-            .is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+        self.background.as_ref().is_some_and(|b| b.called_off())
     }
 
     /// Generates machine code at `level`'s code-generator setting instead of the level's own.

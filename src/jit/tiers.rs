@@ -8,13 +8,12 @@
 //! addresses. Both tiers compute the interpreter's bits, so the switch is invisible but in
 //! time.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
 use super::engine::Native;
-use super::options::{JitBuilder, JitStats};
+use super::options::{CompileState, JitBuilder, JitStats};
 use crate::error::Result;
 use crate::kernels::Kernels;
 use crate::plan::{PerSlot, Plan};
@@ -61,27 +60,43 @@ impl Compiled {
 /// A native compile running on a thread of its own.
 pub(super) struct Background {
     handle: Option<JoinHandle<Result<Compiled>>>,
-    cancel: Arc<AtomicBool>,
+    state: Arc<CompileState>,
 }
 
 impl Background {
     /// Compiles `tape` with `builder`'s options on a new thread (the clock started at
     /// `start`); `None` if the system refuses a thread.
     pub fn start(builder: &JitBuilder, tape: Tape, start: Instant) -> Option<Background> {
-        let cancel = Arc::new(AtomicBool::new(false));
+        let state = Arc::new(CompileState::default());
         // (One core stays with the program, which runs on meanwhile.)
         let builder = JitBuilder {
-            cancel: Some(cancel.clone()),
+            background: Some(state.clone()),
             compile_threads: builder.threads().saturating_sub(1).max(1),
             ..builder.clone()
         };
         let handle = std::thread::Builder::new()
             .name("tapejit-compile".into())
-            .spawn(move || builder.compile_native(tape, start))
+            .spawn(move || {
+                super::engine::yield_to_the_program();
+                let compiled = builder.compile_native(tape, start);
+                // Native code nobody will run is dropped here, while the process waits for
+                // this thread at exit. (Called off after this check, the code is dropped
+                // with the thread's result, outside: a window of a few instructions.)
+                let in_llvm = super::engine::LlvmWork::begin();
+                let result = match builder.cancelled() {
+                    true => {
+                        drop(compiled);
+                        Err(super::called_off())
+                    }
+                    false => compiled,
+                };
+                drop(in_llvm);
+                result
+            })
             .ok()?;
         Some(Background {
             handle: Some(handle),
-            cancel,
+            state,
         })
     }
 
@@ -100,13 +115,10 @@ impl Background {
 }
 
 impl Drop for Background {
-    /// Calls the compile off and waits for the module it is on: LLVM must not run on after
-    /// the program (or the process, whose exit tears LLVM's globals down) is gone.
+    /// Calls the compile off and goes: it stops at its next stage, or after the module it is
+    /// on, and drops what it made (the process waits for one inside LLVM at exit).
     fn drop(&mut self) {
-        self.cancel.store(true, Ordering::Relaxed);
-        if let Some(handle) = self.handle.take() {
-            let _ = handle.join();
-        }
+        self.state.call_off();
     }
 }
 
