@@ -5,12 +5,14 @@
 //! links the objects and owns the code; [`Jit`] ties them to the [`crate::Program`] API.
 
 mod abi;
+mod cache;
 mod compiler;
 mod emit;
 mod engine;
 mod ir_arith;
 mod options;
 
+pub use cache::{Cache, DEFAULT_SIZE as DEFAULT_CACHE_SIZE};
 pub use options::{JitBuilder, JitStats, NestStats, OptLevel, MIN_LOOP_RUN};
 
 use std::time::Instant;
@@ -36,6 +38,7 @@ impl JitBuilder {
     /// cannot be changed afterwards, so it is not checked again here.)
     pub fn compile_tape(&self, tape: Tape) -> Result<Jit> {
         let start = Instant::now();
+        let keyed = self.with_cache_source(&tape);
         let schedule = std::thread::scope(|scope| {
             // The planning passes ask who reads each slot; a second core counts it while
             // recovery scans (a batch of copies has millions of slots).
@@ -45,7 +48,7 @@ impl JitBuilder {
             recovery::schedule(&tape, self.loop_recovery)
         });
         let (tape, schedule) = layout::apply(tape, schedule)?;
-        self.compile_schedule(tape, schedule, start)
+        keyed.compile_schedule(tape, schedule, start)
     }
 
     /// Plans, verifies and compiles `tape` as `schedule` lays it out (scheduling began at

@@ -1,0 +1,485 @@
+//! The persistent compile cache: each module's object file kept on disk under a key of
+//! everything its machine code depends on, so that a second process compiling the same
+//! structure links the objects without running LLVM (planning still runs: the plan is what
+//! the program's buffers are laid out by).
+//!
+//! **Where.** [`Cache`] on the builder, else `TAPEJIT_CACHE`, else the user's cache directory
+//! ([`Cache::user_dir`]). A directory that cannot be made, or that others may write to, is
+//! not used: the compile goes on as without a cache, and [`crate::JitStats::cache_dir`] is
+//! `None`. Neither is a program compiled with `keep_ir` cached: its IR is the point, and as
+//! large as the module. The size bound is [`crate::JitBuilder::cache_size`], else
+//! `TAPEJIT_CACHE_SIZE` (bytes, or with a `K`, `M`, `G` or `T` suffix: binary units), else
+//! [`DEFAULT_SIZE`].
+//!
+//! **The key** is a BLAKE3 digest of: this format's version; the build fingerprint (below);
+//! LLVM's version; every builder option that changes code (`JitBuilder::write_key`); the
+//! tape as compiled from, before its params are laid out ([`Tape::write_structure`]: ops with
+//! every bit of their constants, operands, gradient flags, params and inputs, outputs, loss,
+//! copies; not the params' values, which code never holds). Loop recovery, the param layout
+//! and the plan are functions of those (given the host); the compiler adds the target
+//! triple, the host CPU's name and features, and the module's role. A compile that is handed
+//! a schedule of its own (`compile_schedule`, for tests) has no key and is not cached.
+//!
+//! **The build fingerprint** says which tapejit made an object, so that a rebuilt library
+//! whose emitter changed never loads what the old one wrote, even at the same version. It is
+//! the file that holds this code as the process mapped it: found in `/proc/self/maps` by the
+//! address of a function of ours (the executable for a Rust program, the extension module
+//! for Python, which `current_exe` would miss), with its device, inode, size and modification
+//! and status-change times. Any rebuild or reinstall changes these (a status-change time
+//! cannot be set back, unlike a modification time a wheel may carry); one `stat` per process
+//! costs nothing, where hashing tens of megabytes of code would cost 10-50 ms. A file
+//! replaced since it was mapped (`(deleted)` there) gives no fingerprint, nor does a system
+//! without `/proc/self/maps` (macOS, Windows: there the cache is never used).
+//!
+//! **An entry** is `<key in hex>.tjc`: a header (magic, format version, the key, the body's
+//! length and its BLAKE3 checksum), then the body (the module's sizes for
+//! [`crate::JitStats`], then the object file). An entry whose header or checksum does not
+//! match (corrupt, truncated, another key's, another format's) is never loaded: the module
+//! compiles and its entry is written anew. Writers write a temporary file in the directory
+//! and rename it into place, so concurrent processes read whole entries only. A hit sets the
+//! entry's modification time; after a store, the entries least recently used go until the
+//! directory holds at most the bound. The directory holds machine code this process will
+//! run: checksums catch accidents, not attacks, so it is made private (`0700`) and one that
+//! others may write to is refused.
+
+use std::ffi::OsString;
+use std::fs;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, SystemTime};
+
+use crate::tape::Tape;
+
+/// Where compiled modules are kept between processes ([`crate::JitBuilder::cache`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Cache {
+    /// `TAPEJIT_CACHE` decides: a directory (made if missing); `off`, `0` or empty for no
+    /// cache. Unset, the user's cache directory ([`Cache::user_dir`]).
+    #[default]
+    Default,
+    /// No cache: every module compiles.
+    Off,
+    /// This directory (made if missing), whatever `TAPEJIT_CACHE` says.
+    Dir(PathBuf),
+}
+
+/// The default bound on the cache directory's size: 1 GiB.
+pub const DEFAULT_SIZE: u64 = 1 << 30;
+
+const MAGIC: &[u8; 8] = b"TJCACHE\0";
+const FORMAT: u32 = 1;
+/// Magic, format, key, body length, checksum.
+const HEADER: usize = 8 + 4 + 32 + 8 + 32;
+const SUFFIX: &str = ".tjc";
+const TEMP_SUFFIX: &str = ".tmp";
+/// A temporary file older than this was left by a writer that died.
+const STALE_TEMP: Duration = Duration::from_secs(600);
+
+pub type Digest = [u8; 32];
+
+impl Cache {
+    /// The user's cache directory for tapejit: `$XDG_CACHE_HOME/tapejit`, else
+    /// `$HOME/.cache/tapejit`; `~/Library/Caches/tapejit` on macOS; `%LOCALAPPDATA%\tapejit`
+    /// on Windows. `None` if the environment names none.
+    pub fn user_dir() -> Option<PathBuf> {
+        let var = std::env::var_os;
+        if cfg!(windows) {
+            return absolute(var("LOCALAPPDATA")).map(|d| d.join("tapejit"));
+        }
+        user_dir_from(
+            var("XDG_CACHE_HOME"),
+            var("HOME"),
+            cfg!(target_os = "macos"),
+        )
+    }
+
+    /// The directory this setting names, if any (`TAPEJIT_CACHE` read now).
+    fn dir(&self) -> Option<PathBuf> {
+        match self {
+            Cache::Off => None,
+            Cache::Dir(dir) => Some(dir.clone()),
+            Cache::Default => match std::env::var_os("TAPEJIT_CACHE") {
+                Some(v) if v.is_empty() || v == "0" || v.eq_ignore_ascii_case("off") => None,
+                Some(v) => Some(PathBuf::from(v)),
+                None => Cache::user_dir(),
+            },
+        }
+    }
+}
+
+fn absolute(dir: Option<OsString>) -> Option<PathBuf> {
+    dir.map(PathBuf::from).filter(|d| d.is_absolute())
+}
+
+/// [`Cache::user_dir`] on a Unix from its environment (XDG's rule: a relative
+/// `XDG_CACHE_HOME` is ignored).
+fn user_dir_from(xdg: Option<OsString>, home: Option<OsString>, macos: bool) -> Option<PathBuf> {
+    let home = absolute(home);
+    let base = match macos {
+        true => home.map(|h| h.join("Library/Caches")),
+        false => absolute(xdg).or_else(|| home.map(|h| h.join(".cache"))),
+    };
+    base.map(|b| b.join("tapejit"))
+}
+
+/// A size in bytes: a number, optionally followed by `K`, `M`, `G` or `T` (binary units; an
+/// `iB` or `B` after them is allowed).
+fn parse_size(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let digits = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let number: u64 = text[..digits].parse().ok()?;
+    let unit = text[digits..].trim().to_ascii_uppercase();
+    let shift = match unit.trim_end_matches("IB").trim_end_matches('B') {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        _ => return None,
+    };
+    number.checked_mul(1 << shift)
+}
+
+/// The key's material, hashed as it is written; each piece after its length.
+pub struct KeyWriter(blake3::Hasher);
+
+impl KeyWriter {
+    pub fn bytes(&mut self, bytes: &[u8]) -> &mut Self {
+        self.0.update(&(bytes.len() as u64).to_le_bytes());
+        self.0.update(bytes);
+        self
+    }
+
+    pub fn str(&mut self, s: &str) -> &mut Self {
+        self.bytes(s.as_bytes())
+    }
+}
+
+/// The module sizes an entry keeps for [`crate::JitStats`], so that a hit reports them too.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sizes {
+    pub functions: u64,
+    pub ir_instructions: u64,
+    pub code_bytes: u64,
+}
+
+/// One compile's cache: its directory, the bound on its size, and the digest of what every
+/// module of the compile is made from but the host and the module (module docs).
+#[derive(Debug)]
+pub struct Source {
+    dir: PathBuf,
+    max_bytes: u64,
+    digest: Digest,
+}
+
+impl Source {
+    /// The cache of a compile of `tape` under `cache` (and `TAPEJIT_CACHE`), bounded by
+    /// `max_bytes` (else `TAPEJIT_CACHE_SIZE`, else [`DEFAULT_SIZE`]), with the options
+    /// `options` writes into the key; `None` where there is none or it cannot be used.
+    pub fn new(
+        cache: &Cache,
+        max_bytes: Option<u64>,
+        tape: &Tape,
+        options: impl FnOnce(&mut KeyWriter),
+    ) -> Option<Source> {
+        let dir = cache.dir()?;
+        let fingerprint = build_fingerprint()?;
+        if !usable(&dir) {
+            return None;
+        }
+        let mut key = KeyWriter(blake3::Hasher::new());
+        key.str("tapejit compile cache")
+            .bytes(&FORMAT.to_le_bytes());
+        key.bytes(fingerprint);
+        let (major, minor, patch) = inkwell::support::get_llvm_version();
+        key.str(&format!("LLVM {major}.{minor}.{patch}"));
+        options(&mut key);
+        tape.write_structure(&mut |bytes| {
+            key.0.update(bytes);
+        });
+        let max_bytes = max_bytes
+            .or_else(|| parse_size(&std::env::var("TAPEJIT_CACHE_SIZE").ok()?))
+            .unwrap_or(DEFAULT_SIZE);
+        Some(Source {
+            dir,
+            max_bytes,
+            digest: *key.0.finalize().as_bytes(),
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// A module's key: this compile's digest and `parts` (the host, the module's role).
+    pub fn key(&self, parts: &[&str]) -> Digest {
+        let mut key = KeyWriter(blake3::Hasher::new());
+        key.bytes(&self.digest);
+        for part in parts {
+            key.str(part);
+        }
+        *key.0.finalize().as_bytes()
+    }
+
+    fn path(&self, key: &Digest) -> PathBuf {
+        let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+        self.dir.join(hex + SUFFIX)
+    }
+
+    /// The object and sizes of `key`'s entry, if it has a whole one (and marks it used).
+    pub fn load(&self, key: &Digest) -> Option<(Vec<u8>, Sizes)> {
+        let path = self.path(key);
+        let (mut file, writable) = match fs::File::options().read(true).write(true).open(&path) {
+            Ok(file) => (file, true),
+            Err(_) => (fs::File::open(&path).ok()?, false),
+        };
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).ok()?;
+        let entry = parse(bytes, key)?;
+        if writable {
+            // (Least recently used goes first: a hit counts as a use.)
+            let _ = file.set_modified(SystemTime::now());
+        }
+        Some(entry)
+    }
+
+    /// Writes `key`'s entry, whole or not at all; a failure only costs the next process
+    /// a compile.
+    pub fn store(&self, key: &Digest, object: &[u8], sizes: Sizes) {
+        static WRITES: AtomicU64 = AtomicU64::new(0);
+        let path = self.path(key);
+        let mut temp = path.clone().into_os_string();
+        let n = WRITES.fetch_add(1, Ordering::Relaxed);
+        temp.push(format!(".{}-{n}{TEMP_SUFFIX}", std::process::id()));
+        let written = fs::File::create(&temp)
+            .and_then(|mut file| file.write_all(&entry(key, object, sizes)))
+            .and_then(|()| fs::rename(&temp, &path));
+        if written.is_err() {
+            let _ = fs::remove_file(&temp);
+        }
+    }
+
+    /// Removes the entries least recently used until the directory's entries take at most
+    /// the bound, and temporary files a writer that died left.
+    pub fn evict(&self) {
+        let Ok(listing) = fs::read_dir(&self.dir) else {
+            return;
+        };
+        let now = SystemTime::now();
+        let mut entries = Vec::new();
+        for item in listing.flatten() {
+            let name = item.file_name();
+            let name = name.to_string_lossy();
+            let Ok(meta) = item.metadata() else { continue };
+            let modified = meta.modified().unwrap_or(now);
+            if name.ends_with(TEMP_SUFFIX) && name.contains(SUFFIX) {
+                if now
+                    .duration_since(modified)
+                    .is_ok_and(|age| age > STALE_TEMP)
+                {
+                    let _ = fs::remove_file(item.path());
+                }
+            } else if name.ends_with(SUFFIX) && meta.is_file() {
+                entries.push((modified, meta.len(), item.path()));
+            }
+        }
+        let mut total: u64 = entries.iter().map(|e| e.1).sum();
+        entries.sort();
+        for (_, len, path) in entries {
+            if total <= self.max_bytes {
+                break;
+            }
+            // (Another process may have removed it first: then it is gone all the same.)
+            let _ = fs::remove_file(path);
+            total -= len;
+        }
+    }
+}
+
+/// `key`'s entry for `object`.
+fn entry(key: &Digest, object: &[u8], sizes: Sizes) -> Vec<u8> {
+    let mut body = Vec::with_capacity(24 + object.len());
+    for x in [sizes.functions, sizes.ir_instructions, sizes.code_bytes] {
+        body.extend_from_slice(&x.to_le_bytes());
+    }
+    body.extend_from_slice(object);
+    let mut out = Vec::with_capacity(HEADER + body.len());
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&FORMAT.to_le_bytes());
+    out.extend_from_slice(key);
+    out.extend_from_slice(&(body.len() as u64).to_le_bytes());
+    out.extend_from_slice(blake3::hash(&body).as_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
+/// The object and sizes of `bytes`, if they are a whole entry of `key`.
+fn parse(mut bytes: Vec<u8>, key: &Digest) -> Option<(Vec<u8>, Sizes)> {
+    let header = bytes.get(..HEADER)?;
+    let (magic, rest) = header.split_at(8);
+    let (format, rest) = rest.split_at(4);
+    let (stored_key, rest) = rest.split_at(32);
+    let (length, checksum) = rest.split_at(8);
+    let body = &bytes[HEADER..];
+    let whole = magic == MAGIC
+        && format == FORMAT.to_le_bytes()
+        && stored_key == key
+        && length == (body.len() as u64).to_le_bytes()
+        && body.len() >= 24
+        && checksum == blake3::hash(body).as_bytes();
+    if !whole {
+        return None;
+    }
+    let number = |k: usize| u64::from_le_bytes(body[8 * k..8 * k + 8].try_into().unwrap());
+    let sizes = Sizes {
+        functions: number(0),
+        ir_instructions: number(1),
+        code_bytes: number(2),
+    };
+    bytes.drain(..HEADER + 24);
+    Some((bytes, sizes))
+}
+
+/// Whether `dir` exists or was made (private) and no one else may write to it.
+fn usable(dir: &Path) -> bool {
+    let mut builder = fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    if builder.create(dir).is_err() {
+        return false;
+    }
+    let Ok(meta) = fs::metadata(dir) else {
+        return false;
+    };
+    #[cfg(unix)]
+    let others_write = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o002 != 0;
+    #[cfg(not(unix))]
+    let others_write = false;
+    meta.is_dir() && !others_write
+}
+
+/// This build's fingerprint (module docs), found once per process.
+fn build_fingerprint() -> Option<&'static [u8]> {
+    static FINGERPRINT: OnceLock<Option<Vec<u8>>> = OnceLock::new();
+    FINGERPRINT.get_or_init(fingerprint).as_deref()
+}
+
+#[cfg(target_os = "linux")]
+fn fingerprint() -> Option<Vec<u8>> {
+    use std::os::unix::fs::MetadataExt;
+    let here = fingerprint as fn() -> Option<Vec<u8>> as usize;
+    let maps = fs::read_to_string("/proc/self/maps").ok()?;
+    let (device, inode, path) = maps.lines().find_map(|line| {
+        let (range, device, inode, path) = maps_line(line)?;
+        let (start, end) = range.split_once('-')?;
+        let start = usize::from_str_radix(start, 16).ok()?;
+        let end = usize::from_str_radix(end, 16).ok()?;
+        (start..end)
+            .contains(&here)
+            .then_some((device, inode, path))
+    })?;
+    if !path.starts_with('/') || path.ends_with(" (deleted)") {
+        return None;
+    }
+    let meta = fs::metadata(path).ok()?;
+    let text = format!(
+        "tapejit {} {device} {inode} {} {} {} {}.{} {}.{}",
+        env!("CARGO_PKG_VERSION"),
+        meta.dev(),
+        meta.ino(),
+        meta.size(),
+        meta.mtime(),
+        meta.mtime_nsec(),
+        meta.ctime(),
+        meta.ctime_nsec(),
+    );
+    Some(text.into_bytes())
+}
+
+#[cfg(not(target_os = "linux"))]
+fn fingerprint() -> Option<Vec<u8>> {
+    None
+}
+
+/// A line of `/proc/self/maps` as (address range, device, inode, path).
+#[cfg(target_os = "linux")]
+fn maps_line(line: &str) -> Option<(&str, &str, &str, &str)> {
+    let mut rest = line;
+    let mut field = || {
+        let t = rest.trim_start();
+        let end = t.find(' ').unwrap_or(t.len());
+        rest = &t[end..];
+        Some(&t[..end]).filter(|f| !f.is_empty())
+    };
+    let (range, _perms, _offset, device, inode) =
+        (field()?, field()?, field()?, field()?, field()?);
+    Some((range, device, inode, rest.trim_start()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_dir_follows_xdg_then_home() {
+        let os = |s: &str| Some(OsString::from(s));
+        let dir = |xdg, home| user_dir_from(xdg, home, false);
+        assert_eq!(dir(os("/x/c"), os("/h")), Some("/x/c/tapejit".into()));
+        assert_eq!(dir(os("rel"), os("/h")), Some("/h/.cache/tapejit".into()));
+        assert_eq!(dir(None, os("/h")), Some("/h/.cache/tapejit".into()));
+        assert_eq!(dir(None, None), None);
+        let mac = user_dir_from(os("/x/c"), os("/h"), true);
+        assert_eq!(mac, Some("/h/Library/Caches/tapejit".into()));
+    }
+
+    #[test]
+    fn sizes_parse_in_binary_units() {
+        assert_eq!(parse_size("1234"), Some(1234));
+        assert_eq!(parse_size("64K"), Some(64 << 10));
+        assert_eq!(parse_size("512 MiB"), Some(512 << 20));
+        assert_eq!(parse_size("2g"), Some(2 << 30));
+        assert_eq!(parse_size("1GB"), Some(1 << 30));
+        for bad in ["", "M", "1.5G", "12 apples", "99999999999T"] {
+            assert_eq!(parse_size(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn entries_parse_back_and_refuse_damage() {
+        let key = [7; 32];
+        let sizes = Sizes {
+            functions: 3,
+            ir_instructions: 40,
+            code_bytes: 500,
+        };
+        let whole = entry(&key, b"object bytes", sizes);
+        assert_eq!(
+            parse(whole.clone(), &key),
+            Some((b"object bytes".to_vec(), sizes))
+        );
+        assert_eq!(parse(whole.clone(), &[8; 32]), None, "another key's");
+        for cut in [0, HEADER - 1, HEADER, whole.len() - 1] {
+            assert_eq!(parse(whole[..cut].to_vec(), &key), None, "cut at {cut}");
+        }
+        for at in [0, 8, HEADER - 1, HEADER, whole.len() - 1] {
+            let mut flipped = whole.clone();
+            flipped[at] ^= 1;
+            assert_eq!(parse(flipped, &key), None, "byte {at} flipped");
+        }
+    }
+
+    #[test]
+    fn this_build_has_a_fingerprint_on_linux() {
+        let fingerprint = build_fingerprint().map(|f| String::from_utf8_lossy(f).into_owned());
+        assert_eq!(
+            fingerprint.is_some(),
+            cfg!(target_os = "linux"),
+            "{fingerprint:?}"
+        );
+    }
+}
