@@ -37,18 +37,18 @@
 //! match (corrupt, truncated, another key's, another format's) is never loaded: the module
 //! compiles and its entry is written anew. Writers write a temporary file in the directory
 //! and rename it into place, so concurrent processes read whole entries only. A hit sets the
-//! entry's modification time; after a store, the entries least recently used go until the
-//! directory holds at most the bound. The directory holds machine code this process will
-//! run: checksums catch accidents, not attacks, so it is made private (`0700`) and one that
-//! others may write to is refused.
+//! entry's modification time; after a compile stored entries, those least recently used go
+//! until the directory holds at most the bound (as this process counts it: [`Source::evict`]).
+//! The directory holds machine code this process will run: checksums catch accidents, not
+//! attacks, so it is made private (`0700`) and one that others may write to is refused.
 
 use std::ffi::OsString;
 use std::fs;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
-use std::time::{Duration, SystemTime};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::tape::Tape;
 
@@ -76,6 +76,9 @@ const SUFFIX: &str = ".tjc";
 const TEMP_SUFFIX: &str = ".tmp";
 /// A temporary file older than this was left by a writer that died.
 const STALE_TEMP: Duration = Duration::from_secs(600);
+/// How long a process trusts its count of a directory's bytes (what it found there plus what
+/// it stored since) before it lists the directory again.
+const RESCAN: Duration = Duration::from_secs(60);
 
 pub type Digest = [u8; 32];
 
@@ -174,7 +177,14 @@ pub struct Source {
     dir: PathBuf,
     max_bytes: u64,
     digest: Digest,
+    /// Bytes of the entries stored since the last [`Source::evict`].
+    stored: AtomicU64,
 }
+
+/// What this process knows of the directories it stored in: each one's entries' bytes as
+/// last listed plus what it stored since, and when it listed them. Listing every entry after
+/// every store would cost a cold compile a few milliseconds per thousand entries.
+static USAGE: Mutex<Vec<(PathBuf, u64, Instant)>> = Mutex::new(Vec::new());
 
 impl Source {
     /// The cache of a compile of `tape` under `cache` (and `TAPEJIT_CACHE`), bounded by
@@ -208,6 +218,7 @@ impl Source {
             dir,
             max_bytes,
             digest: *key.0.finalize().as_bytes(),
+            stored: AtomicU64::new(0),
         })
     }
 
@@ -255,19 +266,39 @@ impl Source {
         let mut temp = path.clone().into_os_string();
         let n = WRITES.fetch_add(1, Ordering::Relaxed);
         temp.push(format!(".{}-{n}{TEMP_SUFFIX}", std::process::id()));
+        let bytes = entry(key, object, sizes);
         let written = fs::File::create(&temp)
-            .and_then(|mut file| file.write_all(&entry(key, object, sizes)))
+            .and_then(|mut file| file.write_all(&bytes))
             .and_then(|()| fs::rename(&temp, &path));
-        if written.is_err() {
-            let _ = fs::remove_file(&temp);
+        match written {
+            Ok(()) => _ = self.stored.fetch_add(bytes.len() as u64, Ordering::Relaxed),
+            Err(_) => _ = fs::remove_file(&temp),
+        }
+    }
+
+    /// Keeps the directory within the bound after stores: where this process's count of its
+    /// bytes says it may not be, or the count is older than [`RESCAN`], lists it and evicts.
+    /// (Other processes' stores of the last minute may go uncounted until then.)
+    pub fn evict(&self) {
+        let stored = self.stored.swap(0, Ordering::Relaxed);
+        let mut usage = USAGE.lock().unwrap_or_else(|e| e.into_inner());
+        let known = usage.iter_mut().find(|(dir, ..)| *dir == self.dir);
+        match known {
+            Some((_, bytes, listed))
+                if *bytes + stored <= self.max_bytes && listed.elapsed() < RESCAN =>
+            {
+                *bytes += stored;
+            }
+            Some((_, bytes, listed)) => (*bytes, *listed) = (self.list_and_evict(), Instant::now()),
+            None => usage.push((self.dir.clone(), self.list_and_evict(), Instant::now())),
         }
     }
 
     /// Removes the entries least recently used until the directory's entries take at most
-    /// the bound, and temporary files a writer that died left.
-    pub fn evict(&self) {
+    /// the bound, and temporary files a writer that died left; the bytes left.
+    fn list_and_evict(&self) -> u64 {
         let Ok(listing) = fs::read_dir(&self.dir) else {
-            return;
+            return 0;
         };
         let now = SystemTime::now();
         let mut entries = Vec::new();
@@ -297,6 +328,7 @@ impl Source {
             let _ = fs::remove_file(path);
             total -= len;
         }
+        total
     }
 }
 
