@@ -1,4 +1,4 @@
-//! The persistent compile cache (`src/jit/cache.rs`): a hit runs the bits a compile runs, a
+//! The persistent compile cache (`src/jit/cache/`): a hit runs the bits a compile runs, a
 //! changed option misses, a damaged or foreign entry is compiled anew and replaced, processes
 //! compiling at once are safe, the least recently used entries go first, and a second process
 //! runs no LLVM. Every test uses a directory of its own under the system's temp directory

@@ -3,7 +3,7 @@
 //! object exists. Modules compile side by side on [`super::JitBuilder::compile_threads`]
 //! threads (an LLVM context is single-threaded, so each module gets its own); the objects come
 //! back in module order, whatever the order they finished in, and `engine` links them.
-//! With the persistent cache on (`cache.rs`), a module found there is not compiled, and one
+//! With the persistent cache on (`cache/`), a module found there is not compiled, and one
 //! compiled is stored.
 
 use std::sync::atomic::{AtomicUsize, Ordering};

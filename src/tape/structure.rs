@@ -1,5 +1,5 @@
 //! A tape's structure as bytes: everything compiled code can depend on, and nothing else.
-//! What the JIT's persistent cache keys on (`jit/cache.rs`), so that two tapes that write the
+//! What the JIT's persistent cache keys on (`jit/cache/`), so that two tapes that write the
 //! same bytes compile to the same machine code.
 //!
 //! Written: every stored node's op ([`Op::key`]: a constant's and an exponent's every bit),

@@ -47,10 +47,15 @@ use std::fs;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::tape::Tape;
+
+mod entry;
+mod fingerprint;
+
+pub use entry::Sizes;
 
 /// Where compiled modules are kept between processes ([`crate::JitBuilder::cache`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -68,10 +73,6 @@ pub enum Cache {
 /// The default bound on the cache directory's size: 1 GiB.
 pub const DEFAULT_SIZE: u64 = 1 << 30;
 
-const MAGIC: &[u8; 8] = b"TJCACHE\0";
-const FORMAT: u32 = 1;
-/// Magic, format, key, body length, checksum.
-const HEADER: usize = 8 + 4 + 32 + 8 + 32;
 const SUFFIX: &str = ".tjc";
 const TEMP_SUFFIX: &str = ".tmp";
 /// A temporary file older than this was left by a writer that died.
@@ -162,14 +163,6 @@ impl KeyWriter {
     }
 }
 
-/// The module sizes an entry keeps for [`crate::JitStats`], so that a hit reports them too.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Sizes {
-    pub functions: u64,
-    pub ir_instructions: u64,
-    pub code_bytes: u64,
-}
-
 /// One compile's cache: its directory, the bound on its size, and the digest of what every
 /// module of the compile is made from but the host and the module (module docs).
 #[derive(Debug)]
@@ -197,13 +190,13 @@ impl Source {
         options: impl FnOnce(&mut KeyWriter),
     ) -> Option<Source> {
         let dir = cache.dir()?;
-        let fingerprint = build_fingerprint()?;
+        let fingerprint = fingerprint::get()?;
         if !usable(&dir) {
             return None;
         }
         let mut key = KeyWriter(blake3::Hasher::new());
         key.str("tapejit compile cache")
-            .bytes(&FORMAT.to_le_bytes());
+            .bytes(&entry::FORMAT.to_le_bytes());
         key.bytes(fingerprint);
         let (major, minor, patch) = inkwell::support::get_llvm_version();
         key.str(&format!("LLVM {major}.{minor}.{patch}"));
@@ -250,7 +243,7 @@ impl Source {
         };
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes).ok()?;
-        let entry = parse(bytes, key)?;
+        let entry = entry::read(bytes, key)?;
         if writable {
             // (Least recently used goes first: a hit counts as a use.)
             let _ = file.set_modified(SystemTime::now());
@@ -266,7 +259,7 @@ impl Source {
         let mut temp = path.clone().into_os_string();
         let n = WRITES.fetch_add(1, Ordering::Relaxed);
         temp.push(format!(".{}-{n}{TEMP_SUFFIX}", std::process::id()));
-        let bytes = entry(key, object, sizes);
+        let bytes = entry::write(key, object, sizes);
         let written = fs::File::create(&temp)
             .and_then(|mut file| file.write_all(&bytes))
             .and_then(|()| fs::rename(&temp, &path));
@@ -332,50 +325,6 @@ impl Source {
     }
 }
 
-/// `key`'s entry for `object`.
-fn entry(key: &Digest, object: &[u8], sizes: Sizes) -> Vec<u8> {
-    let mut body = Vec::with_capacity(24 + object.len());
-    for x in [sizes.functions, sizes.ir_instructions, sizes.code_bytes] {
-        body.extend_from_slice(&x.to_le_bytes());
-    }
-    body.extend_from_slice(object);
-    let mut out = Vec::with_capacity(HEADER + body.len());
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&FORMAT.to_le_bytes());
-    out.extend_from_slice(key);
-    out.extend_from_slice(&(body.len() as u64).to_le_bytes());
-    out.extend_from_slice(blake3::hash(&body).as_bytes());
-    out.extend_from_slice(&body);
-    out
-}
-
-/// The object and sizes of `bytes`, if they are a whole entry of `key`.
-fn parse(mut bytes: Vec<u8>, key: &Digest) -> Option<(Vec<u8>, Sizes)> {
-    let header = bytes.get(..HEADER)?;
-    let (magic, rest) = header.split_at(8);
-    let (format, rest) = rest.split_at(4);
-    let (stored_key, rest) = rest.split_at(32);
-    let (length, checksum) = rest.split_at(8);
-    let body = &bytes[HEADER..];
-    let whole = magic == MAGIC
-        && format == FORMAT.to_le_bytes()
-        && stored_key == key
-        && length == (body.len() as u64).to_le_bytes()
-        && body.len() >= 24
-        && checksum == blake3::hash(body).as_bytes();
-    if !whole {
-        return None;
-    }
-    let number = |k: usize| u64::from_le_bytes(body[8 * k..8 * k + 8].try_into().unwrap());
-    let sizes = Sizes {
-        functions: number(0),
-        ir_instructions: number(1),
-        code_bytes: number(2),
-    };
-    bytes.drain(..HEADER + 24);
-    Some((bytes, sizes))
-}
-
 /// Whether `dir` exists or was made (private) and no one else may write to it.
 fn usable(dir: &Path) -> bool {
     let mut builder = fs::DirBuilder::new();
@@ -393,64 +342,6 @@ fn usable(dir: &Path) -> bool {
     #[cfg(not(unix))]
     let others_write = false;
     meta.is_dir() && !others_write
-}
-
-/// This build's fingerprint (module docs), found once per process.
-fn build_fingerprint() -> Option<&'static [u8]> {
-    static FINGERPRINT: OnceLock<Option<Vec<u8>>> = OnceLock::new();
-    FINGERPRINT.get_or_init(fingerprint).as_deref()
-}
-
-#[cfg(target_os = "linux")]
-fn fingerprint() -> Option<Vec<u8>> {
-    use std::os::unix::fs::MetadataExt;
-    let here = fingerprint as fn() -> Option<Vec<u8>> as usize;
-    let maps = fs::read_to_string("/proc/self/maps").ok()?;
-    let (device, inode, path) = maps.lines().find_map(|line| {
-        let (range, device, inode, path) = maps_line(line)?;
-        let (start, end) = range.split_once('-')?;
-        let start = usize::from_str_radix(start, 16).ok()?;
-        let end = usize::from_str_radix(end, 16).ok()?;
-        (start..end)
-            .contains(&here)
-            .then_some((device, inode, path))
-    })?;
-    if !path.starts_with('/') || path.ends_with(" (deleted)") {
-        return None;
-    }
-    let meta = fs::metadata(path).ok()?;
-    let text = format!(
-        "tapejit {} {device} {inode} {} {} {} {}.{} {}.{}",
-        env!("CARGO_PKG_VERSION"),
-        meta.dev(),
-        meta.ino(),
-        meta.size(),
-        meta.mtime(),
-        meta.mtime_nsec(),
-        meta.ctime(),
-        meta.ctime_nsec(),
-    );
-    Some(text.into_bytes())
-}
-
-#[cfg(not(target_os = "linux"))]
-fn fingerprint() -> Option<Vec<u8>> {
-    None
-}
-
-/// A line of `/proc/self/maps` as (address range, device, inode, path).
-#[cfg(target_os = "linux")]
-fn maps_line(line: &str) -> Option<(&str, &str, &str, &str)> {
-    let mut rest = line;
-    let mut field = || {
-        let t = rest.trim_start();
-        let end = t.find(' ').unwrap_or(t.len());
-        rest = &t[end..];
-        Some(&t[..end]).filter(|f| !f.is_empty())
-    };
-    let (range, _perms, _offset, device, inode) =
-        (field()?, field()?, field()?, field()?, field()?);
-    Some((range, device, inode, rest.trim_start()))
 }
 
 #[cfg(test)]
@@ -479,39 +370,5 @@ mod tests {
         for bad in ["", "M", "1.5G", "12 apples", "99999999999T"] {
             assert_eq!(parse_size(bad), None, "{bad}");
         }
-    }
-
-    #[test]
-    fn entries_parse_back_and_refuse_damage() {
-        let key = [7; 32];
-        let sizes = Sizes {
-            functions: 3,
-            ir_instructions: 40,
-            code_bytes: 500,
-        };
-        let whole = entry(&key, b"object bytes", sizes);
-        assert_eq!(
-            parse(whole.clone(), &key),
-            Some((b"object bytes".to_vec(), sizes))
-        );
-        assert_eq!(parse(whole.clone(), &[8; 32]), None, "another key's");
-        for cut in [0, HEADER - 1, HEADER, whole.len() - 1] {
-            assert_eq!(parse(whole[..cut].to_vec(), &key), None, "cut at {cut}");
-        }
-        for at in [0, 8, HEADER - 1, HEADER, whole.len() - 1] {
-            let mut flipped = whole.clone();
-            flipped[at] ^= 1;
-            assert_eq!(parse(flipped, &key), None, "byte {at} flipped");
-        }
-    }
-
-    #[test]
-    fn this_build_has_a_fingerprint_on_linux() {
-        let fingerprint = build_fingerprint().map(|f| String::from_utf8_lossy(f).into_owned());
-        assert_eq!(
-            fingerprint.is_some(),
-            cfg!(target_os = "linux"),
-            "{fingerprint:?}"
-        );
     }
 }
