@@ -93,6 +93,10 @@ struct Args {
     /// makes one)
     #[arg(long, value_name = "PYTHON")]
     jax: Option<PathBuf>,
+    /// Runs per row of the graphs-built-anew section (default 3, `--quick` 1), at its full
+    /// sizes unless `--quick`
+    #[arg(long, value_name = "N", value_parser = cli::positive::<usize>)]
+    anew_runs: Option<usize>,
 }
 
 /// The report's sections.
@@ -114,6 +118,7 @@ struct Options {
     mnist: bool,
     families: bool,
     anew: bool,
+    anew_runs: Option<usize>,
     jax: Option<PathBuf>,
 }
 
@@ -132,6 +137,7 @@ fn parse_options() -> Options {
         mnist: shows(Section::Mnist),
         families: shows(Section::Families) && !(a.no_families && a.section == Section::All),
         anew: shows(Section::Anew),
+        anew_runs: a.anew_runs,
         jax: a.jax,
     }
 }
@@ -646,7 +652,7 @@ fn run(o: Options) -> Result<(), String> {
     if o.anew {
         let settings = anew::Settings {
             quick: o.quick,
-            runs: if o.quick { 1 } else { 3 },
+            runs: o.anew_runs.unwrap_or(if o.quick { 1 } else { 3 }),
         };
         let (table, agrees) = anew::report(&settings);
         if !agrees {

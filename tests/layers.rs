@@ -27,6 +27,8 @@ const LAYERS: &[&[&str]] = &[
     // Compiling a tape: structure, decisions, then LLVM.
     &["passes"],
     &["plan"],
+    // The persistent compile cache: a tape's key and the entries on disk.
+    &["jit::cache"],
     &["jit::options", "jit::abi"],
     &["jit::ir_arith"],
     &["jit::emit"],

@@ -3,6 +3,8 @@
 //! object exists. Modules compile side by side on [`super::JitBuilder::compile_threads`]
 //! threads (an LLVM context is single-threaded, so each module gets its own); the objects come
 //! back in module order, whatever the order they finished in, and `engine` links them.
+//! With the persistent cache on (`cache/`), a module found there is not compiled, and one
+//! compiled is stored.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
@@ -14,6 +16,7 @@ use inkwell::passes::PassBuilderOptions;
 use inkwell::targets::{CodeModel, FileType, RelocMode, Target, TargetMachine};
 use inkwell::OptimizationLevel;
 
+use super::cache::{Digest, Sizes, Source};
 use super::emit::{Emitter, HostCpu, LazyEntry, Lowered, ModuleRole};
 use super::options::{JitBuilder, JitStats};
 use crate::error::{Error, Result};
@@ -81,7 +84,9 @@ pub(super) fn compile_modules(
         results
     });
     results.sort_by_key(|&(m, _)| m);
-    results.into_iter().map(|(_, object)| object).collect()
+    let objects: Result<Vec<Object>> = results.into_iter().map(|(_, object)| object).collect();
+    evict_after(options, objects.iter().flatten());
+    objects
 }
 
 /// The module of a lazy entry point ([`ModuleRole::Lazy`]), compiled on this thread.
@@ -91,10 +96,29 @@ pub(super) fn compile_lazy(
     options: &JitBuilder,
     entry: LazyEntry,
 ) -> Result<Object> {
-    compile_module(tape, plan, options, &host_cpu(), ModuleRole::Lazy(entry))
+    let object = compile_module(tape, plan, options, &host_cpu(), ModuleRole::Lazy(entry));
+    evict_after(options, object.iter());
+    object
 }
 
-/// Module `role` of `plan`, compiled in a context of its own.
+/// Keeps the cache within its bound once a compile stored modules in it.
+fn evict_after<'a>(options: &JitBuilder, mut objects: impl Iterator<Item = &'a Object>) {
+    if let Some(source) = &options.cache_source {
+        if objects.any(|o| o.stats.cache_misses > 0) {
+            source.evict();
+        }
+    }
+}
+
+/// Module `role`'s key in the cache: the compile's, the host's and the role's.
+fn cache_key(source: &Source, cpu: &HostCpu, role: ModuleRole) -> Digest {
+    let triple = TargetMachine::get_default_triple();
+    let triple = triple.as_str().to_string_lossy();
+    source.key(&[&triple, &cpu.name, &cpu.features, &format!("{role:?}")])
+}
+
+/// Module `role` of `plan`: from the cache, else compiled in a context of its own (and
+/// stored in the cache).
 fn compile_module(
     tape: &Tape,
     plan: &Plan,
@@ -102,14 +126,41 @@ fn compile_module(
     cpu: &HostCpu,
     role: ModuleRole,
 ) -> Result<Object> {
+    let cached =
+        (options.cache_source.as_deref()).map(|source| (source, cache_key(source, cpu, role)));
+    let dir = cached.map(|(source, _)| source.dir().to_path_buf());
+    if let Some((bytes, sizes)) = cached.and_then(|(source, key)| source.load(&key)) {
+        let stats = JitStats {
+            functions: sizes.functions as usize,
+            ir_instructions: sizes.ir_instructions as usize,
+            code_bytes: sizes.code_bytes as usize,
+            cache_dir: dir,
+            cache_hits: 1,
+            ..JitStats::default()
+        };
+        return Ok(Object {
+            bytes,
+            ir: None,
+            stats,
+        });
+    }
     let context = Context::create();
     let object = build(&context, tape, plan, options, cpu, role);
     let start = Instant::now();
     drop(context);
-    object.map(|mut object| {
-        object.stats.codegen_secs += start.elapsed().as_secs_f64();
-        object
-    })
+    let mut object = object?;
+    object.stats.codegen_secs += start.elapsed().as_secs_f64();
+    if let Some((source, key)) = cached {
+        let sizes = Sizes {
+            functions: object.stats.functions as u64,
+            ir_instructions: object.stats.ir_instructions as u64,
+            code_bytes: object.stats.code_bytes as u64,
+        };
+        source.store(&key, &object.bytes, sizes);
+        object.stats.cache_dir = dir;
+        object.stats.cache_misses = 1;
+    }
+    Ok(object)
 }
 
 /// Emits, verifies and optimizes module `role` in `ctx`, and writes its machine code as an
@@ -175,11 +226,15 @@ pub(super) fn host_cpu() -> HostCpu {
 
 /// Whether the host packs a vector's chosen lanes together in a register quickly: AVX-512
 /// VL's `vpcompressd` ([`crate::plan::tactics::Tactics::compress_steps`]).
+/// (Asked once per process: a background compile reads it before it may enter LLVM.)
 pub(super) fn host_compresses() -> bool {
-    let cpu = host_cpu();
-    ["+avx512f", "+avx512vl"]
-        .iter()
-        .all(|f| cpu.features.split(',').any(|g| g == *f))
+    static COMPRESSES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *COMPRESSES.get_or_init(|| {
+        let cpu = host_cpu();
+        ["+avx512f", "+avx512vl"]
+            .iter()
+            .all(|f| cpu.features.split(',').any(|g| g == *f))
+    })
 }
 
 /// The host's target machine at `level`, for both the pass pipeline (whose cost models must

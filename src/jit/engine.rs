@@ -379,14 +379,15 @@ fn write_perf_map(code: &Code, functions: &[(String, u64)]) {
     }
 }
 
-/// Background compiles inside LLVM right now ([`LlvmWork`]), and the signal that one ended.
+/// Background compiles running ([`LlvmWork`]), and the signal that one ended.
 static LLVM_WORK: (std::sync::Mutex<usize>, std::sync::Condvar) =
     (std::sync::Mutex::new(0), std::sync::Condvar::new());
 
-/// A background compile's time inside LLVM: while one lives, the process waits for it at
-/// exit (LLVM's globals are torn down at exit, and a compile running on would use them).
-/// The program that started the compile does not wait: dropping it calls the compile off,
-/// which stops after the module it is on.
+/// A background compile's life: while one lives, the process waits for it at exit (LLVM's
+/// globals are torn down at exit, and a compile running on would use them). At exit every
+/// background compile is called off ([`super::options::EXITING`]), so the wait lasts until
+/// each reaches its next stage or module. The program that started a compile does not
+/// wait: dropping it calls the compile off.
 pub struct LlvmWork(());
 
 impl LlvmWork {
@@ -396,10 +397,12 @@ impl LlvmWork {
             extern "C" {
                 fn atexit(f: extern "C" fn()) -> i32;
             }
+            // (LLVM first, so that the exit handlers of what it sets up are registered
+            // before this one, which then runs before them. A failure here is the
+            // compile's to report.)
+            let _ = initialize_llvm();
             // SAFETY: `atexit` registers a function with no arguments to run at `exit`;
-            // `wait_for_llvm_work` is one, and it touches only a static. Registered after
-            // LLVM's own exit handlers (LLVM is initialized before any compile), it runs
-            // before them.
+            // `wait_for_llvm_work` is one, and it touches only statics.
             unsafe { atexit(wait_for_llvm_work) };
         });
         *LLVM_WORK.0.lock().unwrap_or_else(|e| e.into_inner()) += 1;
@@ -414,9 +417,9 @@ impl Drop for LlvmWork {
     }
 }
 
-/// At exit: waits until no background compile is inside LLVM (each was called off with its
-/// program, or runs to its end).
+/// At exit: calls every background compile off and waits until none runs.
 extern "C" fn wait_for_llvm_work() {
+    super::options::EXITING.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut running = LLVM_WORK.0.lock().unwrap_or_else(|e| e.into_inner());
     while *running > 0 {
         running = LLVM_WORK.1.wait(running).unwrap_or_else(|e| e.into_inner());

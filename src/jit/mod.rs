@@ -5,6 +5,7 @@
 //! links the objects and owns the code; [`Jit`] ties them to the [`crate::Program`] API.
 
 mod abi;
+mod cache;
 mod compiler;
 mod emit;
 mod engine;
@@ -12,6 +13,7 @@ mod ir_arith;
 mod options;
 mod tiers;
 
+pub use cache::{Cache, DEFAULT_SIZE as DEFAULT_CACHE_SIZE};
 pub use options::{JitBuilder, JitStats, NestStats, OptLevel, Tier, Tiering, MIN_LOOP_RUN};
 
 use std::time::Instant;
@@ -51,6 +53,8 @@ impl JitBuilder {
             return Jit::new(tape, self, Engine::Native(Box::new(compiled)), None, start);
         }
         // The compile starts first, so that it runs beside the first tier's preparation.
+        // (What it asks LLVM before it may enter it is asked here.)
+        compiler::host_compresses();
         let background = match self.tiering {
             Tiering::FirstTierOnly => None,
             _ => match Background::start(self, tape.clone(), start) {
@@ -71,6 +75,7 @@ impl JitBuilder {
     /// Compiles `tape` to native code (the clock started at `start`): loop recovery, param
     /// layout, the plan, LLVM.
     fn compile_native(&self, tape: Tape, start: Instant) -> Result<Compiled> {
+        let keyed = self.with_cache_source(&tape);
         let schedule = std::thread::scope(|scope| {
             // The planning passes ask who reads each slot; a second core counts it while
             // recovery scans (a batch of copies has millions of slots).
@@ -84,7 +89,7 @@ impl JitBuilder {
         if self.cancelled() {
             return Err(called_off());
         }
-        let mut compiled = self.compile_schedule(tape, schedule, start)?;
+        let mut compiled = keyed.compile_schedule(tape, schedule, start)?;
         // Param k sat in slot built[k] as built, and sits in param_slots()[k] now.
         let now = compiled.tape.param_slots();
         if now != built.as_slice() {
@@ -140,9 +145,9 @@ impl JitBuilder {
             stats.zero_skipping = step.train.as_ref().is_some_and(|t| t.skip_zeros.is_some());
         }
         stats.compile_threads = self.threads().min(plan.modules.len());
-        // (The process waits at exit for a background compile inside LLVM.)
-        let _in_llvm = self.background.as_ref().map(|_| engine::LlvmWork::begin());
-        if self.cancelled() {
+        // (A background compile touches LLVM from here on only: before, the host's features
+        // come from the first ask, on the program's thread.)
+        if !self.enter_llvm() {
             return Err(called_off());
         }
         let native = Native::compile(&tape, &plan, self, stats.compile_threads, &mut stats)?;

@@ -1,15 +1,19 @@
 //! What a compile is asked for and what it reports: [`OptLevel`], [`JitBuilder`]'s options
 //! and [`JitStats`]. The lowest of the JIT's stages, so that every stage can read them.
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use inkwell::OptimizationLevel;
 
+use super::cache::{self, Cache};
 use crate::error::{Error, Result};
 use crate::optim::Optimizer;
 use crate::passes::loops as recovery;
 use crate::passes::schedule;
 use crate::plan::{Nests, ZeroSkipping};
+use crate::tape::Tape;
 
 /// The fewest repetitions loop recovery rolls into a loop (fewer run faster straight-line).
 pub const MIN_LOOP_RUN: u32 = recovery::MIN_RUN;
@@ -210,6 +214,14 @@ pub struct JitStats {
     /// Why native code never took over, if its compile failed in the background: the
     /// program goes on in the first tier, with the same results.
     pub native_error: Option<crate::error::Error>,
+    /// The persistent compile cache's directory ([`JitBuilder::cache`]), `None` where the
+    /// compile did not use one: turned off, `keep_ir`, or no usable directory.
+    pub cache_dir: Option<PathBuf>,
+    /// Modules loaded from the cache: LLVM did not run for them (their stage times are 0;
+    /// their functions, instructions and code bytes are those the entry recorded).
+    pub cache_hits: usize,
+    /// Modules LLVM compiled while the cache was on (each then stored in it).
+    pub cache_misses: usize,
 }
 
 /// One recovered nest: a body of tape nodes repeated `count` times.
@@ -280,6 +292,11 @@ impl JitStats {
         self.functions += module.functions;
         self.ir_instructions += module.ir_instructions;
         self.code_bytes += module.code_bytes;
+        self.cache_hits += module.cache_hits;
+        self.cache_misses += module.cache_misses;
+        if module.cache_dir.is_some() {
+            self.cache_dir.clone_from(&module.cache_dir);
+        }
     }
 
     /// The share of the tape's operations that run in loops (0 to 1).
@@ -303,24 +320,45 @@ pub struct JitBuilder {
     pub(super) zero_skipping: ZeroSkipping,
     pub(super) optimizer: Optimizer,
     pub(super) tiering: Tiering,
+    pub(super) cache: Cache,
+    pub(super) cache_size: Option<u64>,
+    /// The cache of the compile this builder runs: set on the copy `compile_tape` compiles
+    /// with ([`JitBuilder::with_cache_source`]), `None` on the user's builder.
+    pub(super) cache_source: Option<Arc<cache::Source>>,
     /// The background compile this builder runs, if it runs one ([`CompileState`]).
-    pub(super) background: Option<std::sync::Arc<CompileState>>,
+    pub(super) background: Option<Arc<CompileState>>,
 }
 
-/// Whether the program a background compile runs for still wants it: it stops at its next
-/// stage (or module) once called off.
+/// Set when the process exits: every background compile is then called off.
+pub(super) static EXITING: AtomicBool = AtomicBool::new(false);
+
+/// What a background compile and its program tell each other: whether the program still
+/// wants it (it stops at its next stage or module once called off, or once the process
+/// exits, [`EXITING`]), and whether it has entered LLVM (from then on a program that goes
+/// waits for it to end: LLVM must not run on into the process's exit, whose handlers tear
+/// down LLVM's globals).
 #[derive(Debug, Default)]
 pub(super) struct CompileState {
     called_off: AtomicBool,
+    in_llvm: AtomicBool,
 }
 
 impl CompileState {
-    pub fn call_off(&self) {
-        self.called_off.store(true, Ordering::Relaxed);
+    /// The program no longer wants the compile; whether it must wait for it to end.
+    pub fn call_off(&self) -> bool {
+        self.called_off.store(true, Ordering::SeqCst);
+        self.in_llvm.load(Ordering::SeqCst)
     }
 
     pub fn called_off(&self) -> bool {
-        self.called_off.load(Ordering::Relaxed)
+        self.called_off.load(Ordering::SeqCst) || EXITING.load(Ordering::SeqCst)
+    }
+
+    /// The compile is about to enter LLVM; false if it was called off (then it must not).
+    /// (Each side stores before it loads, so one of them sees the other.)
+    pub fn enter_llvm(&self) -> bool {
+        self.in_llvm.store(true, Ordering::SeqCst);
+        !self.called_off()
     }
 }
 
@@ -364,6 +402,9 @@ impl Default for JitBuilder {
             optimizer: Optimizer::default(),
             tiering: Tiering::Auto,
             background: None,
+            cache: Cache::Default,
+            cache_size: None,
+            cache_source: None,
         }
     }
 }
@@ -467,6 +508,69 @@ impl JitBuilder {
     /// Whether the compile this builder runs in the background was called off.
     pub(super) fn cancelled(&self) -> bool {
         self.background.as_ref().is_some_and(|b| b.called_off())
+    }
+
+    /// Whether this compile may enter LLVM (it is not a background compile called off).
+    pub(super) fn enter_llvm(&self) -> bool {
+        self.background.as_ref().map_or(true, |b| b.enter_llvm())
+    }
+
+    /// Where compiled modules are kept for the next process that compiles the same structure
+    /// with the same options (default [`Cache::Default`]: `TAPEJIT_CACHE`, else the user's
+    /// cache directory). [`Cache::Off`] and [`Cache::Dir`] take precedence over
+    /// `TAPEJIT_CACHE`. A cache that cannot be used is skipped, never an error; a program
+    /// compiled with [`JitBuilder::keep_ir`] is not cached. [`JitStats::cache_hits`] says
+    /// what it saved; the key, the entries and their safety are in `docs/design.md`.
+    pub fn cache(mut self, cache: Cache) -> Self {
+        self.cache = cache;
+        self
+    }
+
+    /// The most bytes the cache directory's entries may take (default `TAPEJIT_CACHE_SIZE`,
+    /// else [`DEFAULT_CACHE_SIZE`](super::DEFAULT_CACHE_SIZE), 1 GiB); those least recently
+    /// used go first.
+    pub fn cache_size(mut self, bytes: u64) -> Self {
+        self.cache_size = Some(bytes);
+        self
+    }
+
+    /// This builder with the cache of a compile of `tape` (`tape` as given, before the
+    /// param layout), if it has one.
+    pub(super) fn with_cache_source(&self, tape: &Tape) -> JitBuilder {
+        let source = (!self.keep_ir)
+            .then(|| cache::Source::new(&self.cache, self.cache_size, tape, |k| self.write_key(k)))
+            .flatten();
+        JitBuilder {
+            cache_source: source.map(Arc::new),
+            ..self.clone()
+        }
+    }
+
+    /// Every option that changes the machine code, into the cache's key. (Taken apart
+    /// exhaustively: a new option does not compile until it is written or said not to
+    /// change code.)
+    fn write_key(&self, key: &mut cache::KeyWriter) {
+        let JitBuilder {
+            opt_level,
+            chunk_size,
+            pipeline,
+            codegen,
+            loop_recovery,
+            fast_math,
+            keep_ir,
+            compile_threads: _,
+            zero_skipping,
+            optimizer: _,
+            tiering: _,
+            background: _,
+            cache: _,
+            cache_size: _,
+            cache_source: _,
+        } = self;
+        key.str(&opt_level.to_string())
+            .bytes(&(*chunk_size as u64).to_le_bytes())
+            .str(&format!("{pipeline:?} {codegen:?} {zero_skipping:?}"))
+            .bytes(&[*loop_recovery as u8, *fast_math as u8, *keep_ir as u8]);
     }
 
     /// Generates machine code at `level`'s code-generator setting instead of the level's own.

@@ -74,15 +74,18 @@ impl Background {
             compile_threads: builder.threads().saturating_sub(1).max(1),
             ..builder.clone()
         };
+        // The process waits at exit for this compile (counted from before it starts, so
+        // that no exit misses it), which stops at its next stage or module once the process
+        // exits or its program is dropped.
+        let work = super::engine::LlvmWork::begin();
         let handle = std::thread::Builder::new()
             .name("tapejit-compile".into())
             .spawn(move || {
                 super::engine::yield_to_the_program();
                 let compiled = builder.compile_native(tape, start);
-                // Native code nobody will run is dropped here, while the process waits for
-                // this thread at exit. (Called off after this check, the code is dropped
-                // with the thread's result, outside: a window of a few instructions.)
-                let in_llvm = super::engine::LlvmWork::begin();
+                // Native code nobody will run is dropped here, while the process still waits
+                // for this thread. (Called off after this check, the code is dropped with the
+                // thread's result, outside: a window of a few instructions.)
                 let result = match builder.cancelled() {
                     true => {
                         drop(compiled);
@@ -90,7 +93,7 @@ impl Background {
                     }
                     false => compiled,
                 };
-                drop(in_llvm);
+                drop(work);
                 result
             })
             .ok()?;
@@ -115,10 +118,15 @@ impl Background {
 }
 
 impl Drop for Background {
-    /// Calls the compile off and goes: it stops at its next stage, or after the module it is
-    /// on, and drops what it made (the process waits for one inside LLVM at exit).
+    /// Calls the compile off. One that has not entered LLVM stops at its next stage and is
+    /// left to end on its own; one inside LLVM stops after the module it is on, and the
+    /// program waits for it (LLVM must not run on into the process's exit).
     fn drop(&mut self) {
-        self.state.call_off();
+        if self.state.call_off() {
+            if let Some(handle) = self.handle.take() {
+                let _ = handle.join();
+            }
+        }
     }
 }
 

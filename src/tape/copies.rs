@@ -123,6 +123,25 @@ impl Copies {
         })
     }
 
+    /// Hands the copies as stored to `out` ([`super::structure`]); the reciprocal follows
+    /// from the period.
+    pub(super) fn write_structure(&self, out: &mut super::structure::Bytes<'_>) {
+        let Copies {
+            first,
+            period,
+            count,
+            first_args,
+            moves,
+            strides,
+            reciprocal: _,
+        } = self;
+        for x in [first, period, count, first_args] {
+            out.u32(*x);
+        }
+        out.i64s(moves.iter().copied(), moves.len());
+        out.i64s(strides.iter().copied(), strides.len());
+    }
+
     /// Slot `s` of a copy past the first as (copy, the first copy's slot).
     #[inline]
     pub(super) fn split(&self, s: u32) -> (u32, u32) {

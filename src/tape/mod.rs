@@ -26,6 +26,7 @@ mod consumers;
 mod copies;
 mod linearize;
 mod slot_of;
+mod structure;
 
 use crate::error::{Error, Result};
 use crate::graph::{Graph, Value};
