@@ -213,6 +213,43 @@ fn minibatches_run_on_the_first_tier() {
     }
 }
 
+/// `train_minibatches` while native code compiles: it may take over between two minibatches;
+/// the losses and params are the interpreter's either way, with SGD and with Adam.
+#[test]
+fn minibatches_hand_over_between_minibatches() {
+    for adam in [false, true] {
+        let g = Graph::new();
+        let samples = random_graph(&g, 13, 2_000);
+        let inputs: Vec<f64> = samples
+            .iter()
+            .cycle()
+            .take(2_000)
+            .flatten()
+            .copied()
+            .collect();
+        let mut reference = Interpreter::new(&g).unwrap();
+        let mut jit = Jit::compile(&g).unwrap();
+        if adam {
+            reference.set_optimizer(Adam::default().into()).unwrap();
+            jit.set_optimizer(Adam::default().into()).unwrap();
+        }
+        let want = reference.train_minibatches(&inputs, 10, 0.01, 2).unwrap();
+        let got = jit.train_minibatches(&inputs, 10, 0.01, 2).unwrap();
+        assert_eq!(bits(&got), bits(&want), "adam {adam}");
+        assert_eq!(
+            bits(&jit.params()),
+            bits(&reference.params()),
+            "adam {adam}"
+        );
+        // A non-finite input: an error, and nothing changed.
+        let mut bad = inputs.clone();
+        bad[6 * 500 + 1] = f64::INFINITY;
+        let before = jit.params();
+        assert!(jit.train_minibatches(&bad, 10, 0.01, 2).is_err());
+        assert_eq!(bits(&jit.params()), bits(&before));
+    }
+}
+
 #[test]
 fn tiering_off_runs_native_code_from_the_first_call() {
     let g = Graph::new();

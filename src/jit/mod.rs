@@ -560,7 +560,27 @@ impl Backend for Jit {
         threads: usize,
     ) -> Result<Vec<f64>> {
         self.begin_call();
-        crate::minibatch::train(self, inputs, batch, lr, threads)
+        let mut losses = Vec::new();
+        let mut done = 0;
+        // On the first tier with native code coming, and every input finite (else the one
+        // call below finds the first that is not, changing nothing): a minibatch at a time,
+        // native code taking over between two (the same numbers as separate calls).
+        let step = batch * self.tape.num_inputs();
+        if self.background.is_some() && step > 0 && crate::program::all_finite(inputs) {
+            while self.background.is_some() && done < inputs.len() {
+                let minibatch = &inputs[done..(done + step).min(inputs.len())];
+                losses.extend(crate::minibatch::train(
+                    self, minibatch, batch, lr, threads,
+                )?);
+                done += minibatch.len();
+                self.poll();
+            }
+        }
+        if done < inputs.len() {
+            let rest = &inputs[done..];
+            losses.extend(crate::minibatch::train(self, rest, batch, lr, threads)?);
+        }
+        Ok(losses)
     }
     fn stepper(&self) -> &Stepper {
         &self.stepper
