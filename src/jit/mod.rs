@@ -352,6 +352,11 @@ impl Jit {
     /// Counts a call on the tier that runs it, native code taking over first if ready.
     fn begin_call(&mut self) {
         self.poll();
+        self.count_pass();
+    }
+
+    /// Counts a pass on the tier that runs it.
+    fn count_pass(&mut self) {
         match self.engine {
             Engine::Kernels(_) => self.stats.first_tier_passes += 1,
             Engine::Native(_) => self.stats.native_passes += 1,
@@ -506,27 +511,17 @@ impl Backend for Jit {
     }
     fn run_backward(&mut self) {
         // (Never a switch here: backward reads what forward left in this tier's buffers.)
+        self.count_pass();
         match &mut self.engine {
-            Engine::Kernels(k) => {
-                self.stats.first_tier_passes += 1;
-                k.backward()
-            }
-            Engine::Native(c) => {
-                self.stats.native_passes += 1;
-                c.native.backward()
-            }
+            Engine::Kernels(k) => k.backward(),
+            Engine::Native(c) => c.native.backward(),
         }
     }
     fn run_update(&mut self, lr: f64) {
+        self.count_pass();
         match &mut self.engine {
-            Engine::Kernels(k) => {
-                self.stats.first_tier_passes += 1;
-                k.update(lr)
-            }
-            Engine::Native(c) => {
-                self.stats.native_passes += 1;
-                c.native.update(lr)
-            }
+            Engine::Kernels(k) => k.update(lr),
+            Engine::Native(c) => c.native.update(lr),
         }
     }
     fn begin_step(&mut self) {
@@ -537,15 +532,10 @@ impl Backend for Jit {
         }
     }
     fn run_step(&mut self, lr: f64) {
+        self.count_pass();
         match &mut self.engine {
-            Engine::Kernels(k) => {
-                self.stats.first_tier_passes += 1;
-                k.step(lr)
-            }
-            Engine::Native(c) => {
-                self.stats.native_passes += 1;
-                c.native.step(lr)
-            }
+            Engine::Kernels(k) => k.step(lr),
+            Engine::Native(c) => c.native.step(lr),
         }
     }
     fn prepare_train(&mut self) -> Result<()> {
