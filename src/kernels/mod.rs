@@ -8,8 +8,9 @@
 //! each run as one loop of that op's formula over gathered operands: the dispatch that picks
 //! the formula happens once per run, not per node, so it is predicted, and the loop stays in
 //! the instruction cache where straight-line machine code of 50k nodes streams through L2.
-//! Buffers stay in slot order, one value and one gradient per slot, as the interpreter has
-//! them. `docs/design.md#the-kernel-tier` has the measurements behind these choices.
+//! The buffers hold one value and one gradient per slot, renumbered so that each run writes
+//! consecutive entries (params and inputs keep their slots, where `Program` writes them);
+//! slot-order views are made on demand. `docs/design.md#kernels-the-first-tier` says why.
 //!
 //! **Bit for bit** what [`crate::Interpreter`] computes: every value and local gradient comes
 //! from [`Op::forward`] and [`Op::local_grads`] over [`F64`], and each gradient adds its

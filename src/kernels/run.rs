@@ -11,7 +11,7 @@ use crate::op::{Op, PerOp, F64};
 /// Operands gathered on the stack up to this many (a longer `sum` uses a scratch vector).
 const INLINE: usize = 8;
 
-/// Every operation's value into `values` (slot order), run by run.
+/// Every operation's value into `values` (the buffer order), run by run.
 pub(super) fn forward(k: &Kernels, values: &mut [f64]) {
     let mut wide = Vec::new();
     for run in &k.runs {
@@ -69,7 +69,7 @@ impl PerOp for Forward<'_> {
     }
 }
 
-/// Gradients into `grads` (slot order, then the contributions area and the sink): every
+/// Gradients into `grads` (the buffer order, then the contributions area and the sink): every
 /// one but the params' from 0, the loss's 1, then each backward run from the last.
 pub(super) fn backward(k: &Kernels, values: &[f64], grads: &mut [f64]) {
     let Some(loss) = k.loss else {
