@@ -289,9 +289,6 @@ impl Op {
     /// What each operand's gradient receives, in operand order, given the operands `x`, this
     /// op's value `out` and its gradient `g`. The caller adds `grads[i] += local[i]` in order.
     /// Missing operands read as NaN, as in [`Op::forward`].
-    // (Inlined into every caller: a caller that knows the op, as the kernel tier's runs
-    // do, [`Op::specialize`], keeps only its arm.)
-    #[inline(always)]
     pub fn local_grads<A: Arith>(
         self,
         ar: &mut A,
@@ -300,13 +297,30 @@ impl Op {
         g: A::V,
         local: &mut Vec<A::V>,
     ) {
-        if x.len() < self.min_operands() {
-            return self.local_grads_padded(ar, x, out, g, local);
-        }
-        self.local_grads_of(ar, x, out, g, local)
+        local.clear();
+        self.local_grads_into(ar, x, out, g, local)
     }
 
-    /// [`Op::local_grads`] of too few operands: the missing ones NaN.
+    /// [`Op::local_grads`] handed to `sink` operand by operand, in operand order, as each is
+    /// computed (a caller that adds them straight into gradients stores none).
+    // (Inlined into every caller: a caller that knows the op, as the kernel tier's runs
+    // do, [`Op::specialize`], keeps only its arm.)
+    #[inline(always)]
+    pub fn local_grads_into<A: Arith>(
+        self,
+        ar: &mut A,
+        x: &[A::V],
+        out: A::V,
+        g: A::V,
+        sink: &mut impl GradSink<A::V>,
+    ) {
+        if x.len() < self.min_operands() {
+            return self.local_grads_padded(ar, x, out, g, sink);
+        }
+        self.local_grads_of(ar, x, out, g, sink)
+    }
+
+    /// [`Op::local_grads_into`] of too few operands: the missing ones NaN.
     #[inline(never)]
     #[cold]
     fn local_grads_padded<A: Arith>(
@@ -315,13 +329,13 @@ impl Op {
         x: &[A::V],
         out: A::V,
         g: A::V,
-        local: &mut Vec<A::V>,
+        sink: &mut impl GradSink<A::V>,
     ) {
         let x = padded_with_nan(ar, x, self.min_operands());
-        self.local_grads_of(ar, &x, out, g, local)
+        self.local_grads_of(ar, &x, out, g, sink)
     }
 
-    /// [`Op::local_grads`] of enough operands.
+    /// [`Op::local_grads_into`] of enough operands.
     #[inline(always)]
     fn local_grads_of<A: Arith>(
         self,
@@ -329,21 +343,25 @@ impl Op {
         x: &[A::V],
         out: A::V,
         g: A::V,
-        local: &mut Vec<A::V>,
+        local: &mut impl GradSink<A::V>,
     ) {
-        local.clear();
         match self {
             Op::Input(_) | Op::Param(_) | Op::Const(_) => {}
-            Op::Add => local.extend([g, g]),
+            Op::Add => {
+                local.give(0, g);
+                local.give(1, g);
+            }
             Op::Sub => {
                 let minus_g = ar.neg(g);
-                local.extend([g, minus_g]);
+                local.give(0, g);
+                local.give(1, minus_g);
             }
             Op::Mul => {
                 // d(ab)/da = b, d(ab)/db = a
                 let da = ar.mul(x[1], g);
                 let db = ar.mul(x[0], g);
-                local.extend([da, db]);
+                local.give(0, da);
+                local.give(1, db);
             }
             Op::Div => {
                 // d(a/b)/da = 1/b, d(a/b)/db = -(a/b)/b
@@ -351,11 +369,12 @@ impl Op {
                 let out_over_b = ar.div(out, x[1]);
                 let minus = ar.neg(out_over_b);
                 let db = ar.mul(minus, g);
-                local.extend([da, db]);
+                local.give(0, da);
+                local.give(1, db);
             }
             Op::Neg => {
                 let minus_g = ar.neg(g);
-                local.push(minus_g);
+                local.give(0, minus_g);
             }
             Op::Powf(c) => {
                 // d(a^c)/da = c * a^(c-1), as micrograd writes it; for the square root
@@ -369,41 +388,41 @@ impl Op {
                     let a_pow = power(ar, x[0], c - 1.0);
                     ar.mul(c_, a_pow)
                 };
-                local.push(ar.mul(d, g));
+                local.give(0, ar.mul(d, g));
             }
-            Op::Exp => local.push(ar.mul(out, g)),
-            Op::Log => local.push(ar.div(g, x[0])),
+            Op::Exp => local.give(0, ar.mul(out, g)),
+            Op::Log => local.give(0, ar.div(g, x[0])),
             Op::Tanh => {
                 // d tanh = 1 - tanh^2
                 let one = ar.constant(1.0);
                 let t2 = ar.mul(out, out);
                 let d = ar.sub(one, t2);
-                local.push(ar.mul(d, g));
+                local.give(0, ar.mul(d, g));
             }
             Op::Relu => {
                 // micrograd: (out.data > 0) * out.grad
                 let (zero, one) = (ar.constant(0.0), ar.constant(1.0));
                 let d = ar.select_gt(out, zero, one, zero);
-                local.push(ar.mul(d, g));
+                local.give(0, ar.mul(d, g));
             }
             Op::Sigmoid => {
                 // d sigmoid = s * (1 - s)
                 let one = ar.constant(1.0);
                 let one_minus = ar.sub(one, out);
                 let d = ar.mul(out, one_minus);
-                local.push(ar.mul(d, g));
+                local.give(0, ar.mul(d, g));
             }
             Op::Softplus => {
                 // d softplus = sigmoid(x), from x: finite at every x (1 - e^-out, from the
                 // value, would lose every digit where softplus is tiny).
                 let d = sigmoid(ar, x[0]);
-                local.push(ar.mul(d, g));
+                local.give(0, ar.mul(d, g));
             }
             Op::Log1p => {
                 // d log(1 + x) = 1 / (1 + x)
                 let one = ar.constant(1.0);
                 let one_plus_x = ar.add(one, x[0]);
-                local.push(ar.div(g, one_plus_x));
+                local.give(0, ar.div(g, one_plus_x));
             }
             Op::Abs => {
                 // sign(x): 1 above 0, -1 below, 0 at +-0 (and NaN), as PyTorch's sgn.
@@ -411,20 +430,20 @@ impl Op {
                     (ar.constant(0.0), ar.constant(1.0), ar.constant(-1.0));
                 let below = ar.select_gt(zero, x[0], minus_one, zero);
                 let d = ar.select_gt(x[0], zero, one, below);
-                local.push(ar.mul(d, g));
+                local.give(0, ar.mul(d, g));
             }
             Op::Sin => {
                 let d = ar.call(MathFn::Cos, &[x[0]]);
-                local.push(ar.mul(d, g));
+                local.give(0, ar.mul(d, g));
             }
             Op::Cos => {
                 let sin = ar.call(MathFn::Sin, &[x[0]]);
                 let d = ar.neg(sin);
-                local.push(ar.mul(d, g));
+                local.give(0, ar.mul(d, g));
             }
             Op::Sqrt => {
                 let d = sqrt_derivative(ar, out);
-                local.push(ar.mul(d, g));
+                local.give(0, ar.mul(d, g));
             }
             Op::Max => {
                 // the gradient goes to the operand max picked
@@ -432,7 +451,8 @@ impl Op {
                 let da = ar.select_gt(x[1], x[0], zero, one);
                 let db = ar.select_gt(x[1], x[0], one, zero);
                 let (da, db) = (ar.mul(da, g), ar.mul(db, g));
-                local.extend([da, db]);
+                local.give(0, da);
+                local.give(1, db);
             }
             Op::Min => {
                 // the gradient goes to the operand min picked (a on a tie, as max)
@@ -440,10 +460,25 @@ impl Op {
                 let da = ar.select_gt(x[0], x[1], zero, one);
                 let db = ar.select_gt(x[0], x[1], one, zero);
                 let (da, db) = (ar.mul(da, g), ar.mul(db, g));
-                local.extend([da, db]);
+                local.give(0, da);
+                local.give(1, db);
             }
-            Op::Sum => local.extend(x.iter().map(|_| g)),
+            Op::Sum => (0..x.len()).for_each(|i| local.give(i, g)),
         }
+    }
+}
+
+/// Where [`Op::local_grads_into`] hands each operand's gradient contribution.
+pub trait GradSink<V> {
+    /// Operand `operand`'s contribution, operands in order.
+    fn give(&mut self, operand: usize, d: V);
+}
+
+/// Collects the contributions in operand order ([`Op::local_grads`]).
+impl<V> GradSink<V> for Vec<V> {
+    #[inline(always)]
+    fn give(&mut self, _operand: usize, d: V) {
+        self.push(d)
     }
 }
 

@@ -64,11 +64,12 @@ impl JitBuilder {
             },
         };
         let kernels = Kernels::new(&tape);
-        let runs = kernels.stats().runs;
+        let (runs, fused) = (kernels.stats().runs, kernels.stats().fused);
         let engine = Engine::Kernels(Box::new(kernels));
         let mut jit = Jit::new(tape, self, engine, background, start)?;
         jit.stats.first_tier_secs = start.elapsed().as_secs_f64();
         jit.stats.first_tier_op_runs = runs;
+        jit.stats.first_tier_fused = fused;
         Ok(jit)
     }
 
@@ -335,6 +336,7 @@ impl Jit {
         self.stats = JitStats {
             first_tier_secs: tier_stats.first_tier_secs,
             first_tier_op_runs: tier_stats.first_tier_op_runs,
+            first_tier_fused: tier_stats.first_tier_fused,
             first_tier_passes: tier_stats.first_tier_passes,
             native_passes: tier_stats.native_passes,
             native_after_secs: Some(self.start.elapsed().as_secs_f64()),

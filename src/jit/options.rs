@@ -201,6 +201,9 @@ pub struct JitStats {
     /// Runs of one op the first tier computes its operations in (each a loop of that op's
     /// formula); 0 without a first tier.
     pub first_tier_op_runs: usize,
+    /// Softmaxes written in scalars (max, subtract, exp, sum, divide) the first tier runs
+    /// each as one unit, the same operations in the same order; 0 without a first tier.
+    pub first_tier_fused: usize,
     /// Passes run on the first tier, and on native code: each `forward`, `backward`,
     /// `update` and `step` (a `step` with an optimizer other than plain SGD is a forward and
     /// a backward), each sample of a `train` call the first tier runs, and each native

@@ -10,7 +10,8 @@
 //! the instruction cache where straight-line machine code of 50k nodes streams through L2.
 //! The buffers hold one value and one gradient per slot, renumbered so that each run writes
 //! consecutive entries (params and inputs keep their slots, where `Program` writes them);
-//! slot-order views are made on demand. `docs/design.md#kernels-the-first-tier` says why.
+//! slot-order views are made on demand. A softmax written in scalars runs as one unit
+//! ([`fused`]). `docs/design.md#kernels-the-first-tier` says why.
 //!
 //! **Bit for bit** what [`crate::Interpreter`] computes: every value and local gradient comes
 //! from [`Op::forward`] and [`Op::local_grads`] over [`F64`], and each gradient adds its
@@ -26,20 +27,31 @@
 //! at `+0` (or at the loss's 1, or a param's accumulated gradient, itself such a sum) never
 //! is under round-to-nearest. Operands without a gradient receive into a sink entry.
 
+mod fused;
 mod prepare;
 mod run;
+mod schedule;
 
 use crate::aligned::AlignedBuf;
 use crate::minibatch::Workspace;
 use crate::op::Op;
 use crate::tape::Tape;
 
-/// Operations `start..end` of the run order, all computing `op` (exponents included).
+/// Operations `start..end` of the run order, all computing `body`.
 #[derive(Clone, Copy, Debug)]
 struct Run {
-    op: Op,
+    body: Body,
     start: u32,
     end: u32,
+}
+
+/// What a run computes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Body {
+    /// One op (exponents included) per operation.
+    Op(Op),
+    /// Instances of a pattern ([`fused`]), each `pattern.len()` operations.
+    Fused(fused::Pattern),
 }
 
 /// A tape prepared as kernel runs, with its value and gradient buffers.
@@ -83,6 +95,9 @@ pub(crate) struct KernelStats {
     /// Gradient contributions (edges backward adds along), and those pulled.
     pub edges: usize,
     pub pulled_edges: usize,
+    /// Pattern instances run fused ([`fused`]), and the operations they hold.
+    pub fused: usize,
+    pub fused_ops: usize,
 }
 
 impl Kernels {

@@ -1,14 +1,8 @@
 //! Preparation: the run order, the operand tables and where each gradient contribution goes.
 
-use super::{KernelStats, Kernels, Run};
-use crate::op::{Op, OpKind};
+use super::schedule::{self, Order};
+use super::{fused, Body, KernelStats, Kernels, Run};
 use crate::tape::{Slot, Tape};
-
-/// Op kinds in all: the ready queues' count (derived, so a new op gets its own queue).
-fn kinds() -> usize {
-    use strum::IntoEnumIterator;
-    Op::iter().count()
-}
 
 /// `tape` (which stores every node) as kernel runs.
 pub(super) fn prepare(tape: &Tape) -> Kernels {
@@ -16,29 +10,14 @@ pub(super) fn prepare(tape: &Tape) -> Kernels {
     let is_op = |s: usize| !tape.stored(Slot(s as u32)).op().is_leaf();
     let needs = |s: usize| tape.stored(Slot(s as u32)).needs_grad();
     let args_of = |s: usize| tape.stored(Slot(s as u32)).args();
-    let kind = |s: usize| OpKind::from(tape.stored(Slot(s as u32)).op()) as usize;
 
-    // The run order: backward's operations (those that need a gradient) first, then the
-    // others; each phase in greedy runs.
-    let mut order: Vec<u32> = Vec::with_capacity(n);
-    let mut pending = vec![0u32; n];
-    let mut user_start = vec![0u32; n + 1];
-    let mut users = Vec::new();
-    let mut backward_ops = 0;
-    for phase_needs in [true, false] {
-        let in_phase = |s: usize| is_op(s) && needs(s) == phase_needs;
-        greedy_runs(
-            n,
-            &in_phase,
-            &args_of,
-            &kind,
-            (&mut pending, &mut user_start, &mut users),
-            &mut order,
-        );
-        if phase_needs {
-            backward_ops = order.len();
-        }
-    }
+    // The run order, and the runs' bodies (a fused instance's nodes in its pattern's order).
+    let fusions = fused::find(tape);
+    let Order {
+        nodes: order,
+        bodies,
+        backward_ops,
+    } = schedule::run_order(tape, &fusions);
 
     // Buffer indices: leaves where the tape has them (params and inputs first, as the
     // tape's slots), then operation j at `first_op + j`: a run writes consecutive entries,
@@ -55,28 +34,35 @@ pub(super) fn prepare(tape: &Tape) -> Kernels {
     }
     debug_assert!(tape.param_slots().iter().all(|s| index[s.index()] == s.0));
 
-    // Operand tables and runs (a run breaks where the op or the phase changes).
+    // Operand tables, and runs (a run breaks where its body or the phase changes).
     let num_ops = order.len();
     let mut arg_start = Vec::with_capacity(num_ops + 1);
     let mut args: Vec<u32> = Vec::with_capacity(2 * num_ops);
+    arg_start.push(0);
+    for &s in &order {
+        args.extend(args_of(s as usize).iter().map(|a| index[a.index()]));
+        arg_start.push(args.len() as u32);
+    }
+    let key = |b: Body| match b {
+        Body::Op(op) => (op.key(), None),
+        Body::Fused(p) => ([0; 2], Some(p)),
+    };
     let mut runs: Vec<Run> = Vec::new();
     let mut backward_runs = 0;
-    arg_start.push(0);
-    for (j, &s) in order.iter().enumerate() {
-        let node = tape.stored(Slot(s));
-        args.extend(node.args().iter().map(|a| index[a.index()]));
-        arg_start.push(args.len() as u32);
-        if j == backward_ops {
+    let mut j = 0;
+    for (body, len) in bodies {
+        if j as usize == backward_ops {
             backward_runs = runs.len();
         }
         match runs.last_mut() {
-            Some(r) if r.op.key() == node.op().key() && j != backward_ops => r.end += 1,
+            Some(r) if key(r.body) == key(body) && j as usize != backward_ops => r.end += len,
             _ => runs.push(Run {
-                op: node.op(),
-                start: j as u32,
-                end: j as u32 + 1,
+                body,
+                start: j,
+                end: j + len,
             }),
         }
+        j += len;
     }
     if backward_ops == num_ops {
         backward_runs = runs.len();
@@ -178,6 +164,8 @@ pub(super) fn prepare(tape: &Tape) -> Kernels {
             runs: runs.len(),
             edges,
             pulled_edges,
+            fused: fusions.found.len(),
+            fused_ops: fusions.found.iter().map(|f| f.1.len()).sum(),
         },
         runs,
         backward_runs,
@@ -200,70 +188,6 @@ pub(super) fn prepare(tape: &Tape) -> Kernels {
     kernels
 }
 
-/// Appends the operations `in_phase` accepts to `order` in greedy runs: of the operations
-/// whose operands are ready (computed, or outside the phase), the kind with most, all of
-/// them and those they make ready (first in, first out). Scratch buffers are the caller's.
-fn greedy_runs<'t>(
-    n: usize,
-    in_phase: &dyn Fn(usize) -> bool,
-    args_of: &dyn Fn(usize) -> &'t [Slot],
-    kind: &dyn Fn(usize) -> usize,
-    (pending, user_start, users): (&mut [u32], &mut [u32], &mut Vec<u32>),
-    order: &mut Vec<u32>,
-) {
-    // Users within the phase (CSR), and each operation's operands not yet computed.
-    user_start.fill(0);
-    let mut count = 0;
-    for s in (0..n).filter(|&s| in_phase(s)) {
-        count += 1;
-        pending[s] = 0;
-        for a in args_of(s) {
-            if in_phase(a.index()) {
-                pending[s] += 1;
-                user_start[a.index() + 1] += 1;
-            }
-        }
-    }
-    for i in 1..=n {
-        user_start[i] += user_start[i - 1];
-    }
-    users.clear();
-    users.resize(user_start[n] as usize, 0);
-    let mut fill = user_start.to_vec();
-    for s in (0..n).filter(|&s| in_phase(s)) {
-        for a in args_of(s) {
-            if in_phase(a.index()) {
-                users[fill[a.index()] as usize] = s as u32;
-                fill[a.index()] += 1;
-            }
-        }
-    }
-    let kinds = kinds();
-    let mut ready: Vec<Vec<u32>> = vec![Vec::new(); kinds];
-    let mut head = vec![0usize; kinds];
-    for s in (0..n).filter(|&s| in_phase(s) && pending[s] == 0) {
-        ready[kind(s)].push(s as u32);
-    }
-    let mut left = count;
-    while left > 0 {
-        let k = (0..kinds)
-            .max_by_key(|&k| (ready[k].len() - head[k], usize::MAX - k))
-            .expect("an op kind");
-        while head[k] < ready[k].len() {
-            let s = ready[k][head[k]] as usize;
-            head[k] += 1;
-            order.push(s as u32);
-            left -= 1;
-            for &u in &users[user_start[s] as usize..user_start[s + 1] as usize] {
-                pending[u as usize] -= 1;
-                if pending[u as usize] == 0 {
-                    ready[kind(u as usize)].push(u);
-                }
-            }
-        }
-    }
-}
-
 impl Kernels {
     /// What the runs' indexing relies on (checked once, in every build: a wrong table would
     /// be a wrong number, not a crash, since every access is bounds-checked): each run
@@ -284,5 +208,16 @@ impl Kernels {
         assert!(self.dst.iter().all(|&d| (d as usize) < g));
         assert!(self.pull.windows(2).all(|w| w[0] <= w[1]));
         assert!(self.pull.iter().all(|&x| (x as usize) < g));
+        for (i, run) in self.runs.iter().enumerate() {
+            if let Body::Fused(pattern) = run.body {
+                let backward = i < self.backward_runs;
+                fused::check(
+                    self,
+                    pattern,
+                    run.start as usize..run.end as usize,
+                    backward,
+                );
+            }
+        }
     }
 }

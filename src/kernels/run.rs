@@ -5,8 +5,8 @@
 
 use std::ops::Range;
 
-use super::Kernels;
-use crate::op::{Op, PerOp, F64};
+use super::{fused, Body, Kernels};
+use crate::op::{GradSink, Op, PerOp, F64};
 
 /// Operands gathered on the stack up to this many (a longer `sum` uses a scratch vector).
 const INLINE: usize = 8;
@@ -16,12 +16,15 @@ pub(super) fn forward(k: &Kernels, values: &mut [f64]) {
     let mut wide = Vec::new();
     for run in &k.runs {
         let ops = run.start as usize..run.end as usize;
-        run.op.specialize(Forward {
-            k,
-            values: &mut *values,
-            ops,
-            wide: &mut wide,
-        });
+        match run.body {
+            Body::Op(op) => op.specialize(Forward {
+                k,
+                values: &mut *values,
+                ops,
+                wide: &mut wide,
+            }),
+            Body::Fused(pattern) => fused::forward(k, values, pattern, ops),
+        }
     }
 }
 
@@ -77,16 +80,19 @@ pub(super) fn backward(k: &Kernels, values: &[f64], grads: &mut [f64]) {
     };
     grads[k.num_params..].fill(0.0);
     grads[loss] = 1.0;
-    let (mut wide, mut local) = (Vec::new(), Vec::with_capacity(INLINE));
+    let mut wide = Vec::new();
     for run in k.runs[..k.backward_runs].iter().rev() {
-        run.op.specialize(Backward {
-            k,
-            values,
-            grads: &mut *grads,
-            ops: run.start as usize..run.end as usize,
-            wide: &mut wide,
-            local: &mut local,
-        });
+        let ops = run.start as usize..run.end as usize;
+        match run.body {
+            Body::Op(op) => op.specialize(Backward {
+                k,
+                values,
+                grads: &mut *grads,
+                ops,
+                wide: &mut wide,
+            }),
+            Body::Fused(pattern) => fused::backward(k, values, grads, pattern, ops),
+        }
     }
     for &(x, lo, hi) in &k.leaf_pulls {
         finished_grad(grads, x as usize, lo as usize..hi as usize);
@@ -100,7 +106,6 @@ struct Backward<'a> {
     grads: &'a mut [f64],
     ops: Range<usize>,
     wide: &'a mut Vec<f64>,
-    local: &'a mut Vec<f64>,
 }
 
 impl PerOp for Backward<'_> {
@@ -113,7 +118,6 @@ impl PerOp for Backward<'_> {
             grads,
             ops,
             wide,
-            local,
         } = self;
         // (Operands by the op's arity, as in forward: a sum's gathered.)
         let pulls = &k.pull[ops.start..ops.end + 1];
@@ -129,8 +133,8 @@ impl PerOp for Backward<'_> {
                 for j in ops.clone().rev() {
                     let g = grad(grads, j);
                     let (x, out) = ([values[args[at(j)] as usize]], values[k.first_op + j]);
-                    op().local_grads(&mut F64, &x, out, g, local);
-                    grads[dst[at(j)] as usize] += local[0];
+                    let dst = &dst[at(j)..][..1];
+                    op().local_grads_into(&mut F64, &x, out, g, &mut AddInto { grads, dst });
                 }
             }
             Some(2) => {
@@ -140,9 +144,8 @@ impl PerOp for Backward<'_> {
                     let g = grad(grads, j);
                     let (a, d) = (&args[2 * at(j)..][..2], &dst[2 * at(j)..][..2]);
                     let x = [values[a[0] as usize], values[a[1] as usize]];
-                    op().local_grads(&mut F64, &x, values[k.first_op + j], g, local);
-                    grads[d[0] as usize] += local[0];
-                    grads[d[1] as usize] += local[1];
+                    let out = values[k.first_op + j];
+                    op().local_grads_into(&mut F64, &x, out, g, &mut AddInto { grads, dst: d });
                 }
             }
             _ => {
@@ -150,14 +153,25 @@ impl PerOp for Backward<'_> {
                 for j in ops.clone().rev() {
                     let g = grad(grads, j);
                     let x = gather(k, values, j, &mut inline, wide);
-                    op().local_grads(&mut F64, x, values[k.first_op + j], g, local);
                     let dst = &k.dst[k.arg_start[j] as usize..k.arg_start[j + 1] as usize];
-                    for (&d, &c) in dst.iter().zip(local.iter()) {
-                        grads[d as usize] += c;
-                    }
+                    let out = values[k.first_op + j];
+                    op().local_grads_into(&mut F64, x, out, g, &mut AddInto { grads, dst });
                 }
             }
         }
+    }
+}
+
+/// Adds operand `i`'s contribution into `grads[dst[i]]` (its gradient, or its pulled entry).
+pub(super) struct AddInto<'a> {
+    pub grads: &'a mut [f64],
+    pub dst: &'a [u32],
+}
+
+impl GradSink<f64> for AddInto<'_> {
+    #[inline(always)]
+    fn give(&mut self, operand: usize, d: f64) {
+        self.grads[self.dst[operand] as usize] += d;
     }
 }
 
@@ -171,7 +185,7 @@ fn fixed(k: &Kernels, ops: &Range<usize>, arity: usize) -> Range<usize> {
 
 /// Slot `o`'s gradient: what was pushed into it, then its pulled contributions in order.
 #[inline(always)]
-fn finished_grad(grads: &mut [f64], o: usize, pulled: std::ops::Range<usize>) -> f64 {
+pub(super) fn finished_grad(grads: &mut [f64], o: usize, pulled: std::ops::Range<usize>) -> f64 {
     let mut g = grads[o];
     for c in pulled {
         g += grads[c];
