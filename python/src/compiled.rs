@@ -12,9 +12,10 @@ use std::sync::{Mutex, MutexGuard};
 
 use tapejit::checkpoint::Checkpoint;
 use tapejit::optim::{Adam, AdamW, Optimizer, Sgd};
-use tapejit::{Graph, Interpreter, Jit, Op, OptLevel, Program};
+use tapejit::{Graph, Interpreter, Jit, Op, OptLevel, Program, Tape, Tiering};
 
 use crate::drop_in::{error, graph_of, linearize, position};
+use crate::tiers::{self, DropsWithoutGil};
 use crate::value::{flag, Value};
 
 /// A leaf's part in a compiled graph.
@@ -24,12 +25,39 @@ enum Role {
     Param(usize),
 }
 
+/// What runs a compiled program: the JIT, in its tiers, or the interpreter
+/// (`opt="interpreter"`).
+enum Runner {
+    Jit(Box<Jit>),
+    Interpreter(Box<Interpreter>),
+}
+
+impl std::ops::Deref for Runner {
+    type Target = dyn Program + Send;
+    fn deref(&self) -> &Self::Target {
+        match self {
+            Runner::Jit(jit) => &**jit,
+            Runner::Interpreter(interp) => &**interp,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Runner {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        match self {
+            Runner::Jit(jit) => &mut **jit,
+            Runner::Interpreter(interp) => &mut **interp,
+        }
+    }
+}
+
 /// A graph compiled once: what `tapejit.compile` returns.
 #[pyclass(name = "Program", module = "tapejit")]
 pub struct Compiled {
     /// In a mutex only to be `Sync`, as Python objects are: every use is under the object's
-    /// own borrow.
-    program: Mutex<Box<dyn Program + Send>>,
+    /// own borrow. Dropped without the GIL: a JIT dropped while its native compile is inside
+    /// LLVM waits for the module it is on.
+    program: Mutex<DropsWithoutGil<Runner>>,
     /// The params' `Value`s, in the program's order, for `sync`.
     params: Vec<Py<Value>>,
     /// The `tapejit.optim` optimizer given to `compile`, whose `lr` steps use by default.
@@ -51,6 +79,7 @@ struct Recipe {
     outputs: Vec<Py<Value>>,
     opt: String,
     keep_ir: bool,
+    tiering: Tiering,
 }
 
 /// `x` as a contiguous slice of `f64`s (a copy only if numpy must make one).
@@ -69,10 +98,13 @@ fn numbers<'py>(x: &Bound<'py, PyAny>) -> PyResult<PyReadonlyArrayDyn<'py, f64>>
 /// `params`: the leaves they train (default: every leaf that is not an input and was not a
 /// number an operator met); `outputs`: values whose numbers `outputs()` returns after each
 /// forward; `opt`: `"O0"`..`"O3"`, or `"interpreter"`; `keep_ir`: keep the optimized IR for
-/// `ir()`; `optimizer`: a `tapejit.optim` optimizer (default plain SGD at the rate each step
-/// is given). Every other leaf is a constant.
+/// `ir()` (native code then compiles before `compile` returns); `optimizer`: a
+/// `tapejit.optim` optimizer (default plain SGD at the rate each step is given);
+/// `tiering`: `"auto"` (the JIT's first tier at once, native code when it is ready),
+/// `"off"` (native code before `compile` returns) or `"first_tier_only"`. Every other leaf
+/// is a constant.
 #[pyfunction]
-#[pyo3(signature = (loss, inputs = Vec::new(), params = None, outputs = Vec::new(), opt = "O2", keep_ir = false, optimizer = None))]
+#[pyo3(signature = (loss, inputs = Vec::new(), params = None, outputs = Vec::new(), opt = "O2", keep_ir = false, optimizer = None, tiering = "auto"))]
 #[allow(clippy::too_many_arguments)]
 pub fn compile(
     py: Python<'_>,
@@ -83,7 +115,15 @@ pub fn compile(
     opt: &str,
     keep_ir: bool,
     optimizer: Option<Py<PyAny>>,
+    tiering: &str,
 ) -> PyResult<Compiled> {
+    let tiering = tiers::tiering(tiering)?;
+    if keep_ir && tiering == Tiering::FirstTierOnly {
+        return Err(PyValueError::new_err(
+            "keep_ir=True keeps native code's IR, and tiering=\"first_tier_only\" compiles \
+             none",
+        ));
+    }
     let rust_optimizer = match &optimizer {
         Some(o) => optimizer_of(o.bind(py))?,
         None => Optimizer::default(),
@@ -162,27 +202,31 @@ pub fn compile(
     }
     g.set_loss(value(order.len() - 1)).map_err(error)?;
     let mut ir = Err("the interpreter has no IR".to_string());
-    let program: Box<dyn Program + Send> = if opt == "interpreter" {
+    let program = if opt == "interpreter" {
         let mut interp = Interpreter::new(&g).map_err(error)?;
         interp.set_optimizer(rust_optimizer).map_err(error)?;
-        Box::new(interp)
+        Runner::Interpreter(Box::new(interp))
     } else {
         let level: OptLevel = opt.parse().map_err(|_| {
             PyValueError::new_err(format!(
                 "opt={opt:?}: expected \"O0\", \"O1\", \"O2\", \"O3\" or \"interpreter\""
             ))
         })?;
-        let jit = Jit::builder()
+        let builder = Jit::builder()
             .opt_level(level)
             .keep_ir(keep_ir)
             .optimizer(rust_optimizer)
-            .compile(&g)
+            .tiering(tiering);
+        let tape = Tape::from_graph(&g).map_err(error)?;
+        // (Without the GIL: with tiering "off" or keep_ir, LLVM compiles here.)
+        let jit = py
+            .detach(move || builder.compile_tape(tape))
             .map_err(error)?;
         ir = jit.ir().map_err(|e| e.to_string());
-        Box::new(jit)
+        Runner::Jit(Box::new(jit))
     };
     Ok(Compiled {
-        program: Mutex::new(program),
+        program: Mutex::new(DropsWithoutGil::new(program)),
         params,
         optimizer,
         ir,
@@ -193,18 +237,22 @@ pub fn compile(
             outputs,
             opt: opt.to_string(),
             keep_ir,
+            tiering,
         },
     })
 }
 
-/// A pickled program back: `compile` of its recipe, then its params and optimizer state.
+/// A pickled program back: `compile` of its recipe and tiering, then its params and
+/// optimizer state. (The tiering is an argument of its own, not in the recipe, so that a
+/// pickle made before there was one loads: its program's tiering is the default.)
 #[pyfunction]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (recipe, values, state, tiering = "auto"))]
 pub fn restore_program(
     py: Python<'_>,
     recipe: Recipe7,
     values: &Bound<'_, PyAny>,
     state: &Bound<'_, PyDict>,
+    tiering: &str,
 ) -> PyResult<Compiled> {
     let (loss, inputs, params, outputs, opt, keep_ir, optimizer) = recipe;
     let mut program = compile(
@@ -216,6 +264,7 @@ pub fn restore_program(
         &opt,
         keep_ir,
         optimizer,
+        tiering,
     )?;
     program.set_params(values)?;
     program.set_optimizer_state(state)?;
@@ -367,7 +416,7 @@ fn default_params(
 }
 
 impl Compiled {
-    fn program(&self) -> MutexGuard<'_, Box<dyn Program + Send>> {
+    fn program(&self) -> MutexGuard<'_, DropsWithoutGil<Runner>> {
         self.program.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -502,7 +551,7 @@ impl Compiled {
     /// of an MLP whose params these are (then named as PyTorch's `nn.Linear`s), or none.
     #[pyo3(signature = (path, architecture = Vec::new()))]
     fn save(&self, py: Python<'_>, path: &str, architecture: Vec<usize>) -> PyResult<()> {
-        let checkpoint = Checkpoint::of(self.program().as_ref(), &architecture);
+        let checkpoint = Checkpoint::of(&***self.program(), &architecture);
         py.detach(|| checkpoint.save(path)).map_err(error)
     }
 
@@ -520,7 +569,7 @@ impl Compiled {
                 checkpoint.params.len()
             )));
         }
-        checkpoint.restore(program.as_mut(), path).map_err(error)
+        checkpoint.restore(&mut ***program, path).map_err(error)
     }
 
     /// The optimizer given to `compile` (`None`: plain SGD).
@@ -567,10 +616,10 @@ impl Compiled {
         program.set_optimizer_state(&state).map_err(error)
     }
 
-    /// Pickles as its graph (the `Value`s under the loss), the leaves' roles, its options,
-    /// params and optimizer state: loading compiles it again (LLVM's code is not portable
-    /// between processes) and puts the params and state back, so a process pool can ship
-    /// a program and get back one that continues where it left off.
+    /// Pickles as its graph (the `Value`s under the loss), the leaves' roles, its options
+    /// (the tiering too), params and optimizer state: loading compiles it again (LLVM's code
+    /// is not portable between processes) and puts the params and state back, so a process
+    /// pool can ship a program and get back one that continues where it left off.
     fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
         let r = &self.recipe;
         let clone = |vs: &[Py<Value>]| vs.iter().map(|v| v.clone_ref(py)).collect::<Vec<_>>();
@@ -584,13 +633,63 @@ impl Compiled {
             self.optimizer.as_ref().map(|o| o.clone_ref(py)),
         );
         let restore = py.import("tapejit._tapejit")?.getattr("restore_program")?;
-        let args = (recipe, self.params(py), self.optimizer_state(py)?);
+        let tiering = tiers::tiering_name(r.tiering);
+        let args = (recipe, self.params(py), self.optimizer_state(py)?, tiering);
         Ok((restore, args.into_pyobject(py)?.into_any()))
     }
 
     /// The optimized LLVM IR, if compiled with `keep_ir=True`.
     fn ir(&self) -> PyResult<String> {
         self.ir.clone().map_err(PyRuntimeError::new_err)
+    }
+
+    /// The tier that runs the next call: `"first_tier"` (the JIT's first tier, while native
+    /// code compiles), `"native"`, or `"interpreter"` (`opt="interpreter"`). Native code
+    /// takes over at the start of a call that recomputes every value (`step`, `train`,
+    /// `forward`) once its compile is done.
+    #[getter]
+    fn tier(&self) -> &'static str {
+        match &**self.program() {
+            Runner::Jit(jit) => tiers::tier_name(jit.tier()),
+            Runner::Interpreter(_) => "interpreter",
+        }
+    }
+
+    /// The `tiering` given to `compile`.
+    #[getter]
+    fn tiering(&self) -> &'static str {
+        tiers::tiering_name(self.recipe.tiering)
+    }
+
+    /// Waits, without the GIL, for native code compiling in the background, and switches to
+    /// it; returns at once where none compiles (tiering `"off"` or `"first_tier_only"`, or
+    /// the interpreter). A native compile that failed is a `RuntimeError` (the program goes
+    /// on in the first tier, which computes the same numbers).
+    fn wait_for_native(&mut self, py: Python<'_>) -> PyResult<()> {
+        let program = self.program.get_mut().unwrap_or_else(|e| e.into_inner());
+        let Runner::Jit(jit) = &mut **program else {
+            return Ok(());
+        };
+        let waited = py.detach(|| jit.wait_for_native());
+        // (A failure a call met first is in the stats.)
+        match waited.err().or_else(|| jit.stats().native_error.clone()) {
+            None => Ok(()),
+            Some(e) => Err(PyRuntimeError::new_err(format!(
+                "native code did not compile ({e}): the first tier runs on, with the same \
+                 numbers"
+            ))),
+        }
+    }
+
+    /// The JIT's stats: which tier ran how many passes (`first_tier_passes`,
+    /// `native_passes`), when native code took over (`native_after_secs`, `None` until then
+    /// and with tiering `"off"`), why it never will (`native_error`), and what compiling
+    /// took. Empty for the interpreter.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        match &**self.program() {
+            Runner::Jit(jit) => tiers::stats(py, jit.stats()),
+            Runner::Interpreter(_) => Ok(PyDict::new(py)),
+        }
     }
 
     #[getter]

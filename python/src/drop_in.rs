@@ -212,6 +212,18 @@ pub fn graph_of<'g>(
     Ok(nodes)
 }
 
+/// Empties the cache; run at Python's exit (`lib.rs` registers it). A JIT left in the cache
+/// would compile on into the process's exit: C's exit handlers, which run after Python's,
+/// tear down LLVM's globals, those registered while the compile ran first (the process
+/// crashed on them after a drop-in training loop of a few seconds). Dropped here, each JIT
+/// calls its compile off, waiting for one inside LLVM to end the module it is on.
+#[pyfunction]
+#[pyo3(name = "_drop_cached_programs")]
+pub fn drop_cached(py: Python<'_>) {
+    let cache = CACHE.lock().unwrap_or_else(|e| e.into_inner()).take();
+    py.detach(move || drop(cache));
+}
+
 pub fn error(e: tapejit::Error) -> PyErr {
     PyValueError::new_err(e.to_string())
 }
@@ -228,6 +240,21 @@ pub fn backward(py: Python<'_>, root_object: &Py<Value>) -> PyResult<()> {
     let Ok((order, key)) = linearize(py, root) else {
         return crate::custom::backward(root_object.bind(py));
     };
+    let mut evicted = None;
+    let ran = run(&order, key, &mut evicted);
+    // A JIT dropped while its native compile is inside LLVM waits for the module it is on:
+    // this one once the cache is unlocked, and without the GIL.
+    if let Some(evicted) = evicted {
+        py.detach(move || drop(evicted));
+    }
+    ran?;
+    root.grad.set(1.0);
+    Ok(())
+}
+
+/// The tape of `order`'s structure (`key`) run on its leaves' numbers, each node's gradient
+/// added to its `grad`; `evicted`: the structure the cache let go of, if it was full.
+fn run(order: &[&Value], key: Vec<u64>, evicted: &mut Option<Compiled>) -> PyResult<()> {
     let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
     let cache = cache.get_or_insert_with(Cache::default);
     cache.clock += 1;
@@ -236,7 +263,7 @@ pub fn backward(py: Python<'_>, root_object: &Py<Value>) -> PyResult<()> {
     if seen != Some(true) {
         // First sight: the interpreter (no compile time for a graph built once); second
         // sight: the JIT, which every later rebuild reuses.
-        let compiled = build(&order, seen.is_some())?;
+        let compiled = build(order, seen.is_some())?;
         if cache.programs.len() >= CACHED && seen.is_none() {
             let oldest = cache
                 .programs
@@ -244,7 +271,7 @@ pub fn backward(py: Python<'_>, root_object: &Py<Value>) -> PyResult<()> {
                 .min_by_key(|(_, c)| c.used)
                 .map(|(k, _)| k.clone());
             if let Some(oldest) = oldest {
-                cache.programs.remove(&oldest);
+                *evicted = cache.programs.remove(&oldest);
             }
         }
         cache.programs.insert(key.clone(), compiled);
@@ -257,7 +284,7 @@ pub fn backward(py: Python<'_>, root_object: &Py<Value>) -> PyResult<()> {
         .map(|v| v.data.get())
         .collect();
     let program = compiled.program.as_mut();
-    let in_terms_of_values = |e| in_terms_of_values(e, &order, &compiled.nodes);
+    let in_terms_of_values = |e| in_terms_of_values(e, order, &compiled.nodes);
     program.set_params(&leaves).map_err(in_terms_of_values)?;
     program.forward();
     program.zero_grad();
@@ -271,6 +298,5 @@ pub fn backward(py: Python<'_>, root_object: &Py<Value>) -> PyResult<()> {
         let g = grads[slot as usize];
         v.grad.set(v.grad.get() + g);
     }
-    root.grad.set(1.0);
     Ok(())
 }

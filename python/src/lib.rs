@@ -13,6 +13,7 @@ mod number;
 mod params;
 mod pickle;
 mod release;
+mod tiers;
 mod value;
 
 use pyo3::prelude::*;
@@ -32,5 +33,10 @@ fn _tapejit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(params::load_params, m)?)?;
     m.add_function(wrap_pyfunction!(datasets::make_moons, m)?)?;
     m.add_function(wrap_pyfunction!(datasets::micrograd_params, m)?)?;
+    // (Python's exit handlers run before C's, which tear down LLVM.)
+    let drop_cached = wrap_pyfunction!(drop_in::drop_cached, m)?;
+    m.py()
+        .import("atexit")?
+        .call_method1("register", (drop_cached,))?;
     Ok(())
 }
