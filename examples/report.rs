@@ -5,8 +5,8 @@
 //! rollout unrolled over steps, a random DAG) at `examples/families`' quick sizes, each
 //! beside the interpreter and its hand-written yardstick (and JAX's moons step with `--jax`).
 //!
-//! Then graphs built anew (issue #40): irregular graphs timed from an empty graph to the last
-//! iteration on the JIT and the interpreter, beside a yardstick tape interpreter
+//! Then graphs built anew (issue #40): irregular graphs and rollouts timed from an empty graph
+//! to the last iteration on the JIT and the interpreter, beside a yardstick tape interpreter
 //! (`report/anew.rs`).
 //!
 //! cargo run --release --example report -- [--data DIR] [--quick] [--samples N] [--out DIR]
@@ -660,8 +660,8 @@ fn run(o: Options) -> Result<(), String> {
         }
         let _ = write!(
             report,
-            "\n## Graphs built anew\n\nIrregular graphs from an empty graph to the last \
-             iteration (issue #40), beside the yardstick tape interpreter \
+            "\n## Graphs built anew\n\nIrregular graphs and rollouts from an empty graph to \
+             the last iteration (issue #40), beside the yardstick tape interpreter \
              (`benches/common/tape_interp.rs`); {}, tapejit {}.\n\n{table}",
             cpu(),
             code_version().unwrap_or_else(|| "(no git)".into()),

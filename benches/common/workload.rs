@@ -351,7 +351,7 @@ pub fn irregular_ops(g: &Graph, ops: usize, seed: u64) {
 }
 
 /// How [`irregular_ops_written`] writes a softplus.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Softplus {
     /// `relu(x) + log(1 + exp(-max(-x, x)))`: nine nodes.
     Written,

@@ -1,9 +1,11 @@
 //! The report's "graphs built anew" section (issue #40): wall time from an empty graph to
 //! the last training iteration (building the graph, `Tape::from_graph` or compiling, then
-//! `step` after `step`), for irregular graphs, on the JIT at O2 and O0 and the interpreter,
-//! beside the yardstick: a tape interpreter as fast as a plain one gets
-//! (benches/common/tape_interp.rs). Then the same for a graph rebuilt every K iterations
-//! (a fresh graph of the same kind, a new seed each time).
+//! `step` after `step`), for irregular graphs (the irregular one twice: softplus as its user
+//! wrote it and as one op) and rollouts whose steps loop recovery finds (families.rs'
+//! springs and RNN), on the JIT at O2 and O0 and the interpreter, beside the yardstick: a
+//! tape interpreter as fast as a plain one gets (benches/common/tape_interp.rs). Then the
+//! same for a graph rebuilt every K iterations (a fresh graph of the same kind, a new seed
+//! each time).
 //!
 //! One run passes every iteration count in turn: the time at 100 iterations is the clock
 //! when the 100th finished, in the run that goes on to 10,000. Backends take turns, run by
@@ -16,9 +18,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tapejit::{Graph, Interpreter, Jit, OptLevel, Program, Tape, Tiering};
 
+use crate::families::{Rnn, Springs};
 use crate::table::{median, significant, thousands};
 use crate::tape_interp::TapeInterp;
-use crate::workload;
+use crate::workload::{self, Softplus};
 
 /// The learning rate of every iteration (small: 10,000 SGD steps keep the params and the
 /// values moderate).
@@ -39,15 +42,28 @@ pub struct Settings {
 enum Workload {
     /// `workload::random_dag` of about this many nodes.
     Dag(usize),
-    /// `workload::irregular_ops` of this many operations.
-    Irregular(usize),
+    /// `workload::irregular_ops_written` of this many operations, softplus written so.
+    Irregular(usize, Softplus),
+    /// `families::Springs` (16 masses) over this many steps: a rollout, the same for every
+    /// seed.
+    Springs(usize),
+    /// `families::Rnn` (4 inputs, 16 hidden) over this many steps: a rollout, the same for
+    /// every seed.
+    Rnn(usize),
 }
 
 impl Workload {
     fn name(self) -> String {
         match self {
             Workload::Dag(n) => format!("random_dag, {} nodes", thousands(n)),
-            Workload::Irregular(n) => format!("irregular, {} ops", thousands(n)),
+            Workload::Irregular(n, Softplus::Written) => {
+                format!("irregular, {} ops, softplus written", thousands(n))
+            }
+            Workload::Irregular(n, Softplus::Op) => {
+                format!("irregular, {} ops, softplus one op", thousands(n))
+            }
+            Workload::Springs(t) => format!("springs rollout, T = {}", thousands(t)),
+            Workload::Rnn(t) => format!("RNN rollout, T = {}", thousands(t)),
         }
     }
 
@@ -55,7 +71,12 @@ impl Workload {
     fn build(self, g: &Graph, seed: u64) -> Vec<f64> {
         match self {
             Workload::Dag(n) => workload::random_dag(g, n, seed),
-            Workload::Irregular(n) => workload::irregular_ops(g, n, seed),
+            Workload::Irregular(n, softplus) => {
+                workload::irregular_ops_written(g, n, seed, softplus)
+            }
+            // The family's own data (its learning rate is not used: every row steps at LR).
+            Workload::Springs(t) => return Springs::new(t).build(g).inputs,
+            Workload::Rnn(t) => return Rnn::new(t).build(g).inputs,
         }
         let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed);
         (0..g.num_inputs())
@@ -150,10 +171,35 @@ struct Run {
     /// Seconds when each checkpoint's last iteration finished.
     at: Vec<f64>,
     nodes: usize,
-    /// The JIT's own account: compile seconds and machine code bytes.
-    jit: Option<(f64, usize)>,
+    /// The JIT's own account, after the last iteration.
+    jit: Option<JitAccount>,
     params: Vec<f64>,
     finite: bool,
+}
+
+/// What `JitStats` says of a run's native code (zeros where it never took over).
+#[derive(Clone, Copy, Debug)]
+struct JitAccount {
+    compile_secs: f64,
+    code_bytes: usize,
+    /// Loops loop recovery made, and the tape nodes they cover.
+    loops: usize,
+    loop_nodes: usize,
+    /// Seconds from the compile's start until native code took over from the first tier.
+    native_after: Option<f64>,
+}
+
+impl JitAccount {
+    fn of(jit: &Jit) -> JitAccount {
+        let s = jit.stats();
+        JitAccount {
+            compile_secs: s.compile_secs,
+            code_bytes: s.code_bytes,
+            loops: s.loops,
+            loop_nodes: s.loop_nodes,
+            native_after: s.native_after_secs,
+        }
+    }
 }
 
 fn run(w: Workload, backend: Backend, seed: u64, checkpoints: &[usize]) -> Run {
@@ -178,7 +224,7 @@ fn run(w: Workload, backend: Backend, seed: u64, checkpoints: &[usize]) -> Run {
         at,
         nodes: runner.nodes(),
         jit: match &runner {
-            Runner::Jit(j) => Some((j.stats().compile_secs, j.stats().code_bytes)),
+            Runner::Jit(j) => Some(JitAccount::of(j)),
             _ => None,
         },
         finite: loss.is_finite() && params.iter().all(|p| p.is_finite()),
@@ -223,10 +269,20 @@ struct Row {
     ready: f64,
     at: Vec<f64>,
     us_per_iteration: f64,
-    jit: Option<(f64, usize)>,
+    /// Medians over runs (`native_after` over the runs where native code took over).
+    jit: Option<JitAccount>,
+    /// Runs where native code took over, and runs.
+    took_over: (usize, usize),
     same_bits: bool,
     finite: bool,
 }
+
+/// Rollout steps: about 40,000 tape nodes in full (springs 80 steps, the RNN 100), about 5,000
+/// with `--quick`.
+const SPRINGS_FULL: usize = 80;
+const RNN_FULL: usize = 100;
+const SPRINGS_QUICK: usize = 10;
+const RNN_QUICK: usize = 12;
 
 /// What the section measures, full or `--quick`.
 struct Sizes {
@@ -242,9 +298,15 @@ impl Sizes {
     fn new(quick: bool) -> Sizes {
         if quick {
             Sizes {
-                workloads: vec![Workload::Dag(5_000), Workload::Irregular(1_000)],
+                workloads: vec![
+                    Workload::Dag(5_000),
+                    Workload::Irregular(1_000, Softplus::Written),
+                    Workload::Irregular(1_000, Softplus::Op),
+                    Workload::Springs(SPRINGS_QUICK),
+                    Workload::Rnn(RNN_QUICK),
+                ],
                 checkpoints: vec![10, 100, 1_000],
-                rebuilt: Workload::Irregular(1_000),
+                rebuilt: Workload::Irregular(1_000, Softplus::Written),
                 ks: vec![10, 100],
             }
         } else {
@@ -252,10 +314,13 @@ impl Sizes {
                 workloads: vec![
                     Workload::Dag(20_000),
                     Workload::Dag(60_000),
-                    Workload::Irregular(10_000),
+                    Workload::Irregular(10_000, Softplus::Written),
+                    Workload::Irregular(10_000, Softplus::Op),
+                    Workload::Springs(SPRINGS_FULL),
+                    Workload::Rnn(RNN_FULL),
                 ],
                 checkpoints: vec![100, 1_000, 10_000],
-                rebuilt: Workload::Irregular(10_000),
+                rebuilt: Workload::Irregular(10_000, Softplus::Written),
                 ks: vec![100, 1_000],
             }
         }
@@ -304,6 +369,10 @@ pub fn report(o: &Settings) -> (String, bool) {
             let rs = &runs[b];
             let med = |f: &dyn Fn(&Run) -> f64| median(&rs.iter().map(f).collect::<Vec<_>>());
             let same = rs.iter().all(|r| same_bits(&r.params, reference));
+            let native_after: Vec<f64> = rs
+                .iter()
+                .filter_map(|r| r.jit.and_then(|j| j.native_after))
+                .collect();
             agree &= same;
             rows.push(Row {
                 workload: w.name(),
@@ -312,7 +381,12 @@ pub fn report(o: &Settings) -> (String, bool) {
                 ready: med(&|r| r.ready),
                 at: (0..checkpoints.len()).map(|i| med(&|r| r.at[i])).collect(),
                 us_per_iteration: med(&|r| (r.at[r.at.len() - 1] - r.ready) / last as f64 * 1e6),
-                jit: (rs[0].jit).map(|(_, bytes)| (med(&|r| r.jit.map_or(0.0, |j| j.0)), bytes)),
+                jit: (rs[0].jit).map(|first| JitAccount {
+                    compile_secs: med(&|r| r.jit.map_or(0.0, |j| j.compile_secs)),
+                    native_after: Some(median(&native_after)).filter(|s| !s.is_nan()),
+                    ..first
+                }),
+                took_over: (native_after.len(), rs.len()),
                 same_bits: same,
                 finite: rs.iter().all(|r| r.finite),
             });
@@ -332,9 +406,52 @@ pub fn report(o: &Settings) -> (String, bool) {
          the params after {last_text} iterations are the interpreter's, bit for bit.",
         runs_text(o.runs),
     );
+    let _ = write!(out, "\n{}", native_notes(&rows));
     let (rebuilt_table, rebuilt_agree) = rebuilt_table(sizes.rebuilt, &sizes.ks, o.runs);
     let _ = write!(out, "\n{rebuilt_table}");
     (out, agree && rebuilt_agree)
+}
+
+/// Per graph: when the tiered JIT's native code took over, and the loops loop recovery made
+/// in the native code compiled at O2 with tiering off (the same code the tiered JIT
+/// compiles).
+fn native_notes(rows: &[Row]) -> String {
+    let mut t = String::from(
+        "Native code, per graph (medians): when it took over from the first tier in the \
+         tiered runs (`JitStats::native_after_secs`, from the compile's start), and the loops \
+         loop recovery made at O2 (`JitStats::loops`, `loop_nodes`).\n\n",
+    );
+    for r in rows
+        .iter()
+        .filter(|r| r.backend == Backend::Jit(OptLevel::O2, Tiering::Off))
+    {
+        let tiered = rows.iter().find(|t| {
+            t.workload == r.workload && t.backend == Backend::Jit(OptLevel::O2, Tiering::Auto)
+        });
+        let after = match tiered.map(|t| (t.took_over, t.jit.and_then(|j| j.native_after))) {
+            Some(((0, _), _)) | Some((_, None)) => "never took over (the runs ended first)".into(),
+            Some(((k, n), Some(secs))) if k == n => {
+                format!("took over after {} s", significant(secs))
+            }
+            Some(((k, n), Some(secs))) => {
+                format!(
+                    "took over in {k} of {n} runs, after {} s",
+                    significant(secs)
+                )
+            }
+            None => "ran in no tiered run".into(),
+        };
+        let loops = r.jit.map_or("—".into(), |j| {
+            format!(
+                "{} loops over {} of {} nodes",
+                j.loops,
+                thousands(j.loop_nodes),
+                thousands(r.nodes)
+            )
+        });
+        let _ = writeln!(t, "- {}: native code {after}; {loops}.", r.workload);
+    }
+    t
 }
 
 fn first_table(rows: &[Row], checkpoints: &[usize]) -> String {
@@ -358,8 +475,12 @@ fn first_table(rows: &[Row], checkpoints: &[usize]) -> String {
         let ratios: Vec<String> = (r.at.iter().zip(&yard.at))
             .map(|(a, y)| format!("{}×", significant(a / y)))
             .collect();
-        let jit = r.jit.map_or("—".into(), |(secs, bytes)| {
-            format!("{}, {}", significant(secs), thousands(bytes / 1024))
+        let jit = r.jit.map_or("—".into(), |j| {
+            format!(
+                "{}, {}",
+                significant(j.compile_secs),
+                thousands(j.code_bytes / 1024)
+            )
         });
         let _ = writeln!(
             t,
