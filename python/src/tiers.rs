@@ -45,6 +45,7 @@ pub fn stats<'py>(py: Python<'py>, s: &JitStats) -> PyResult<Bound<'py, PyDict>>
     dict.set_item("tape_nodes", s.tape_nodes)?;
     dict.set_item("first_tier_secs", s.first_tier_secs)?;
     dict.set_item("first_tier_op_runs", s.first_tier_op_runs)?;
+    dict.set_item("first_tier_fused", s.first_tier_fused)?;
     dict.set_item("first_tier_passes", s.first_tier_passes)?;
     dict.set_item("native_passes", s.native_passes)?;
     dict.set_item("native_after_secs", s.native_after_secs)?;
