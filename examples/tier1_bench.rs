@@ -1,8 +1,8 @@
 //! Measures the kernel-tier prototype of issue #40 (benches/common/tier1.rs) against the
 //! yardstick tape interpreter (benches/common/tape_interp.rs) on the graphs of "graphs built
-//! anew": `workload::irregular_ops` (10,000 ops) and `workload::random_dag` (20k and 60k
-//! nodes). For each graph: the shape the tier sees (levels, (level, kind) batches, runs per
-//! schedule, pulled contributions), then per backend the preparation time (from the tape)
+//! anew": `workload::irregular_ops` (10,000 ops), `workload::random_dag` (20k and 60k
+//! nodes) and two rollouts (`families::Rnn`, `families::Springs`). For each graph: the shape
+//! the tier sees (levels, (level, kind) batches, runs per schedule, pulled contributions), then per backend the preparation time (from the tape)
 //! and the time per iteration (one SGD `step`), medians over runs with the backends taking
 //! turns, and the wall time from an empty graph to the last of 100 / 1,000 / 10,000
 //! iterations projected from those medians (graph build and `Tape::from_graph` included,
@@ -12,6 +12,8 @@
 //!
 //! `--jit` adds the JIT at O0 (compiled once per graph: seconds).
 
+#[path = "../benches/common/families.rs"]
+mod families;
 #[path = "common/table.rs"]
 #[allow(dead_code)]
 mod table;
@@ -60,6 +62,10 @@ enum Workload {
     /// 5) instead of nine.
     IrregularSoftplus(usize),
     Dag(usize),
+    /// `families::Rnn` over this many steps (a rollout).
+    Rnn(usize),
+    /// `families::Springs` over this many steps (a rollout).
+    Springs(usize),
 }
 
 impl Workload {
@@ -70,6 +76,8 @@ impl Workload {
                 format!("irregular_ops({}), softplus as one op", thousands(n))
             }
             Workload::Dag(n) => format!("random_dag({})", thousands(n)),
+            Workload::Rnn(t) => format!("rnn rollout, T = {t}"),
+            Workload::Springs(t) => format!("springs rollout, T = {t}"),
         }
     }
     fn build(self, g: &Graph) -> Vec<f64> {
@@ -77,6 +85,8 @@ impl Workload {
             Workload::Irregular(n) => workload::irregular_ops(g, n, 1),
             Workload::IrregularSoftplus(n) => irregular_with_softplus(g, n, 1),
             Workload::Dag(n) => workload::random_dag(g, n, 1),
+            Workload::Rnn(t) => return families::Rnn::new(t).build(g).inputs,
+            Workload::Springs(t) => return families::Springs::new(t).build(g).inputs,
         }
         let mut rng = StdRng::seed_from_u64(0x5eed);
         (0..g.num_inputs())
@@ -155,6 +165,8 @@ fn main() {
         Workload::IrregularSoftplus(10_000),
         Workload::Dag(20_000),
         Workload::Dag(60_000),
+        Workload::Rnn(100),
+        Workload::Springs(80),
     ];
     let mut backends = vec![Backend::Yardstick];
     backends.extend(Schedule::ALL.map(Backend::Tier));

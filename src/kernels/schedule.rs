@@ -166,14 +166,21 @@ fn greedy_runs(
             .max_by_key(|&k| (ready[k].len() - head[k], usize::MAX - k))
             .expect("a queue");
         while head[k] < ready[k].len() {
-            let s = ready[k][head[k]] as usize;
-            head[k] += 1;
-            order.push(s as u32);
-            left -= 1;
-            for &u in &users[user_start[s] as usize..user_start[s + 1] as usize] {
-                pending[u as usize] -= 1;
-                if pending[u as usize] == 0 {
-                    ready[units.queue(u as usize)].push(u);
+            // A batch: the units ready now (none reads another), in the tape's order, so that
+            // backward's additions into one gradient interleave with others' as the tape's
+            // do (not one dependent chain of them), and more of them are pushed.
+            let batch = head[k]..ready[k].len();
+            ready[k][batch.clone()].sort_unstable();
+            head[k] = batch.end;
+            for i in batch {
+                let s = ready[k][i] as usize;
+                order.push(s as u32);
+                left -= 1;
+                for &u in &users[user_start[s] as usize..user_start[s + 1] as usize] {
+                    pending[u as usize] -= 1;
+                    if pending[u as usize] == 0 {
+                        ready[units.queue(u as usize)].push(u);
+                    }
                 }
             }
         }
