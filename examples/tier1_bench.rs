@@ -3,10 +3,11 @@
 //! anew": `workload::irregular_ops` (10,000 ops), `workload::random_dag` (20k and 60k
 //! nodes) and two rollouts (`families::Rnn`, `families::Springs`). For each graph: the shape
 //! the tier sees (levels, (level, kind) batches, runs per schedule, pulled contributions),
-//! then per backend the preparation time (from the tape) and the time per iteration (one SGD `step`), medians over runs with the backends taking
-//! turns, and the wall time from an empty graph to the last of 100 / 1,000 / 10,000
-//! iterations projected from those medians (graph build and `Tape::from_graph` included,
-//! the same for every backend), as a ratio to the yardstick's.
+//! then per backend the preparation time (from the tape) and the time per iteration (one
+//! SGD `step`), medians over runs with the backends taking turns, and the wall time from an
+//! empty graph to the last of 100 / 1,000 / 10,000 iterations projected from those medians
+//! (graph build and `Tape::from_graph` included, the same for every backend), as a ratio to
+//! the yardstick's.
 //!
 //! cargo run --release --example tier1_bench -- [--runs R] [--iters N] [--jit]
 //!
