@@ -8,7 +8,7 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use tapejit::nn::Classifier;
 use tapejit::optim::Adam;
-use tapejit::{Graph, Interpreter, Jit, Program, Tier, Tiering};
+use tapejit::{Cache, Graph, Interpreter, Jit, Program, Tier, Tiering};
 
 /// Bit patterns, every NaN as one (which NaN comes out where two meet is IEEE's choice).
 fn bits(xs: &[f64]) -> Vec<u64> {
@@ -275,4 +275,39 @@ fn a_program_dropped_while_compiling_calls_the_compile_off() {
     let jit = Jit::builder().chunk_size(50).compile(&g).unwrap();
     assert_eq!(jit.tier(), Tier::Kernels);
     drop(jit);
+}
+
+/// A background compile waits until the program has run on the first tier about as long as
+/// LLVM is estimated to take: a program idle after one step still runs its first tier (and a
+/// graph dropped that soon never entered LLVM, so its drop waits for nothing); waiting for
+/// native code ends the wait.
+#[test]
+fn the_compile_waits_until_native_code_is_worth_it() {
+    let g = Graph::new();
+    random_graph(&g, 6, 5_000);
+    let mut jit = Jit::builder().cache(Cache::Off).compile(&g).unwrap();
+    let inputs = vec![0.5; g.num_inputs()];
+    jit.step(&inputs, 0.01).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(
+        jit.tier(),
+        Tier::Kernels,
+        "no call, no first-tier time: still waiting"
+    );
+    jit.wait_for_native().unwrap();
+    assert_eq!(jit.tier(), Tier::Native);
+    let stats = jit.stats();
+    assert!(stats.compile_deferred_secs >= 0.3, "{stats:?}");
+    assert!(stats.compile_secs > stats.compile_deferred_secs);
+
+    // A program stepping on long enough starts its compile by itself, and switches.
+    let mut jit = Jit::builder().cache(Cache::Off).compile(&g).unwrap();
+    while jit.tier() == Tier::Kernels {
+        jit.step(&inputs, 0.01).unwrap();
+    }
+    let stats = jit.stats();
+    assert!(
+        stats.first_tier_passes > 1 && stats.compile_deferred_secs > 0.0,
+        "{stats:?}"
+    );
 }

@@ -52,6 +52,7 @@ pub fn stats<'py>(py: Python<'py>, s: &JitStats) -> PyResult<Bound<'py, PyDict>>
     let error = s.native_error.as_ref().map(|e| e.to_string());
     dict.set_item("native_error", error)?;
     dict.set_item("compile_secs", s.compile_secs)?;
+    dict.set_item("compile_deferred_secs", s.compile_deferred_secs)?;
     dict.set_item("cache_hits", s.cache_hits)?;
     dict.set_item("cache_misses", s.cache_misses)?;
     Ok(dict)

@@ -112,9 +112,7 @@ fn evict_after<'a>(options: &JitBuilder, mut objects: impl Iterator<Item = &'a O
 
 /// Module `role`'s key in the cache: the compile's, the host's and the role's.
 fn cache_key(source: &Source, cpu: &HostCpu, role: ModuleRole) -> Digest {
-    let triple = TargetMachine::get_default_triple();
-    let triple = triple.as_str().to_string_lossy();
-    source.key(&[&triple, &cpu.name, &cpu.features, &format!("{role:?}")])
+    source.key(&[&host().0, &cpu.name, &cpu.features, &format!("{role:?}")])
 }
 
 /// Module `role` of `plan`: from the cache, else compiled in a context of its own (and
@@ -217,11 +215,32 @@ fn build(
     Ok(Object { bytes, ir, stats })
 }
 
+/// The host's CPU, asked of LLVM once per process (first on the program's thread: a
+/// background compile reads it before it may enter LLVM).
 pub(super) fn host_cpu() -> HostCpu {
-    HostCpu {
-        name: TargetMachine::get_host_cpu_name().to_string(),
-        features: TargetMachine::get_host_cpu_features().to_string(),
-    }
+    host().1.clone()
+}
+
+/// The host's triple and CPU ([`host_cpu`]).
+fn host() -> &'static (String, HostCpu) {
+    static HOST: std::sync::OnceLock<(String, HostCpu)> = std::sync::OnceLock::new();
+    HOST.get_or_init(|| {
+        let triple = TargetMachine::get_default_triple();
+        let cpu = HostCpu {
+            name: TargetMachine::get_host_cpu_name().to_string(),
+            features: TargetMachine::get_host_cpu_features().to_string(),
+        };
+        (triple.as_str().to_string_lossy().into_owned(), cpu)
+    })
+}
+
+/// Whether the cache holds every module of `plan` (then the compile is a load and a link).
+pub(super) fn all_cached(plan: &Plan, options: &JitBuilder) -> bool {
+    let Some(source) = options.cache_source.as_deref() else {
+        return false;
+    };
+    let cpu = host_cpu();
+    (0..plan.modules.len()).all(|m| source.contains(&cache_key(source, &cpu, ModuleRole::Plan(m))))
 }
 
 /// Whether the host packs a vector's chosen lanes together in a register quickly: AVX-512

@@ -146,6 +146,18 @@ impl JitBuilder {
             stats.zero_skipping = step.train.as_ref().is_some_and(|t| t.skip_zeros.is_some());
         }
         stats.compile_threads = self.threads().min(plan.modules.len());
+        if let Some(state) = &self.background {
+            // (Native code is worth its compile once the first tier has run about as long.)
+            let estimate = match compiler::all_cached(&plan, self) {
+                true => std::time::Duration::ZERO,
+                false => tiers::compile_estimate(self.opt_level, tape.op_nodes() - plan.loop_nodes),
+            };
+            let deferred = Instant::now();
+            if !state.wait_until_worth(estimate) {
+                return Err(called_off());
+            }
+            stats.compile_deferred_secs = deferred.elapsed().as_secs_f64();
+        }
         // (A background compile touches LLVM from here on only: before, the host's features
         // come from the first ask, on the program's thread.)
         if !self.enter_llvm() {
@@ -227,6 +239,9 @@ pub struct Jit {
     engine: Engine,
     /// Native code compiling, while the first tier runs.
     background: Option<Background>,
+    /// The start of the latest call that recomputes every value, while native code compiles
+    /// (the first tier's running time, told to the compile: [`Jit::poll`]).
+    last_call: Option<Instant>,
     /// When the compile started (the clock of [`JitStats::native_after_secs`]).
     start: Instant,
     stats: JitStats,
@@ -266,6 +281,7 @@ impl Jit {
             tape,
             engine,
             background,
+            last_call: None,
             start,
             stats,
             opt_level: options.opt_level,
@@ -307,13 +323,18 @@ impl Jit {
         }
     }
 
-    /// Switches to native code if its compile has finished (at the start of a call).
+    /// Switches to native code if its compile has finished (at the start of a call), and
+    /// tells the compile how long the first tier has run: the time since the previous such
+    /// call (the program's time between calls included, which only starts it sooner).
     fn poll(&mut self) {
-        if self
-            .background
-            .as_ref()
-            .is_some_and(Background::is_finished)
-        {
+        let Some(background) = &self.background else {
+            return;
+        };
+        let now = Instant::now();
+        if let Some(previous) = self.last_call.replace(now) {
+            background.ran_first_tier(now - previous);
+        }
+        if background.is_finished() {
             let _ = self.wait_for_native();
         }
     }

@@ -141,6 +141,10 @@ pub struct JitStats {
     pub codegen_secs: f64,
     /// Seconds from the tape to linked native code, as a clock on the wall sees them.
     pub compile_secs: f64,
+    /// Of those, seconds a background compile waited before entering LLVM, until the program
+    /// had run on the first tier about as long as LLVM was estimated to take ([`Tiering::Auto`];
+    /// [`Jit::wait_for_native`](crate::Jit::wait_for_native) ends the wait).
+    pub compile_deferred_secs: f64,
     /// Seconds compiling what only some methods run, when they first did: `train`'s merged
     /// first layer ([`crate::Program::train`]) and `accumulate`
     /// ([`crate::Program::train_minibatches`]); 0 until then. The stage times and sizes
@@ -344,9 +348,44 @@ pub(super) static EXITING: AtomicBool = AtomicBool::new(false);
 pub(super) struct CompileState {
     called_off: AtomicBool,
     in_llvm: AtomicBool,
+    /// Nanoseconds the program has run on the first tier, and whether it waits for native
+    /// code ([`CompileState::wait_until_worth`]).
+    first_tier_nanos: std::sync::atomic::AtomicU64,
+    hurry: AtomicBool,
 }
 
 impl CompileState {
+    /// The program ran on the first tier for `nanos` more.
+    pub fn ran_first_tier(&self, nanos: u64) {
+        self.first_tier_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// The program waits for native code: no more deferring.
+    pub fn hurry(&self) {
+        self.hurry.store(true, Ordering::SeqCst);
+    }
+
+    /// Waits until the program has run on the first tier for as long as the compile left is
+    /// estimated to take (`estimate`), or is waiting for it; false if called off meanwhile.
+    /// (A graph run a few times, as one rebuilt often is, never pays for a compile, nor waits
+    /// for one when dropped; one run long pays at most about twice what it would have.)
+    pub fn wait_until_worth(&self, estimate: std::time::Duration) -> bool {
+        let estimate = estimate.as_nanos().min(u64::MAX as u128) as u64;
+        loop {
+            if self.called_off() {
+                return false;
+            }
+            let ran = self.first_tier_nanos.load(Ordering::Relaxed);
+            if ran >= estimate || self.hurry.load(Ordering::SeqCst) {
+                return true;
+            }
+            // (A short nap: the time left at the earliest, at most 5 ms, so that a drop or
+            // a wait is answered at once.)
+            let left = std::time::Duration::from_nanos(estimate - ran);
+            std::thread::sleep(left.min(std::time::Duration::from_millis(5)));
+        }
+    }
+
     /// The program no longer wants the compile; whether it must wait for it to end.
     pub fn call_off(&self) -> bool {
         self.called_off.store(true, Ordering::SeqCst);
@@ -371,8 +410,13 @@ pub enum Tiering {
     /// Returns as soon as the first tier, the kernel tier, is ready (a few hundred
     /// nanoseconds per node: the tape as runs of one op, each a loop of that op's formula);
     /// native code compiles on a background thread and takes over between two calls once it
-    /// is linked. A tape holding a batch of copies (whose expanded tape is many times its
-    /// stored one) and a builder that keeps the IR compile natively at once.
+    /// is linked. The compile plans at once but enters LLVM only once the program has run on
+    /// the first tier about as long as LLVM is estimated to take (or the cache holds every
+    /// module, or [`crate::Jit::wait_for_native`] is called): a graph run a few times, as
+    /// one rebuilt often is, never pays for a compile, and one run long pays at most about
+    /// twice what compiling at once would have ([`JitStats::compile_deferred_secs`]). A tape
+    /// holding a batch of copies (whose expanded tape is many times its stored one) and a
+    /// builder that keeps the IR compile natively at once.
     #[default]
     Auto,
     /// Returns once native code is linked: no first tier.

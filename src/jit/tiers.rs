@@ -10,10 +10,10 @@
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::engine::Native;
-use super::options::{CompileState, JitBuilder, JitStats};
+use super::options::{CompileState, JitBuilder, JitStats, OptLevel};
 use crate::error::Result;
 use crate::kernels::Kernels;
 use crate::plan::{PerSlot, Plan};
@@ -55,6 +55,19 @@ impl Compiled {
         let local = c.index() < self.local_grads.len() && self.local_grads.get(c.index());
         self.keeps(s) && !local && !self.tape.drops_grad(c)
     }
+}
+
+/// What LLVM is estimated to take at `level` for a plan with `straight` operations outside
+/// loops (a loop compiles once per body: the rollouts of `docs/benchmarks.md`, 33k-37k nodes
+/// in loops, compile in 70 ms at O2): low, a third to a sixth of what it measures on
+/// straight-line code (95-150 us per node at O2 on the irregular graphs and random DAGs, 20
+/// at O0), so that a graph run long starts its compile early rather than late.
+pub(super) fn compile_estimate(level: OptLevel, straight: usize) -> Duration {
+    let per_node = match level {
+        OptLevel::O0 => Duration::from_micros(5),
+        _ => Duration::from_micros(30),
+    };
+    Duration::from_millis(20) + per_node * straight.min(u32::MAX as usize) as u32
 }
 
 /// A native compile running on a thread of its own.
@@ -107,8 +120,16 @@ impl Background {
         self.handle.as_ref().map_or(true, JoinHandle::is_finished)
     }
 
-    /// The compile's result, waiting for it if it runs still.
+    /// The program ran on the first tier for `time` more (the compile waits until that is
+    /// about what it will take: [`CompileState::wait_until_worth`]).
+    pub fn ran_first_tier(&self, time: Duration) {
+        self.state
+            .ran_first_tier(time.as_nanos().min(u64::MAX as u128) as u64);
+    }
+
+    /// The compile's result, waiting for it (no longer deferred) if it runs still.
     pub fn join(mut self) -> Result<Compiled> {
+        self.state.hurry();
         let handle = self.handle.take().expect("joined once");
         match handle.join() {
             Ok(compiled) => compiled,

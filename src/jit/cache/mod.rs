@@ -234,6 +234,11 @@ impl Source {
         self.dir.join(hex + SUFFIX)
     }
 
+    /// Whether `key` has an entry (whole or not: [`Source::load`] checks).
+    pub fn contains(&self, key: &Digest) -> bool {
+        self.path(key).exists()
+    }
+
     /// The object and sizes of `key`'s entry, if it has a whole one (and marks it used).
     pub fn load(&self, key: &Digest) -> Option<(Vec<u8>, Sizes)> {
         let path = self.path(key);

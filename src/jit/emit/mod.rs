@@ -51,6 +51,7 @@ use crate::plan::Plan;
 use crate::tape::{Slot, Tape};
 
 /// The host CPU, stamped on every function so codegen uses its features (AVX2, FMA, ...).
+#[derive(Clone)]
 pub struct HostCpu {
     pub name: String,
     pub features: String,
