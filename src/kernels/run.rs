@@ -83,8 +83,17 @@ pub(super) fn backward(k: &Kernels, values: &[f64], grads: &mut [f64]) {
     let mut wide = Vec::new();
     for run in k.runs[..k.backward_runs].iter().rev() {
         let ops = run.start as usize..run.end as usize;
+        // (Most runs pull nothing: their loops skip the pull ranges.)
+        let pulls_any = k.pull[ops.start] != k.pull[ops.end];
         match run.body {
-            Body::Op(op) => op.specialize(Backward {
+            Body::Op(op) if pulls_any => op.specialize(Backward::<true> {
+                k,
+                values,
+                grads: &mut *grads,
+                ops,
+                wide: &mut wide,
+            }),
+            Body::Op(op) => op.specialize(Backward::<false> {
                 k,
                 values,
                 grads: &mut *grads,
@@ -99,8 +108,9 @@ pub(super) fn backward(k: &Kernels, values: &[f64], grads: &mut [f64]) {
     }
 }
 
-/// One run of backward, last operation first, specialized to its op.
-struct Backward<'a> {
+/// One run of backward, last operation first, specialized to its op and to whether any of
+/// its gradients has pulled contributions (`PULLS`).
+struct Backward<'a, const PULLS: bool> {
     k: &'a Kernels,
     values: &'a [f64],
     grads: &'a mut [f64],
@@ -108,7 +118,7 @@ struct Backward<'a> {
     wide: &'a mut Vec<f64>,
 }
 
-impl PerOp for Backward<'_> {
+impl<const PULLS: bool> PerOp for Backward<'_, PULLS> {
     type Out = ();
     #[inline(always)]
     fn run(self, op: impl Fn() -> Op + Copy) {
@@ -122,9 +132,12 @@ impl PerOp for Backward<'_> {
         // (Operands by the op's arity, as in forward: a sum's gathered.)
         let pulls = &k.pull[ops.start..ops.end + 1];
         let at = |j: usize| j - ops.start;
-        let grad = |grads: &mut [f64], j: usize| {
-            let pulled = pulls[at(j)] as usize..pulls[at(j) + 1] as usize;
-            finished_grad(grads, k.first_op + j, pulled)
+        let grad = |grads: &mut [f64], j: usize| match PULLS {
+            true => {
+                let pulled = pulls[at(j)] as usize..pulls[at(j) + 1] as usize;
+                finished_grad(grads, k.first_op + j, pulled)
+            }
+            false => grads[k.first_op + j],
         };
         match op().arity() {
             Some(1) => {
