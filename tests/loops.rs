@@ -5,7 +5,9 @@ mod common;
 
 use std::ops::Range;
 
-use common::{assert_backends_agree, interpreter_and_every_jit_level, random_inputs, Action};
+use common::{
+    assert_backends_agree, interpreter_and_every_jit_level, native_stats, random_inputs, Action,
+};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tapejit::nn::{Activation, Classifier, Layer};
@@ -346,12 +348,7 @@ fn gradients_step_defers_are_there_whenever_anyone_looks() {
     // each action right after a step, without looking in between, then compare everything.
     let g = Graph::new();
     Classifier::new(&g, 24, &[12], 3, &mut StdRng::seed_from_u64(15)).unwrap();
-    let stats = Jit::builder()
-        .tiering(Tiering::Off)
-        .compile(&g)
-        .unwrap()
-        .stats()
-        .clone();
+    let stats = native_stats(&g);
     assert!(stats.deferred_grads > 0, "{stats:?}");
     let (inputs, params) = (g.num_inputs(), g.num_params());
     let mut rng = StdRng::seed_from_u64(16);
@@ -416,12 +413,7 @@ fn train_is_step_per_sample_bit_for_bit() {
     for (nin, hidden, samples) in [(24, vec![12], 7), (20, vec![70, 5], 4), (16, vec![9], 1)] {
         let g = Graph::new();
         Classifier::new(&g, nin, &hidden, 3, &mut StdRng::seed_from_u64(17)).unwrap();
-        let stats = Jit::builder()
-            .tiering(Tiering::Off)
-            .compile(&g)
-            .unwrap()
-            .stats()
-            .clone();
+        let stats = native_stats(&g);
         assert!(stats.merged_train, "{nin}-{hidden:?}: train merges nothing");
         let width = g.num_inputs();
         let mut rng = StdRng::seed_from_u64(18);

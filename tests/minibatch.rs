@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::interpreter_and_every_jit_level;
+use common::{interpreter_and_every_jit_level, native_stats};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tapejit::minibatch::CHUNK;
@@ -197,12 +197,7 @@ fn a_rollout_trains_in_minibatches_as_documented() {
     let params = (g.param(-0.2), g.param(0.01));
     let x = roll(g.inputs(6), params, 30);
     g.set_loss(g.sum(x.iter().map(|&v| v * v))).unwrap();
-    let stats = Jit::builder()
-        .tiering(Tiering::Off)
-        .compile(&g)
-        .unwrap()
-        .stats()
-        .clone();
+    let stats = native_stats(&g);
     assert!(stats.local_values > 0 && stats.local_grads > 0, "{stats:?}");
     let mut rng = StdRng::seed_from_u64(23);
     let inputs: Vec<f64> = (0..40 * 6).map(|_| rng.gen_range(-0.5..0.5)).collect();

@@ -190,44 +190,72 @@ fn softmax_at(tape: &Tape, t: Slot, division_of: &[u32]) -> Option<(Pattern, Vec
 }
 
 /// Where a softmax instance's nodes and operands lie in the run order: node `j` writes
-/// entry `first_op + j`; its operands start at `arg_start[j]`.
+/// entry `first_op + j`; its operands start at `arg_start[j]`. The one place that says so,
+/// for the routines (whose `n` is a constant) and for [`check`].
 #[derive(Clone, Copy)]
-struct Layout<const N: usize> {
-    /// The instance's first node, its first operand, and its divisions.
+struct Layout {
+    /// The instance's first node, its first operand, its width and its divisions.
     j: usize,
     a: usize,
+    n: usize,
     outputs: u8,
 }
 
-impl<const N: usize> Layout<N> {
-    // Nodes: maxes m_1..m_{N-1}, subtractions, exps, the sum, the divisions there are.
+impl Layout {
+    // Nodes: maxes m_1..m_{n-1}, subtractions, exps, the sum, the divisions there are.
+    #[inline(always)]
     fn max(self, k: usize) -> usize {
         self.j + k - 1
     }
+    #[inline(always)]
     fn sub(self, i: usize) -> usize {
-        self.j + N - 1 + i
+        self.j + self.n - 1 + i
     }
+    #[inline(always)]
     fn exp(self, i: usize) -> usize {
-        self.j + 2 * N - 1 + i
+        self.j + 2 * self.n - 1 + i
     }
+    #[inline(always)]
     fn sum(self) -> usize {
-        self.j + 3 * N - 1
+        self.j + 3 * self.n - 1
     }
     /// `y_i`, if the instance has it.
+    #[inline(always)]
     fn division(self, i: usize) -> Option<usize> {
         let below = (self.outputs & ((1u8 << i) - 1)).count_ones() as usize;
-        (self.outputs & (1 << i) != 0).then_some(self.j + 3 * N + below)
+        (self.outputs & (1 << i) != 0).then_some(self.j + 3 * self.n + below)
     }
+    /// One past its last node.
     fn end(self) -> usize {
-        self.j + 3 * N + self.outputs.count_ones() as usize
+        self.j + 3 * self.n + self.outputs.count_ones() as usize
     }
-    // Operands: m_k reads (a + 2(k-1), +1), subtraction i (a + 2(N-1) + 2i, +1).
+    // Operands: m_k reads (a + 2(k-1), +1), subtraction i (a + 2(n-1) + 2i, +1).
+    #[inline(always)]
     fn max_args(self, k: usize) -> usize {
         self.a + 2 * (k - 1)
     }
+    #[inline(always)]
     fn sub_args(self, i: usize) -> usize {
-        self.a + 2 * (N - 1) + 2 * i
+        self.a + 2 * (self.n - 1) + 2 * i
     }
+}
+
+/// The layouts of the instances of width `n` and divisions `outputs` in the fused run `ops`,
+/// first to last.
+#[inline(always)]
+fn layouts(
+    k: &Kernels,
+    n: usize,
+    outputs: u8,
+    ops: Range<usize>,
+) -> impl DoubleEndedIterator<Item = Layout> + '_ {
+    let len = 3 * n + outputs.count_ones() as usize;
+    ops.step_by(len).map(move |j| Layout {
+        j,
+        a: k.arg_start[j] as usize,
+        n,
+        outputs,
+    })
 }
 
 /// What the routines below assume of the tables, for the fused run `ops`: each instance's
@@ -237,67 +265,61 @@ impl<const N: usize> Layout<N> {
 pub(super) fn check(k: &Kernels, pattern: Pattern, ops: Range<usize>, backward: bool) {
     let Pattern::Softmax { width, outputs } = pattern;
     let n = width as usize;
-    let len = pattern.len();
-    assert_eq!(ops.len() % len, 0, "a fused run holds whole instances");
-    for j in ops.step_by(len) {
-        let a = k.arg_start[j] as usize;
-        assert_eq!(k.arg_start[j + len] as usize, a + pattern.args_len());
+    assert_eq!(
+        ops.len() % pattern.len(),
+        0,
+        "a fused run holds whole instances"
+    );
+    for l in layouts(k, n, outputs, ops) {
+        assert_eq!(k.arg_start[l.end()] as usize, l.a + pattern.args_len());
         for i in 1..n {
             assert_eq!(
-                k.arg_start[j + i - 1] as usize,
-                a + 2 * (i - 1),
+                k.arg_start[l.max(i)] as usize,
+                l.max_args(i),
                 "a max's operands"
             );
         }
         for i in 0..n {
-            let at = k.arg_start[j + n - 1 + i] as usize;
-            assert_eq!(at, a + 2 * (n - 1) + 2 * i, "a subtraction's operands");
+            let at = k.arg_start[l.sub(i)] as usize;
+            assert_eq!(at, l.sub_args(i), "a subtraction's operands");
         }
         // (The x's: a max's second operand is the subtraction's of the same x.)
-        assert_eq!(k.args[a], k.args[a + 2 * (n - 1)], "x_0 read once");
+        assert_eq!(
+            k.args[l.max_args(1)],
+            k.args[l.sub_args(0)],
+            "x_0 read once"
+        );
         for i in 1..n {
-            assert_eq!(
-                k.args[a + 2 * (i - 1) + 1],
-                k.args[a + 2 * (n - 1) + 2 * i],
-                "x_i"
-            );
+            assert_eq!(k.args[l.max_args(i) + 1], k.args[l.sub_args(i)], "x_i");
         }
-        let entry = |node: usize| (k.first_op + j + node) as u32;
-        let (max, sub, exp, sum) = (|i| i - 1, |i| n - 1 + i, |i| 2 * n - 1 + i, 3 * n - 1);
         // (node, operand, the node it must read): the edges inside the instance.
         let mut inside = Vec::new();
         for i in 2..n {
-            inside.push((max(i), 0, max(i - 1)));
+            inside.push((l.max(i), 0, l.max(i - 1)));
         }
-        let mut division = 3 * n;
         for i in 0..n {
-            inside.push((sub(i), 1, max(n - 1)));
-            inside.push((exp(i), 0, sub(i)));
-            inside.push((sum, i, exp(i)));
-            if outputs & (1 << i) != 0 {
-                inside.push((division, 0, exp(i)));
-                inside.push((division, 1, sum));
-                division += 1;
+            inside.push((l.sub(i), 1, l.max(n - 1)));
+            inside.push((l.exp(i), 0, l.sub(i)));
+            inside.push((l.sum(), i, l.exp(i)));
+            if let Some(y) = l.division(i) {
+                inside.push((y, 0, l.exp(i)));
+                inside.push((y, 1, l.sum()));
             }
         }
         for (node, operand, from) in inside {
-            let at = k.arg_start[j + node] as usize + operand;
-            assert_eq!(k.args[at], entry(from), "a fused instance's inside operand");
+            let at = k.arg_start[node] as usize + operand;
+            let entry = (k.first_op + from) as u32;
+            assert_eq!(k.args[at], entry, "a fused instance's inside operand");
             if backward {
                 assert_eq!(
-                    k.dst[at],
-                    entry(from),
+                    k.dst[at], entry,
                     "a fused instance's inside gradient, pushed"
                 );
             }
         }
         if backward {
-            for node in 0..3 * n {
-                assert_eq!(
-                    k.pull[j + node],
-                    k.pull[j + node + 1],
-                    "nothing pulled inside"
-                );
+            for node in l.j..=l.sum() {
+                assert_eq!(k.pull[node], k.pull[node + 1], "nothing pulled inside");
             }
         }
     }
@@ -339,23 +361,9 @@ pub(super) fn backward(
     }
 }
 
-/// The instances' layouts, first to last.
-fn layouts<const N: usize>(
-    k: &Kernels,
-    outputs: u8,
-    ops: Range<usize>,
-) -> impl DoubleEndedIterator<Item = Layout<N>> + '_ {
-    let len = 3 * N + outputs.count_ones() as usize;
-    ops.step_by(len).map(move |j| Layout {
-        j,
-        a: k.arg_start[j] as usize,
-        outputs,
-    })
-}
-
 /// The operands `x_i` (`x_0` is the first max's first, the others the subtractions').
 #[inline(always)]
-fn operands<const N: usize>(k: &Kernels, values: &[f64], l: Layout<N>) -> [f64; N] {
+fn operands<const N: usize>(k: &Kernels, values: &[f64], l: Layout) -> [f64; N] {
     std::array::from_fn(|i| {
         let a = if i == 0 { l.max_args(1) } else { l.sub_args(i) };
         values[k.args[a] as usize]
@@ -369,8 +377,8 @@ fn softmax_forward<const N: usize>(
     ops: Range<usize>,
 ) {
     let f = k.first_op;
-    for l in layouts::<N>(k, outputs, ops) {
-        let x = operands(k, values, l);
+    for l in layouts(k, N, outputs, ops) {
+        let x = operands::<N>(k, values, l);
         let mut m = x[0];
         for (i, &xi) in x.iter().enumerate().skip(1) {
             m = Op::Max.forward(&mut F64, &[m, xi]);
@@ -412,9 +420,9 @@ fn softmax_backward<const N: usize>(
     ops: Range<usize>,
 ) {
     let f = k.first_op;
-    for l in layouts::<N>(k, outputs, ops).rev() {
+    for l in layouts(k, N, outputs, ops).rev() {
         let v = |node: usize| values[f + node];
-        let x = operands(k, values, l);
+        let x = operands::<N>(k, values, l);
         let t = v(l.sum());
         let e: [f64; N] = std::array::from_fn(|i| v(l.exp(i)));
         // The divisions, last first: each output's gradient finished, then e_i's and t's
@@ -475,14 +483,7 @@ fn softmax_backward<const N: usize>(
 #[cfg(test)]
 mod tests {
     use crate::graph::{Graph, Value};
-    use crate::interp::Interpreter;
-    use crate::kernels::Kernels;
-    use crate::program::Program;
-    use crate::tape::Tape;
-
-    fn bits(v: &[f64]) -> Vec<u64> {
-        v.iter().map(|x| x.to_bits()).collect()
-    }
+    use crate::kernels::assert_steps_like_the_interpreter;
 
     fn softmax<'g>(g: &'g Graph, x: &[Value<'g>]) -> Vec<Value<'g>> {
         let m = x[1..].iter().fold(x[0], |m, &xi| m.max(xi));
@@ -534,25 +535,8 @@ mod tests {
         );
         g.set_loss(loss).unwrap();
 
-        let tape = Tape::from_graph(&g).unwrap();
-        let mut interp = Interpreter::new(&g).unwrap();
-        let mut kernels = Kernels::new(&tape);
-        let stats = kernels.stats();
+        let stats = assert_steps_like_the_interpreter(&g, &[0.7, -0.2, 1.3, 0.1]).stats();
         // (Widths 2 to 8, the partial ones, the repeated operands, the inputs only.)
         assert_eq!(stats.fused, 11, "{stats:?}");
-        let inputs = [0.7, -0.2, 1.3, 0.1];
-        for _ in 0..3 {
-            interp.set_inputs(&inputs).unwrap();
-            interp.forward();
-            interp.backward().unwrap();
-            kernels.buffers_mut().0[tape.input_base()..][..4].copy_from_slice(&inputs);
-            kernels.forward();
-            kernels.backward();
-            let (values, grads) = kernels.in_slot_order();
-            assert_eq!(bits(values), bits(interp.values()));
-            assert_eq!(bits(grads), bits(interp.grads()));
-            interp.update(0.1).unwrap();
-            kernels.update(0.1);
-        }
     }
 }

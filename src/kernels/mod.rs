@@ -235,3 +235,30 @@ impl Kernels {
         self.grads = grads;
     }
 }
+
+/// Steps `graph` (inputs first, then the rest of its tape) on the kernel tier and on the
+/// interpreter three times: values and gradients the same bits after each. The prepared
+/// tier, for its stats.
+#[cfg(test)]
+fn assert_steps_like_the_interpreter(graph: &crate::graph::Graph, inputs: &[f64]) -> Kernels {
+    use crate::interp::Interpreter;
+    use crate::program::Program;
+    let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let tape = Tape::from_graph(graph).unwrap();
+    let mut interp = Interpreter::new(graph).unwrap();
+    let mut kernels = Kernels::new(&tape);
+    for _ in 0..3 {
+        interp.set_inputs(inputs).unwrap();
+        interp.forward();
+        interp.backward().unwrap();
+        kernels.buffers_mut().0[tape.input_base()..][..inputs.len()].copy_from_slice(inputs);
+        kernels.forward();
+        kernels.backward();
+        let (values, grads) = kernels.in_slot_order();
+        assert_eq!(bits(values), bits(interp.values()));
+        assert_eq!(bits(grads), bits(interp.grads()));
+        interp.update(0.1).unwrap();
+        kernels.update(0.1);
+    }
+    kernels
+}

@@ -232,14 +232,7 @@ fn gather<'w>(
 #[cfg(test)]
 mod tests {
     use crate::graph::Graph;
-    use crate::interp::Interpreter;
-    use crate::kernels::Kernels;
-    use crate::program::Program;
-    use crate::tape::Tape;
-
-    fn bits(v: &[f64]) -> Vec<u64> {
-        v.iter().map(|x| x.to_bits()).collect()
-    }
+    use crate::kernels::assert_steps_like_the_interpreter;
 
     /// A graph whose gradients need pulling (a node read by consumers that backward meets
     /// out of slot order), wide sums, repeated operands and every kind of op: the kernel
@@ -255,23 +248,7 @@ mod tests {
         let d = (b.max(c) - a.min(w[2])).softplus() + (a * a).powf(1.5) / c.abs();
         let e = d.sigmoid() + b.abs().log1p().sqrt() + c.relu() - w[3].powf(-2.0);
         g.set_loss(e * e + d).unwrap();
-        let tape = Tape::from_graph(&g).unwrap();
-        let mut interp = Interpreter::new(&g).unwrap();
-        let mut kernels = Kernels::new(&tape);
-        let inputs = [0.7, -0.2, 1.3];
-        for _ in 0..3 {
-            interp.set_inputs(&inputs).unwrap();
-            interp.forward();
-            interp.backward().unwrap();
-            kernels.buffers_mut().0[tape.input_base()..][..3].copy_from_slice(&inputs);
-            kernels.forward();
-            kernels.backward();
-            let (values, grads) = kernels.in_slot_order();
-            assert_eq!(bits(values), bits(interp.values()));
-            assert_eq!(bits(grads), bits(interp.grads()));
-            interp.update(0.1).unwrap();
-            kernels.update(0.1);
-        }
+        let kernels = assert_steps_like_the_interpreter(&g, &[0.7, -0.2, 1.3]);
         assert!(kernels.stats().pulled_edges > 0, "{:?}", kernels.stats());
     }
 }

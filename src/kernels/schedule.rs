@@ -19,7 +19,14 @@ pub(super) struct Order {
 /// Backward's operations first, then the others; each phase in greedy runs of units, an
 /// instance's nodes in its pattern's order.
 pub(super) fn run_order(tape: &Tape, fusions: &Instances) -> Order {
-    let units = Units { tape, fusions };
+    let units = Units {
+        tape,
+        fusions,
+        op_queues: {
+            use strum::IntoEnumIterator;
+            Op::iter().count()
+        },
+    };
     let n = tape.len();
     let mut order: Vec<u32> = Vec::with_capacity(n);
     let mut scratch = (vec![0u32; n], vec![0u32; n + 1], Vec::new());
@@ -65,6 +72,8 @@ pub(super) fn run_order(tape: &Tape, fusions: &Instances) -> Order {
 struct Units<'t> {
     tape: &'t Tape,
     fusions: &'t Instances,
+    /// Ready queues for ops: one per op kind (derived, so a new op gets its own).
+    op_queues: usize,
 }
 
 impl Units<'_> {
@@ -103,15 +112,14 @@ impl Units<'_> {
         }
     }
 
-    /// Ready queues: one per op kind (derived, so a new op gets its own), then the patterns'.
-    fn queues() -> usize {
-        use strum::IntoEnumIterator;
-        Op::iter().count() + Pattern::QUEUES
+    /// Ready queues: the ops', then the patterns'.
+    fn queues(&self) -> usize {
+        self.op_queues + Pattern::QUEUES
     }
 
     fn queue(&self, u: usize) -> usize {
         match self.instance(u) {
-            Some((pattern, _)) => Self::queues() - Pattern::QUEUES + pattern.queue(),
+            Some((pattern, _)) => self.op_queues + pattern.queue(),
             None => OpKind::from(self.tape.stored(Slot(u as u32)).op()) as usize,
         }
     }
@@ -154,7 +162,7 @@ fn greedy_runs(
             }
         });
     }
-    let queues = Units::queues();
+    let queues = units.queues();
     let mut ready: Vec<Vec<u32>> = vec![Vec::new(); queues];
     let mut head = vec![0usize; queues];
     for s in (0..n).filter(|&s| in_phase(s) && pending[s] == 0) {

@@ -8,7 +8,7 @@ pub mod chain;
 
 use rand::rngs::StdRng;
 use rand::Rng;
-use tapejit::{Error, Graph, Interpreter, Jit, OptLevel, Program, Slot, Tiering};
+use tapejit::{Error, Graph, Interpreter, Jit, JitStats, OptLevel, Program, Slot, Tiering};
 
 // ---------------------------------------------------------------------------------------------
 // Backends
@@ -25,6 +25,12 @@ pub fn interpreter(graph: &Graph) -> Backend {
         name: "interpreter".into(),
         program: Box::new(Interpreter::new(graph).expect("interpreter rejected the graph")),
     }
+}
+
+/// What native code compiled from `graph` at the default level reports (no first tier).
+pub fn native_stats(graph: &Graph) -> JitStats {
+    let jit = Jit::builder().tiering(Tiering::Off).compile(graph).unwrap();
+    jit.stats().clone()
 }
 
 pub fn jit(graph: &Graph, level: OptLevel) -> Backend {
