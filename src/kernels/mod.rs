@@ -14,7 +14,7 @@
 //! ([`fused`]). `docs/design.md#kernels-the-first-tier` says why.
 //!
 //! **Bit for bit** what [`crate::Interpreter`] computes: every value and local gradient comes
-//! from [`Op::forward`] and [`Op::local_grads`] over [`F64`], and each gradient adds its
+//! from [`Op::forward`] and [`Op::local_grads_into`] over [`F64`], and each gradient adds its
 //! contributions in the interpreter's order (consumers by descending slot, a consumer's
 //! operands in operand order). Where a target's consumers run in backward in that order
 //! anyway, backward adds into its gradient directly ("pushed"). For the others ("pulled"),

@@ -1,5 +1,6 @@
 //! The passes: each run one loop of its op's formula ([`crate::op::Op::forward`] and
-//! [`crate::op::Op::local_grads`] over [`F64`]). The run's op is fixed through the loop, so
+//! [`crate::op::Op::local_grads_into`] over [`F64`], which adds each operand's contribution
+//! straight into its destination). The run's op is fixed through the loop, so
 //! the branch inside the formula that picks it goes the same way every time; operands are
 //! gathered into a small array by the arity the op has.
 
