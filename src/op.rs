@@ -9,7 +9,7 @@
 mod formulas;
 mod reads;
 
-pub(crate) use formulas::ROUNDER;
+pub(crate) use formulas::{pow2, ROUNDER};
 pub use reads::BackwardReads;
 
 /// The scalar operations a backend must provide to evaluate ops.

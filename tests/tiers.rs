@@ -326,3 +326,43 @@ fn the_compile_waits_until_native_code_is_worth_it() {
     }
     assert!(jit.stats().first_tier_passes > 1, "{:?}", jit.stats());
 }
+
+/// `train` (whose merged first layer is a module of its own) and `train_minibatches`
+/// (`accumulate`'s) called on the first tier: the background compile links their modules
+/// before native code takes over, so no call after the switch waits for LLVM; the numbers
+/// are the interpreter's throughout.
+#[test]
+fn methods_called_on_the_first_tier_are_linked_before_the_switch() {
+    let g = Graph::new();
+    let samples = classifier(&g);
+    let inputs: Vec<f64> = samples.iter().flatten().copied().collect();
+    let mut reference = Interpreter::new(&g).unwrap();
+    let mut jit = Jit::builder().cache(Cache::Off).compile(&g).unwrap();
+    let native_modules = {
+        let mut off = Jit::builder().tiering(Tiering::Off).compile(&g).unwrap();
+        off.train(&inputs, 0.01).unwrap();
+        assert!(
+            off.stats().first_use_compile_secs > 0.0,
+            "train has a module"
+        );
+        Jit::builder()
+            .tiering(Tiering::Off)
+            .compile(&g)
+            .unwrap()
+            .stats()
+            .modules
+    };
+    for round in 0..2 {
+        let want = reference.train(&inputs, 0.01).unwrap();
+        assert_eq!(bits(&jit.train(&inputs, 0.01).unwrap()), bits(&want));
+        let want = reference.train_minibatches(&inputs, 8, 0.01, 2).unwrap();
+        let got = jit.train_minibatches(&inputs, 8, 0.01, 2).unwrap();
+        assert_eq!(bits(&got), bits(&want), "round {round}");
+        assert_eq!(bits(&jit.params()), bits(&reference.params()));
+        jit.wait_for_native().unwrap();
+        assert_eq!(jit.tier(), Tier::Native);
+        let stats = jit.stats();
+        assert_eq!(stats.first_use_compile_secs, 0.0, "{stats:?}");
+        assert_eq!(stats.modules, native_modules + 2, "{stats:?}");
+    }
+}

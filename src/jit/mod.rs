@@ -411,29 +411,23 @@ impl Jit {
     }
 
     /// Compiles and links `entry`'s module if this program runs native code with that entry
-    /// point and it is not linked yet; the plan is dropped once no lazy entry is left to link.
+    /// point and it is not linked yet. On the first tier, asks the background compile to link
+    /// it before native code takes over, so that no call waits for it then.
     fn link_lazy(&mut self, entry: LazyEntry) -> Result<()> {
-        let Engine::Native(compiled) = &mut self.engine else {
-            return Ok(());
+        let compiled = match &mut self.engine {
+            Engine::Native(compiled) => compiled,
+            Engine::Kernels(_) => {
+                if let Some(background) = &self.background {
+                    background.want(entry);
+                }
+                return Ok(());
+            }
         };
-        let Some(unlinked) = compiled.unlinked.as_deref() else {
-            return Ok(());
-        };
-        let (plan, options) = unlinked;
-        let tape = &compiled.tape;
-        if !compiled.native.links(entry) && has_entry(tape, plan, entry) {
-            let start = Instant::now();
-            let object = compiler::compile_lazy(tape, plan, options, entry)?;
-            self.stats.add_module(&object.stats);
+        let start = Instant::now();
+        if let Some(module) = compiled.link_lazy(entry)? {
+            self.stats.add_module(&module);
             self.stats.modules += 1;
-            compiled.native.link(entry, object, plan.split.as_ref())?;
             self.stats.first_use_compile_secs += start.elapsed().as_secs_f64();
-        }
-        let left = [LazyEntry::Train, LazyEntry::Accumulate]
-            .into_iter()
-            .any(|e| !compiled.native.links(e) && has_entry(tape, plan, e));
-        if !left {
-            compiled.unlinked = None;
         }
         Ok(())
     }
@@ -442,16 +436,6 @@ impl Jit {
 /// The error of a background compile its program no longer wants.
 fn called_off() -> Error {
     compiler::llvm_error("compile", "called off")
-}
-
-/// Whether a program of `tape` planned as `plan` has the lazy entry point `entry`: `train`
-/// where the plan merges a layer (elsewhere `train` is `step` per sample), `accumulate` where
-/// the tape has a loss.
-fn has_entry(tape: &Tape, plan: &Plan, entry: LazyEntry) -> bool {
-    match entry {
-        LazyEntry::Train => plan.step.as_ref().is_some_and(|s| s.train.is_some()),
-        LazyEntry::Accumulate => tape.loss().is_some(),
-    }
 }
 
 impl crate::minibatch::Replicas for Jit {

@@ -8,10 +8,12 @@
 //! addresses. Both tiers compute the interpreter's bits, so the switch is invisible but in
 //! time.
 
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::emit::LazyEntry;
 use super::engine::Native;
 use super::options::{CompileState, JitBuilder, JitStats, OptLevel};
 use crate::error::Result;
@@ -49,11 +51,61 @@ impl Compiled {
         c.index() >= self.kept.len() || self.kept.get(c.index())
     }
 
+    /// Compiles and links lazy entry point `entry`'s module if this code has that entry and
+    /// has not linked it; what compiling it measured, if it did. The plan is dropped once
+    /// no lazy entry is left to link.
+    pub fn link_lazy(&mut self, entry: LazyEntry) -> Result<Option<JitStats>> {
+        let Some((plan, options)) = self.unlinked.as_deref() else {
+            return Ok(None);
+        };
+        let tape = &self.tape;
+        let mut module = None;
+        if !self.native.links(entry) && has_entry(tape, plan, entry) {
+            let object = super::compiler::compile_lazy(tape, plan, options, entry)?;
+            module = Some(object.stats.clone());
+            self.native.link(entry, object, plan.split.as_ref())?;
+        }
+        let left = LazyEntry::ALL
+            .into_iter()
+            .any(|e| !self.native.links(e) && has_entry(tape, plan, e));
+        if !left {
+            self.unlinked = None;
+        }
+        Ok(module)
+    }
+
     /// Whether the gradients buffer holds slot `s`'s gradient.
     pub fn keeps_grad(&self, s: Slot) -> bool {
         let c = self.native.compiled_slot(s);
         let local = c.index() < self.local_grads.len() && self.local_grads.get(c.index());
         self.keeps(s) && !local && !self.tape.drops_grad(c)
+    }
+}
+
+/// Whether a program of `tape` planned as `plan` has the lazy entry point `entry`: `train`
+/// where the plan merges a layer (elsewhere `train` is `step` per sample), `accumulate` where
+/// the tape has a loss.
+fn has_entry(tape: &Tape, plan: &Plan, entry: LazyEntry) -> bool {
+    match entry {
+        LazyEntry::Train => plan.step.as_ref().is_some_and(|s| s.train.is_some()),
+        LazyEntry::Accumulate => tape.loss().is_some(),
+    }
+}
+
+/// Links the lazy entry points the program asked for on the first tier, so that no call
+/// waits for them once native code takes over (one that fails is compiled again, and its
+/// error reported, when first called).
+fn link_wanted(compiled: &mut Compiled, builder: &JitBuilder, wanted: &AtomicU8) {
+    for entry in LazyEntry::ALL {
+        let wants = wanted.load(Ordering::SeqCst) & (1 << entry as u8) != 0;
+        if wants && !builder.cancelled() {
+            let start = Instant::now();
+            if let Ok(Some(module)) = compiled.link_lazy(entry) {
+                compiled.stats.add_module(&module);
+                compiled.stats.modules += 1;
+                compiled.stats.compile_secs += start.elapsed().as_secs_f64();
+            }
+        }
     }
 }
 
@@ -74,6 +126,9 @@ pub(super) fn compile_estimate(level: OptLevel, straight: usize) -> Duration {
 pub(super) struct Background {
     handle: Option<JoinHandle<Result<Compiled>>>,
     state: Arc<CompileState>,
+    /// The lazy entry points the program asked for (bit `entry as u8`): linked before native
+    /// code takes over ([`Background::want`]).
+    wanted: Arc<AtomicU8>,
 }
 
 impl Background {
@@ -81,6 +136,7 @@ impl Background {
     /// `start`); `None` if the system refuses a thread.
     pub fn start(builder: &JitBuilder, tape: Tape, start: Instant) -> Option<Background> {
         let state = Arc::new(CompileState::default());
+        let wanted = Arc::new(AtomicU8::new(0));
         // (One core stays with the program, which runs on meanwhile.)
         let builder = JitBuilder {
             background: Some(state.clone()),
@@ -91,11 +147,15 @@ impl Background {
         // that no exit misses it), which stops at its next stage or module once the process
         // exits or its program is dropped.
         let work = super::engine::LlvmWork::begin();
+        let wanted_by_program = wanted.clone();
         let handle = std::thread::Builder::new()
             .name("tapejit-compile".into())
             .spawn(move || {
                 super::engine::yield_to_the_program();
-                let compiled = builder.compile_native(tape, start);
+                let mut compiled = builder.compile_native(tape, start);
+                if let Ok(compiled) = &mut compiled {
+                    link_wanted(compiled, &builder, &wanted_by_program);
+                }
                 // Native code nobody will run is dropped here, while the process still waits
                 // for this thread. (Called off after this check, the code is dropped with the
                 // thread's result, outside: a window of a few instructions.)
@@ -113,11 +173,18 @@ impl Background {
         Some(Background {
             handle: Some(handle),
             state,
+            wanted,
         })
     }
 
     pub fn is_finished(&self) -> bool {
         self.handle.as_ref().map_or(true, JoinHandle::is_finished)
+    }
+
+    /// The program called a method that runs lazy entry point `entry` on native code: it is
+    /// linked before native code takes over, if asked before the compile's end.
+    pub fn want(&self, entry: LazyEntry) {
+        self.wanted.fetch_or(1 << entry as u8, Ordering::SeqCst);
     }
 
     /// The program ran on the first tier for `time` more (the compile waits until that is

@@ -28,6 +28,7 @@
 //! is under round-to-nearest. Operands without a gradient receive into a sink entry.
 
 mod fused;
+mod lanes;
 mod prepare;
 mod run;
 mod schedule;

@@ -4,8 +4,10 @@
 //! the branch inside the formula that picks it goes the same way every time; operands are
 //! gathered into a small array by the arity the op has.
 
+use std::array::from_fn;
 use std::ops::Range;
 
+use super::lanes::{self, Lanes, LANES};
 use super::{fused, Body, Kernels};
 use crate::op::{GradSink, Op, PerOp, F64};
 
@@ -50,18 +52,8 @@ impl PerOp for Forward<'_> {
         // (A run of fixed arity has its operands side by side: `arity` per operation.)
         let outputs = k.first_op + ops.start..k.first_op + ops.end;
         match op().arity() {
-            Some(1) => {
-                for (o, a) in outputs.zip(&k.args[fixed(k, &ops, 1)]) {
-                    let x = [values[*a as usize]];
-                    values[o] = op().forward(&mut F64, &x);
-                }
-            }
-            Some(2) => {
-                for (o, a) in outputs.zip(k.args[fixed(k, &ops, 2)].chunks_exact(2)) {
-                    let x = [values[a[0] as usize], values[a[1] as usize]];
-                    values[o] = op().forward(&mut F64, &x);
-                }
-            }
+            Some(1) => in_lanes::<1>(op, values, outputs, &k.args[fixed(k, &ops, 1)]),
+            Some(2) => in_lanes::<2>(op, values, outputs, &k.args[fixed(k, &ops, 2)]),
             _ => {
                 let mut inline = [0.0; INLINE];
                 for j in ops {
@@ -71,6 +63,44 @@ impl PerOp for Forward<'_> {
             }
         }
     }
+}
+
+/// A fixed-arity run's values: where its op computes a formula of ours ([`lanes::pays`]),
+/// [`LANES`] operations at a time ([`Lanes`]) where none of them reads another's value (a
+/// run may hold a chain: an operation ready only once an earlier one of the run is done);
+/// the others one by one. `args` holds `ARITY` operand entries per operation, side by side.
+#[inline(always)]
+fn in_lanes<const ARITY: usize>(
+    op: impl Fn() -> Op + Copy,
+    values: &mut [f64],
+    outputs: Range<usize>,
+    args: &[u32],
+) {
+    let one_by_one = |values: &mut [f64], o: usize, args: &[u32]| {
+        for (o, a) in (o..).zip(args.chunks_exact(ARITY)) {
+            let x: [f64; ARITY] = from_fn(|p| values[a[p] as usize]);
+            values[o] = op().forward(&mut F64, &x);
+        }
+    };
+    if !lanes::pays(op()) {
+        return one_by_one(values, outputs.start, args);
+    }
+    let chunks = args.chunks_exact(ARITY * LANES);
+    let rest = chunks.remainder();
+    let mut o = outputs.start;
+    for chunk in chunks {
+        // (Entries below `o` are done: leaves, earlier runs, earlier lanes of this one.)
+        if chunk.iter().all(|&a| (a as usize) < o) {
+            let x: [[f64; LANES]; ARITY] =
+                from_fn(|p| from_fn(|i| values[chunk[i * ARITY + p] as usize]));
+            let y = op().forward(&mut Lanes, &x);
+            values[o..o + LANES].copy_from_slice(&y);
+        } else {
+            one_by_one(values, o, chunk);
+        }
+        o += LANES;
+    }
+    one_by_one(values, o, rest);
 }
 
 /// Gradients into `grads` (the buffer order, then the contributions area and the sink): every
@@ -251,5 +281,27 @@ mod tests {
         g.set_loss(e * e + d).unwrap();
         let kernels = assert_steps_like_the_interpreter(&g, &[0.7, -0.2, 1.3]);
         assert!(kernels.stats().pulled_edges > 0, "{:?}", kernels.stats());
+    }
+
+    /// Long runs of an op computed in lanes (`tanh`), on both sides of its branches, and
+    /// chains within a run (an operation reading another of its run, computed after it).
+    #[test]
+    fn lanes_compute_the_interpreters_bits() {
+        let g = Graph::new();
+        let x = g.inputs(2);
+        let w: Vec<_> = (0..3).map(|i| g.param(0.5 * i as f64 - 0.3)).collect();
+        let mut pool = vec![x[0] * w[0], x[1] * w[1], x[0] + w[2]];
+        // (One run, operands ready: lanes; some below the series' bound, some above.)
+        pool.extend((0..26).map(|i| (x[i % 2] * w[i % 3] * (0.25 * i as f64 - 3.0)).tanh()));
+        for i in 0..60 {
+            let t = pool[pool.len() - 1 - i % 3];
+            pool.push((t * (0.4 + 0.3 * i as f64)).tanh());
+            if i % 7 == 0 {
+                let t = pool[pool.len() - 1];
+                pool.push(t.tanh().tanh());
+            }
+        }
+        g.set_loss(g.sum(&pool)).unwrap();
+        assert_steps_like_the_interpreter(&g, &[0.9, -1.7]);
     }
 }

@@ -16,6 +16,7 @@ use super::Arith;
 /// two agree on most inputs and are at most 2 ULP apart). Both pieces are short chains of
 /// fused multiply-adds (one division, above 0.625): a recurrent cell waits on this chain at
 /// every step.
+#[inline(always)]
 pub fn tanh<A: Arith>(ar: &mut A, x: A::V) -> A::V {
     let zero = ar.constant(0.0);
     let minus_x = ar.neg(x);
@@ -48,6 +49,7 @@ const SERIES_BELOW: f64 = 0.625;
 /// fitted at Chebyshev nodes to `(tanh(a) / a - 1) / s` (within 0.07 ULP of it there, in
 /// doubles; `scripts/fit-tanh.py` makes the coefficients), by Estrin's scheme, the last
 /// step one fused multiply-add.
+#[inline(always)]
 fn odd_series<A: Arith>(ar: &mut A, a: A::V) -> A::V {
     const P: [u64; 12] = [
         0xbfd5_5555_5555_5555, // -1/3
@@ -74,6 +76,7 @@ fn odd_series<A: Arith>(ar: &mut A, a: A::V) -> A::V {
 /// multiply-add; `|r| <= ln2 / 2`) and `e^r = 1 + (r + r^2 C(r))`, `C` its Taylor series to
 /// `r^11 / 13!` (the rest below 2^-57 of it) by Estrin's scheme. `e^(2a)` is within about 1
 /// ULP, and `2 / (e^(2a) + 1) <= 0.45` is subtracted from 1: within 2 ULP in all.
+#[inline(always)]
 fn from_exp<A: Arith>(ar: &mut A, a: A::V) -> A::V {
     // ln2 in two pieces: `k * LN2_HI` is exact for the k here (its low 21 bits are 0).
     const LN2_HI: u64 = 0x3fe6_2e42_fee0_0000;
@@ -119,6 +122,7 @@ fn from_exp<A: Arith>(ar: &mut A, a: A::V) -> A::V {
 /// `c[0] + c[1] x + c[2] x^2 + ...` (coefficients by their bits) by Estrin's scheme: pairs
 /// `c[i] + c[i+1] x`, then pairs of those with `x^2`, `x^4`, ...: a chain of fused
 /// multiply-adds as long as the logarithm of the degree, where Horner's is the degree.
+#[inline(always)]
 fn estrin<A: Arith, const N: usize>(ar: &mut A, x: A::V, c: &[u64; N]) -> A::V {
     let mut terms = c.map(|b| ar.constant(f64::from_bits(b)));
     let (mut len, mut power) = (N, x);

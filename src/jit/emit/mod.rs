@@ -114,6 +114,8 @@ pub enum LazyEntry {
 }
 
 impl LazyEntry {
+    pub const ALL: [LazyEntry; 2] = [LazyEntry::Train, LazyEntry::Accumulate];
+
     /// The entry point's name.
     pub fn name(self) -> &'static str {
         match self {

@@ -1,0 +1,183 @@
+//! [`Lanes`]: [`Arith`] on `LANES` operations of one run at once, each lane the very IEEE
+//! operations [`F64`](crate::op::F64) performs on one, so the bits are the interpreter's.
+//! What it buys is the math formulas of ours ([`MathFn::formula`]: `tanh`), which become
+//! vector instructions (target-cpu=native: four or eight `f64` per instruction) where one
+//! value at a time they are a long chain of dependent fused multiply-adds; libm's functions
+//! are still called one lane at a time.
+
+use std::array::from_fn;
+
+use crate::op::{Arith, MathFn, Op};
+
+/// How many operations of a run [`Lanes`] computes at once: one AVX2 register. (Eight, two
+/// registers, measured no faster on the random DAGs and the RNN of `examples/tier1_bench`:
+/// a formula's dozen coefficients then spill out of AVX2's sixteen registers.)
+pub(super) const LANES: usize = 4;
+
+/// Whether computing `op` in lanes pays: whether its value calls a formula of ours (the
+/// others are a few instructions, or libm's calls, which lanes make one at a time, no
+/// faster: on the rollouts gathering lanes of those made runs slower). Asked of the op
+/// itself, so that it holds for a new op or formula: its value computed on no numbers.
+#[inline(always)]
+pub(super) fn pays(op: Op) -> bool {
+    let mut probe = Probe(false);
+    op.forward(&mut probe, &[(), ()]);
+    probe.0
+}
+
+/// Computes nothing; notes whether a formula of ours is called.
+struct Probe(bool);
+
+impl Arith for Probe {
+    type V = ();
+    fn constant(&mut self, _: f64) {}
+    fn add(&mut self, _: (), _: ()) {}
+    fn sub(&mut self, _: (), _: ()) {}
+    fn mul(&mut self, _: (), _: ()) {}
+    fn div(&mut self, _: (), _: ()) {}
+    fn neg(&mut self, _: ()) {}
+    fn call(&mut self, f: MathFn, args: &[()]) {
+        self.0 |= f.formula(&mut Probe(false), args).is_some();
+    }
+    fn select_gt(&mut self, _: (), _: (), _: (), _: ()) {}
+    fn mul_add(&mut self, _: (), _: (), _: ()) {}
+    fn pow2(&mut self, _: ()) {}
+}
+
+/// `LANES` values at once, lane by lane.
+pub(super) struct Lanes;
+
+type V = [f64; LANES];
+
+impl Arith for Lanes {
+    type V = V;
+    #[inline(always)]
+    fn constant(&mut self, c: f64) -> V {
+        [c; LANES]
+    }
+    #[inline(always)]
+    fn add(&mut self, a: V, b: V) -> V {
+        from_fn(|i| a[i] + b[i])
+    }
+    #[inline(always)]
+    fn sub(&mut self, a: V, b: V) -> V {
+        from_fn(|i| a[i] - b[i])
+    }
+    #[inline(always)]
+    fn mul(&mut self, a: V, b: V) -> V {
+        from_fn(|i| a[i] * b[i])
+    }
+    #[inline(always)]
+    fn div(&mut self, a: V, b: V) -> V {
+        from_fn(|i| a[i] / b[i])
+    }
+    #[inline(always)]
+    fn neg(&mut self, a: V) -> V {
+        from_fn(|i| -a[i])
+    }
+    #[inline(always)]
+    fn call(&mut self, f: MathFn, args: &[V]) -> V {
+        if let Some(inline) = f.formula(self, args) {
+            return inline;
+        }
+        let arg = |j: usize, i: usize| args.get(j).map_or(f64::NAN, |a| a[i]);
+        from_fn(|i| f.eval(&[arg(0, i), arg(1, i)][..f.arity()]))
+    }
+    #[inline(always)]
+    fn select_gt(&mut self, a: V, b: V, then: V, otherwise: V) -> V {
+        from_fn(|i| if a[i] > b[i] { then[i] } else { otherwise[i] })
+    }
+    #[inline(always)]
+    fn mul_add(&mut self, a: V, b: V, c: V) -> V {
+        from_fn(|i| a[i].mul_add(b[i], c[i]))
+    }
+    /// The case every lane takes, alone, where they agree (as the JIT's vector code does).
+    #[inline(always)]
+    fn branch_gt_with(
+        &mut self,
+        a: V,
+        b: V,
+        then: impl Fn(&mut Self) -> V,
+        otherwise: impl Fn(&mut Self) -> V,
+    ) -> V {
+        let taken = (0..LANES).filter(|&i| a[i] > b[i]).count();
+        match taken {
+            LANES => then(self),
+            0 => otherwise(self),
+            _ => {
+                let (t, o) = (then(self), otherwise(self));
+                self.select_gt(a, b, t, o)
+            }
+        }
+    }
+    #[inline(always)]
+    fn pow2(&mut self, k: V) -> V {
+        from_fn(|i| crate::op::pow2(k[i]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::op::F64;
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+    use strum::IntoEnumIterator;
+
+    /// Every unary and binary op on lanes gives, lane by lane, the bits `F64` gives one value
+    /// at a time: on special values and on random ones, lanes that agree on a branch and
+    /// lanes that do not.
+    #[test]
+    fn lanes_pay_for_formulas_of_ours() {
+        let paying: Vec<Op> = Op::iter().filter(|&op| pays(op)).collect();
+        assert_eq!(paying, [Op::Tanh]);
+    }
+
+    #[test]
+    fn lanes_compute_f64s_bits() {
+        let mut rng = StdRng::seed_from_u64(7);
+        let special = [
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            0.5,
+            0.625,
+            22.0,
+            -30.0,
+            1e-300,
+            f64::INFINITY,
+        ];
+        let special = special
+            .into_iter()
+            .chain([f64::NEG_INFINITY, f64::NAN, 3e-9]);
+        let mut points: Vec<f64> = special.collect();
+        points.extend((0..4000).map(|i| match i % 4 {
+            0 => rng.gen_range(-1.0..1.0),
+            1 => rng.gen_range(-30.0..30.0),
+            2 => rng.gen_range(0.5..0.75),
+            _ => rng.gen_range(-1e-6..1e-6),
+        }));
+        let ops = Op::iter().map(|op| match op {
+            Op::Powf(_) => Op::Powf(-1.5),
+            op => op,
+        });
+        for op in ops.filter(|op| matches!(op.arity(), Some(1) | Some(2))) {
+            for (n, chunk) in points.chunks_exact(LANES).enumerate() {
+                let a: V = from_fn(|i| chunk[i]);
+                let b: V = from_fn(|i| chunk[(i + n) % LANES] * 0.75);
+                let lanes = op.forward(&mut Lanes, &[a, b]);
+                for i in 0..LANES {
+                    let one = op.forward(&mut F64, &[a[i], b[i]]);
+                    assert_eq!(
+                        lanes[i].to_bits(),
+                        one.to_bits(),
+                        "{op:?}({}, {})",
+                        a[i],
+                        b[i]
+                    );
+                }
+            }
+        }
+    }
+}
