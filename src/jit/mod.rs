@@ -425,8 +425,7 @@ impl Jit {
         };
         let start = Instant::now();
         if let Some(module) = compiled.link_lazy(entry)? {
-            self.stats.add_module(&module);
-            self.stats.modules += 1;
+            self.stats.add_lazy_module(&module);
             self.stats.first_use_compile_secs += start.elapsed().as_secs_f64();
         }
         Ok(())

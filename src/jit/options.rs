@@ -291,6 +291,13 @@ impl JitStats {
         self.compile_secs
     }
 
+    /// Adds a lazy entry point's module, linked after the plan's: its stage times and sizes,
+    /// and one module more.
+    pub(super) fn add_lazy_module(&mut self, module: &JitStats) {
+        self.add_module(module);
+        self.modules += 1;
+    }
+
     /// Adds one compiled module's stage times and sizes.
     pub(super) fn add_module(&mut self, module: &JitStats) {
         self.ir_build_secs += module.ir_build_secs;

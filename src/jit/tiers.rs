@@ -101,8 +101,7 @@ fn link_wanted(compiled: &mut Compiled, builder: &JitBuilder, wanted: &AtomicU8)
         if wants && !builder.cancelled() {
             let start = Instant::now();
             if let Ok(Some(module)) = compiled.link_lazy(entry) {
-                compiled.stats.add_module(&module);
-                compiled.stats.modules += 1;
+                compiled.stats.add_lazy_module(&module);
                 compiled.stats.compile_secs += start.elapsed().as_secs_f64();
             }
         }
