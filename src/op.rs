@@ -93,6 +93,7 @@ pub enum Op {
     /// `a.powf(c)` for a constant exponent `c` (derivative `c * a^(c-1)`, but `0.5 / out`
     /// for the square root).
     Powf(f64),
+    /// [`exp`]: a formula of ours, written once over [`Arith`].
     Exp,
     Log,
     /// [`tanh`]: a formula of ours, written once over [`Arith`].
@@ -549,7 +550,7 @@ pub enum Domain {
 /// agree bit for bit and LLVM cannot recognize and rewrite them (it would turn `pow(x, 2.0)`
 /// into `x * x`, which can differ in the last bit; where an op wants `x * x` it says so
 /// itself, for both backends: see `power`). Those that are [`Arith`] formulas of ours
-/// ([`MathFn::formula`]: `tanh`) the JIT's vector code computes inline, every lane at once;
+/// ([`MathFn::formula`]: `tanh`, `exp`) the JIT's vector code computes inline, every lane at once;
 /// the others are libm's. A new function is one variant and one arm in each `match` below;
 /// `MathFn::iter()` lists them all.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, strum::EnumIter)]
@@ -621,6 +622,7 @@ impl MathFn {
     pub fn formula<A: Arith>(self, ar: &mut A, args: &[A::V]) -> Option<A::V> {
         match (self, args) {
             (MathFn::Tanh, &[x]) => Some(formulas::tanh(ar, x)),
+            (MathFn::Exp, &[x]) => Some(formulas::exp(ar, x)),
             _ => None,
         }
     }
@@ -648,10 +650,17 @@ pub fn tanh(x: f64) -> f64 {
     formulas::tanh(&mut F64, x)
 }
 
+/// `e^x` as [`Op::Exp`] computes it on every backend (a formula of ours, written once over
+/// [`Arith`]; correctly rounded but in rare cases, docs/numerics.md), for code that wants the
+/// very same numbers, such as hand-written yardsticks.
+pub fn exp(x: f64) -> f64 {
+    formulas::exp(&mut F64, x)
+}
+
 /// The implementations behind [`MathFn`], with the C ABI the JIT calls them through.
 mod math {
     pub extern "C" fn exp(x: f64) -> f64 {
-        x.exp()
+        super::exp(x)
     }
     pub extern "C" fn log(x: f64) -> f64 {
         x.ln()

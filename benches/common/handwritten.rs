@@ -82,7 +82,7 @@ fn softmax_ce(z: &[f64; CLASSES], label: usize, dz: &mut [f64; CLASSES]) -> f64 
     let m = z[best];
     let mut e = [0.0; CLASSES];
     for k in 0..CLASSES {
-        e[k] = (z[k] - m).exp();
+        e[k] = tapejit::op::exp(z[k] - m);
     }
     let mut s = e[0];
     for &ek in &e[1..] {

@@ -13,7 +13,7 @@ pub fn picked(b: bool, g: f64) -> (f64, f64) {
 /// `1 / (1 + e^-x)`.
 #[inline(always)]
 pub fn sigmoid(x: f64) -> f64 {
-    1.0 / (1.0 + (-x).exp())
+    1.0 / (1.0 + tapejit::op::exp(-x))
 }
 
 /// `|x|` from selects: `x` above 0, `-x` below, `x + 0` at the zeros and NaN.

@@ -342,7 +342,7 @@ impl TapeInterp {
                     e += 1;
                     unary!(|x| power(x, c))
                 }
-                Kind::Exp => unary!(|x| x.exp()),
+                Kind::Exp => unary!(|x| tapejit::op::exp(x)),
                 Kind::Log => unary!(|x| x.ln()),
                 Kind::Tanh => unary!(|x| tapejit::op::tanh(x)),
                 Kind::Relu => unary!(|x| if 0.0 > x { 0.0 } else { x }),
@@ -350,7 +350,7 @@ impl TapeInterp {
                 // max(x, 0) + log1p(e^-|x|)
                 Kind::Softplus => unary!(|x| {
                     let positive_part = if x > 0.0 { x } else { 0.0 };
-                    positive_part + (-abs(x)).exp().ln_1p()
+                    positive_part + tapejit::op::exp(-abs(x)).ln_1p()
                 }),
                 Kind::Log1p => unary!(|x| x.ln_1p()),
                 Kind::Abs => unary!(|x| abs(x)),

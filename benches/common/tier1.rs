@@ -29,8 +29,8 @@
 //! made without one) receive into a sink entry, zeroed with the rest.
 //!
 //! The formulas are the yardstick's (`benches/common/tape_interp.rs`), which copies
-//! `src/op.rs`'s `forward` and `local_grads` over `F64` bit for bit; `tanh` is
-//! `tapejit::op::tanh`, the library's own.
+//! `src/op.rs`'s `forward` and `local_grads` over `F64` bit for bit; `tanh` and `exp` are
+//! `tapejit::op::tanh` and `exp`, the library's own.
 //!
 //! Included with `#[path]` by the example and the tests.
 
@@ -725,14 +725,14 @@ impl Tier1 {
                             *v.add(first + j) = power(x0!(j), c);
                         }
                     }
-                    Kind::Exp => un!(|x| x.exp()),
+                    Kind::Exp => un!(|x| tapejit::op::exp(x)),
                     Kind::Log => un!(|x| x.ln()),
                     Kind::Tanh => un!(|x| tapejit::op::tanh(x)),
                     Kind::Relu => un!(|x| if 0.0 > x { 0.0 } else { x }),
                     Kind::Sigmoid => un!(|x| sigmoid(x)),
                     Kind::Softplus => un!(|x| {
                         let positive_part = if x > 0.0 { x } else { 0.0 };
-                        positive_part + (-abs(x)).exp().ln_1p()
+                        positive_part + tapejit::op::exp(-abs(x)).ln_1p()
                     }),
                     Kind::Log1p => un!(|x| x.ln_1p()),
                     Kind::Abs => un!(|x| abs(x)),

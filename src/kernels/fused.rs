@@ -17,8 +17,10 @@
 //! are the tables' like any node's, pushed or pulled as prepare decided.
 //! [`check`] proves the tables hold the layout the routines assume.
 
+use std::array::from_fn;
 use std::ops::Range;
 
+use super::lanes;
 use super::run::{finished_grad, AddInto};
 use super::Kernels;
 use crate::op::{GradSink, Op, F64};
@@ -384,11 +386,11 @@ fn softmax_forward<const N: usize>(
             m = Op::Max.forward(&mut F64, &[m, xi]);
             values[f + l.max(i)] = m;
         }
-        let mut e = [0.0; N];
+        let s: [f64; N] = from_fn(|i| Op::Sub.forward(&mut F64, &[x[i], m]));
+        // (The exps side by side: in vector lanes, where exp is a formula of ours.)
+        let e = lanes::each(Op::Exp, s);
         for i in 0..N {
-            let s = Op::Sub.forward(&mut F64, &[x[i], m]);
-            e[i] = Op::Exp.forward(&mut F64, &[s]);
-            values[f + l.sub(i)] = s;
+            values[f + l.sub(i)] = s[i];
             values[f + l.exp(i)] = e[i];
         }
         let t = Op::Sum.forward(&mut F64, &e);

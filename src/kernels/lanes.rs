@@ -1,13 +1,13 @@
 //! [`Lanes`]: [`Arith`] on `LANES` operations of one run at once, each lane the very IEEE
 //! operations [`F64`](crate::op::F64) performs on one, so the bits are the interpreter's.
-//! What it buys is the math formulas of ours ([`MathFn::formula`]: `tanh`), which become
+//! What it buys is the math formulas of ours ([`MathFn::formula`]: `tanh`, `exp`), which become
 //! vector instructions (target-cpu=native: four or eight `f64` per instruction) where one
 //! value at a time they are a long chain of dependent fused multiply-adds; libm's functions
 //! are still called one lane at a time.
 
 use std::array::from_fn;
 
-use crate::op::{Arith, MathFn, Op};
+use crate::op::{Arith, MathFn, Op, F64};
 
 /// How many operations of a run [`Lanes`] computes at once: one AVX2 register. (Eight, two
 /// registers, measured no faster on the random DAGs and the RNN of `examples/tier1_bench`:
@@ -23,6 +23,25 @@ pub(super) fn pays(op: Op) -> bool {
     let mut probe = Probe(false);
     op.forward(&mut probe, &[(), ()]);
     probe.0
+}
+
+/// `op`'s value of each of `x` (a unary op), [`LANES`] at a time where it [`pays`], the last
+/// lanes padded with copies of their chunk's first value (so that lanes agree on branches
+/// where the real ones do); one by one otherwise. For units that hold a few independent
+/// operations of one op, such as a fused softmax's exps.
+#[inline(always)]
+pub(super) fn each<const N: usize>(op: Op, x: [f64; N]) -> [f64; N] {
+    if !pays(op) {
+        return x.map(|x| op.forward(&mut F64, &[x]));
+    }
+    let mut y = [0.0; N];
+    for (c, out) in y.chunks_mut(LANES).enumerate() {
+        let first = c * LANES;
+        let v: V = from_fn(|i| x[if first + i < N { first + i } else { first }]);
+        let v = op.forward(&mut Lanes, &[v]);
+        out.copy_from_slice(&v[..out.len()]);
+    }
+    y
 }
 
 /// Computes nothing; notes whether a formula of ours is called.
@@ -101,13 +120,14 @@ impl Arith for Lanes {
         otherwise: impl Fn(&mut Self) -> V,
     ) -> V {
         let taken = (0..LANES).filter(|&i| a[i] > b[i]).count();
-        match taken {
-            LANES => then(self),
-            0 => otherwise(self),
-            _ => {
-                let (t, o) = (then(self), otherwise(self));
-                self.select_gt(a, b, t, o)
-            }
+        // (Each case called in one place: LLVM then inlines it, where three calls of a long
+        // case were left calls, three times as slow.)
+        let t = (taken > 0).then(|| then(self));
+        let o = (taken < LANES).then(|| otherwise(self));
+        match (t, o) {
+            (Some(t), Some(o)) => self.select_gt(a, b, t, o),
+            (Some(t), None) => t,
+            (None, o) => o.expect("a case some lane takes"),
         }
     }
     #[inline(always)]
@@ -119,7 +139,6 @@ impl Arith for Lanes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::op::F64;
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
     use strum::IntoEnumIterator;
@@ -130,7 +149,43 @@ mod tests {
     #[test]
     fn lanes_pay_for_formulas_of_ours() {
         let paying: Vec<Op> = Op::iter().filter(|&op| pays(op)).collect();
-        assert_eq!(paying, [Op::Tanh]);
+        assert_eq!(paying, [Op::Exp, Op::Tanh, Op::Sigmoid, Op::Softplus]);
+    }
+
+    /// `each` over every length up to two chunks, padded lanes included: the bits of `F64`
+    /// one value at a time, where lanes agree on a branch and where they do not.
+    #[test]
+    fn each_computes_f64s_bits() {
+        fn check<const N: usize>(op: Op, x: [f64; N]) {
+            let y = each(op, x);
+            for i in 0..N {
+                let one = op.forward(&mut F64, &[x[i]]);
+                assert_eq!(y[i].to_bits(), one.to_bits(), "{op:?}({}) of {N}", x[i]);
+            }
+        }
+        let points = [
+            -800.0,
+            -30.0,
+            -0.5,
+            0.0,
+            0.3,
+            1.0,
+            40.0,
+            709.9,
+            f64::NAN,
+            -1e-9,
+        ];
+        for op in [Op::Exp, Op::Tanh, Op::Log, Op::Relu] {
+            for start in 0..points.len() - 8 {
+                let x = &points[start..];
+                check::<1>(op, from_fn(|i| x[i]));
+                check::<2>(op, from_fn(|i| x[i]));
+                check::<3>(op, from_fn(|i| x[i]));
+                check::<4>(op, from_fn(|i| x[i]));
+                check::<5>(op, from_fn(|i| x[i]));
+                check::<8>(op, from_fn(|i| x[i]));
+            }
+        }
     }
 
     #[test]

@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""How far tapejit's formula of a math function lies from the true value, in ULP, beside
+libm's (Python's math module): the largest error, the mean, and how many results are not
+the correctly rounded one, over N points (special values, then random points over the
+function's ranges, seeded), the true value in mpmath at 40 digits.
+
+Needs the Python package built (`bash scripts/test` builds it into .venv) and mpmath
+(`.venv/bin/pip install mpmath`; not needed by the build or the tests):
+
+    .venv/bin/python scripts/ulp-error.py exp 1000000
+    .venv/bin/python scripts/ulp-error.py tanh 1000000
+
+tapejit's numbers are the interpreter's (`Value(x).exp().data`), which every backend gives.
+"""
+import math
+import random
+import sys
+
+import mpmath as mp
+from tapejit import Value
+
+mp.mp.dps = 40
+
+
+def points(name, n):
+    rng = random.Random(12)
+    special = [0.0, -0.0, 1.0, -1.0, 0.5, 5e-324, -5e-324, 2.0**-30, -(2.0**-30)]
+    if name == "exp":
+        special += [709.782712893384, 709.78, -745.1332191019411, -708.4, -745.0]
+        ranges = [(-745.2, 709.8), (-1.0, 1.0), (-20.0, 20.0), (-745.2, -708.0)]
+    else:
+        special += [0.625, -0.625, 21.9, -21.9, 1e-8]
+        ranges = [(-1.0, 1.0), (-0.625, 0.625), (-22.0, 22.0), (0.6, 0.65)]
+    xs = list(special)
+    while len(xs) < n:
+        i = len(xs)
+        if i % 5 == 4:
+            xs.append(rng.choice([1, -1]) * 2.0 ** rng.uniform(-60, 0))
+        else:
+            lo, hi = ranges[i % 5]
+            xs.append(rng.uniform(lo, hi))
+    return xs[:n]
+
+
+def ulp_error(got, true):
+    """|got - true| in ULP at `true`; 0 for an overflow both round to infinity."""
+    if math.isinf(got):
+        return mp.mpf(0) if got == float(true) else mp.inf
+    return abs(mp.mpf(got) - true) / ulp(true)
+
+
+def ulp(true):
+    """The spacing of doubles at `true` (subnormals: 2^-1074)."""
+    if true == 0:
+        return mp.mpf(2) ** -1074
+    e = int(mp.floor(mp.log(abs(true), 2)))
+    return mp.mpf(2) ** (max(e, -1022) - 52)
+
+
+def main():
+    name = sys.argv[1] if len(sys.argv) > 1 else "exp"
+    n = int(sys.argv[2]) if len(sys.argv) > 2 else 100_000
+    ours = {"exp": lambda x: Value(x).exp().data, "tanh": lambda x: Value(x).tanh().data}[name]
+    libm = {"exp": math.exp, "tanh": math.tanh}[name]
+    true_fn = {"exp": mp.exp, "tanh": mp.tanh}[name]
+    # Per function: max error, its x, total, not correctly rounded, max over normal results.
+    stats = {who: [mp.mpf(0), None, mp.mpf(0), 0, mp.mpf(0)] for who in ("tapejit", "libm")}
+    smallest_normal = mp.mpf(2) ** -1022
+    for x in points(name, n):
+        true = true_fn(mp.mpf(x))
+        rounded = float(true)
+        for who, f in (("tapejit", ours), ("libm", libm)):
+            try:
+                got = f(x)
+            except OverflowError:
+                got = math.inf
+            err = ulp_error(got, true)
+            s = stats[who]
+            s[2] += err
+            s[3] += got != rounded
+            if err > s[0]:
+                s[0], s[1] = err, x
+            if abs(true) >= smallest_normal and err > s[4]:
+                s[4] = err
+    print(f"{name} on {n} points (seeded), ULP error: max (at x), max where the result is")
+    print("normal, mean; results not correctly rounded")
+    for who, (worst, at, total, wrong, normal) in stats.items():
+        print(
+            f"  {who:8} {float(worst):.3f} (x = {at!r})  {float(normal):.3f}  "
+            f"mean {float(total / n):.4f}  {wrong} ({wrong / n:.2%})"
+        )
+
+
+if __name__ == "__main__":
+    main()
