@@ -439,27 +439,26 @@ fn softmax_backward<const N: usize>(
             gt += d.0[1];
         }
         grads[f + l.sum()] = gt;
-        let mut d = Local([0.0; N]);
-        Op::Sum.local_grads_into(&mut F64, &e, t, gt, &mut d);
-        for i in (0..N).rev() {
-            ge[i] += d.0[i];
-        }
-        // The exps, then the subtractions, last first.
-        let mut gs = [0.0; N];
-        for i in (0..N).rev() {
-            grads[f + l.exp(i)] = ge[i];
-            let mut d = Local([0.0; 1]);
-            Op::Exp.local_grads_into(&mut F64, &[v(l.sub(i))], e[i], ge[i], &mut d);
-            gs[i] += d.0[0];
-        }
+        let mut from_sum = Local([0.0; N]);
+        Op::Sum.local_grads_into(&mut F64, &e, t, gt, &mut from_sum);
+        // Each exp, then its subtraction, last first: each inside gradient finished where it
+        // is used, one value at a time. (Loops over the exps and then the subtractions kept
+        // the gradients in memory, stored one lane at a time and loaded four: the processor
+        // stalled on every such load. The outside effects, the additions into the `x_i`'s
+        // gradients and into `m`'s, come in the same order.)
         let m = v(l.max(N - 1));
         let mut gm = 0.0;
         for i in (0..N).rev() {
+            let ge = ge[i] + from_sum.0[i];
+            grads[f + l.exp(i)] = ge;
             let s = l.sub(i);
-            grads[f + s] = gs[i];
+            let mut d = Local([0.0; 1]);
+            Op::Exp.local_grads_into(&mut F64, &[v(s)], e[i], ge, &mut d);
+            let gs = 0.0 + d.0[0];
+            grads[f + s] = gs;
             let dst = &k.dst[l.sub_args(i)..][..1];
             let mut d = Local([0.0; 2]);
-            Op::Sub.local_grads_into(&mut F64, &[x[i], m], v(s), gs[i], &mut d);
+            Op::Sub.local_grads_into(&mut F64, &[x[i], m], v(s), gs, &mut d);
             AddInto { grads, dst }.give(0, d.0[0]);
             gm += d.0[1];
         }
