@@ -651,7 +651,7 @@ pub fn tanh(x: f64) -> f64 {
 }
 
 /// `e^x` as [`Op::Exp`] computes it on every backend (a formula of ours, written once over
-/// [`Arith`]; correctly rounded but in rare cases, docs/numerics.md), for code that wants the
+/// [`Arith`]; within 0.81 ULP of the true value, docs/numerics.md), for code that wants the
 /// very same numbers, such as hand-written yardsticks.
 pub fn exp(x: f64) -> f64 {
     formulas::exp(&mut F64, x)

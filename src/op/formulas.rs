@@ -91,13 +91,14 @@ fn from_exp<A: Arith>(ar: &mut A, a: A::V) -> A::V {
     ar.sub(one, q)
 }
 
-/// `e^x`, correctly rounded but in rare cases (measured against mpmath: docs/numerics.md):
-/// NaN for NaN (the very NaN), `+inf` above 710 (and from about 709.78 on, where the product
-/// overflows), `+0` below -746 (and from about -745.13 on, where it rounds to 0), and in
-/// between `e^r` ([`reduce`]) times `2^k` in
-/// two exact powers of two, `2^k1` and `2^k2` with `k1 = round(k / 2)`: the first product
-/// is exact, the second rounds once, into the subnormals or to infinity as it must (each
-/// factor within [`Arith::pow2`]'s range for every `k` here, `|k| <= 1077`).
+/// `e^x`, within 0.81 ULP of the true value (correctly rounded on 98.9% of 10^6 points,
+/// measured against mpmath: docs/numerics.md): NaN for NaN (the very NaN), `+inf` above 710
+/// (and from about 709.78 on, where the product overflows), `+0` below -746 (and from about
+/// -745.13 on, where it rounds to 0), and in between `e^r` ([`reduce`]) times `2^k`: one
+/// exact power of two where `-708 < x < 709`, else two, `2^k1` and `2^k2` with
+/// `k1 = round(k / 2)`, the first product exact and the second rounding once, into the
+/// subnormals or to infinity as it must (each factor within [`Arith::pow2`]'s range for
+/// every `k` here, `|k| <= 1077`).
 #[inline(always)]
 pub fn exp<A: Arith>(ar: &mut A, x: A::V) -> A::V {
     let (lowest, highest) = (ar.constant(-746.0), ar.constant(710.0));
@@ -319,16 +320,15 @@ mod tests {
         }
     }
 
+    /// `f(x)` is `want`, to the bit.
+    fn same_bits(name: &str, f: fn(f64) -> f64, x: f64, want: f64) {
+        let y = f(x);
+        assert_eq!(y.to_bits(), want.to_bits(), "{name}({x:e}) = {y:e}");
+    }
+
     #[test]
     fn tanh_of_special_values() {
-        let same = |x: f64, want: f64| {
-            assert_eq!(
-                tanh(x).to_bits(),
-                want.to_bits(),
-                "tanh({x:e}) = {:e}",
-                tanh(x)
-            );
-        };
+        let same = |x: f64, want: f64| same_bits("tanh", tanh, x, want);
         for x in [
             0.0,
             -0.0,
@@ -355,7 +355,7 @@ mod tests {
         same(1.0, 0.761_594_155_955_764_9);
     }
 
-    /// Against glibc's `exp` (within 0.52 ULP of the true value; ours within 0.6, measured
+    /// Against glibc's `exp` (within 0.51 ULP of the true value; ours within 0.81, measured
     /// against mpmath: docs/numerics.md): at most 1 ULP apart on every range, subnormal
     /// results and both overflow edges included, and mostly equal.
     #[test]
@@ -386,14 +386,7 @@ mod tests {
 
     #[test]
     fn exp_of_special_values() {
-        let same = |x: f64, want: f64| {
-            assert_eq!(
-                exp(x).to_bits(),
-                want.to_bits(),
-                "exp({x:e}) = {:e}",
-                exp(x)
-            );
-        };
+        let same = |x: f64, want: f64| same_bits("exp", exp, x, want);
         for x in [
             0.0,
             -0.0,
