@@ -150,7 +150,11 @@ impl JitBuilder {
             // (Native code is worth its compile once the first tier has run about as long.)
             let estimate = match compiler::all_cached(&plan, self) {
                 true => std::time::Duration::ZERO,
-                false => tiers::compile_estimate(self.opt_level, tape.op_nodes() - plan.loop_nodes),
+                false => tiers::compile_estimate(
+                    self.opt_level,
+                    self.codegen_level(),
+                    tape.op_nodes() - plan.loop_nodes,
+                ),
             };
             let deferred = Instant::now();
             if !state.wait_until_worth(estimate) {

@@ -13,6 +13,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use inkwell::OptimizationLevel;
+
 use super::emit::LazyEntry;
 use super::engine::Native;
 use super::options::{CompileState, JitBuilder, JitStats, OptLevel};
@@ -108,14 +110,21 @@ fn link_wanted(compiled: &mut Compiled, builder: &JitBuilder, wanted: &AtomicU8)
     }
 }
 
-/// What LLVM is estimated to take at `level` for a plan with `straight` operations outside
-/// loops (a loop compiles once per body: the rollouts of `docs/benchmarks.md`, 33k-37k nodes
-/// in loops, compile in 70 ms at O2): low, a third to a sixth of what it measures on
-/// straight-line code (95-150 us per node at O2 on the irregular graphs and random DAGs, 20
-/// at O0), so that a graph run long starts its compile early rather than late.
-pub(super) fn compile_estimate(level: OptLevel, straight: usize) -> Duration {
-    let per_node = match level {
-        OptLevel::O0 => Duration::from_micros(5),
+/// What LLVM is estimated to take at pipeline level `level` and code-generator level
+/// `codegen` for a plan with `straight` operations outside loops (a loop compiles once per
+/// body: the rollouts of `docs/benchmarks.md`, 33k-37k nodes in loops, compile in 70 ms at
+/// O2): low, a third to a sixth of what it measures on straight-line code (95-150 us per node
+/// at O2 on the irregular graphs and random DAGs; 20-40 with the fast code generator, O1's or
+/// `JitBuilder::codegen(O1)`; 20 at O0), so that a graph run long starts its compile early
+/// rather than late.
+pub(super) fn compile_estimate(
+    level: OptLevel,
+    codegen: OptimizationLevel,
+    straight: usize,
+) -> Duration {
+    let per_node = match (level, codegen) {
+        (OptLevel::O0, _) => Duration::from_micros(5),
+        (_, OptimizationLevel::None) => Duration::from_micros(10),
         _ => Duration::from_micros(30),
     };
     Duration::from_millis(20) + per_node * straight.min(u32::MAX as usize) as u32
