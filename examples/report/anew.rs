@@ -89,12 +89,16 @@ impl Workload {
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Backend {
     Jit(OptLevel, Tiering),
+    /// Tiered at O2 with the fast code generator (`JitBuilder::codegen(OptLevel::O1)`):
+    /// native code sooner, about 20% slower per call.
+    JitFastCodegen,
     Interpreter,
     Yardstick,
 }
 
-const BACKENDS: [Backend; 6] = [
+const BACKENDS: [Backend; 7] = [
     Backend::Jit(OptLevel::O2, Tiering::Auto),
+    Backend::JitFastCodegen,
     Backend::Jit(OptLevel::O2, Tiering::FirstTierOnly),
     Backend::Jit(OptLevel::O2, Tiering::Off),
     Backend::Jit(OptLevel::O0, Tiering::Off),
@@ -115,6 +119,7 @@ impl Backend {
             Backend::Jit(level, Tiering::Auto) => format!("JIT {level} (tiered)"),
             Backend::Jit(_, Tiering::FirstTierOnly) => "JIT first tier only".into(),
             Backend::Jit(level, Tiering::Off) => format!("JIT {level}, tiering off"),
+            Backend::JitFastCodegen => "JIT O2 (tiered), codegen(O1)".into(),
             Backend::Interpreter => "interpreter".into(),
             Backend::Yardstick => "yardstick".into(),
         }
@@ -125,6 +130,10 @@ impl Backend {
         match self {
             Backend::Jit(level, tiering) => {
                 let jit = Jit::builder().opt_level(level).tiering(tiering).compile(g);
+                Runner::Jit(Box::new(jit.expect("the graph compiles")))
+            }
+            Backend::JitFastCodegen => {
+                let jit = Jit::builder().codegen(OptLevel::O1).compile(g);
                 Runner::Jit(Box::new(jit.expect("the graph compiles")))
             }
             Backend::Interpreter => {
@@ -425,22 +434,31 @@ fn native_notes(rows: &[Row]) -> String {
         .iter()
         .filter(|r| r.backend == Backend::Jit(OptLevel::O2, Tiering::Off))
     {
-        let tiered = rows.iter().find(|t| {
-            t.workload == r.workload && t.backend == Backend::Jit(OptLevel::O2, Tiering::Auto)
-        });
-        let after = match tiered.map(|t| (t.took_over, t.jit.and_then(|j| j.native_after))) {
-            Some(((0, _), _)) | Some((_, None)) => "never took over (the runs ended first)".into(),
-            Some(((k, n), Some(secs))) if k == n => {
-                format!("took over after {} s", significant(secs))
+        let after = |backend: Backend| -> String {
+            let tiered = rows
+                .iter()
+                .find(|t| t.workload == r.workload && t.backend == backend);
+            match tiered.map(|t| (t.took_over, t.jit.and_then(|j| j.native_after))) {
+                Some(((0, _), _)) | Some((_, None)) => {
+                    "never took over (the runs ended first)".into()
+                }
+                Some(((k, n), Some(secs))) if k == n => {
+                    format!("took over after {} s", significant(secs))
+                }
+                Some(((k, n), Some(secs))) => {
+                    format!(
+                        "took over in {k} of {n} runs, after {} s",
+                        significant(secs)
+                    )
+                }
+                None => "ran in no tiered run".into(),
             }
-            Some(((k, n), Some(secs))) => {
-                format!(
-                    "took over in {k} of {n} runs, after {} s",
-                    significant(secs)
-                )
-            }
-            None => "ran in no tiered run".into(),
         };
+        let after = format!(
+            "{}; with codegen(O1), {}",
+            after(Backend::Jit(OptLevel::O2, Tiering::Auto)),
+            after(Backend::JitFastCodegen)
+        );
         let loops = r.jit.map_or("—".into(), |j| {
             format!(
                 "{} loops over {} of {} nodes",
