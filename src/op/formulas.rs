@@ -159,10 +159,7 @@ const LN2_HI: u64 = 0x3fe6_2e42_fee0_0000;
 const LN2_LO: u64 = 0x3dea_39ef_3579_3c76;
 const INV_LN2: u64 = 0x3ff7_1547_652b_82fe;
 
-/// `y = k ln2 + r`, the reduction of `e^y = 2^k e^r`: `k` the integer nearest `y / ln2`, `r`
-/// (ln2 in two pieces, each step one fused multiply-add; `|r| <= ln2 / 2`), and `C(r)`,
-/// `e^r`'s Taylor series from `r^2` on divided by `r^2`, to `r^11 / 13!` (the rest below
-/// 2^-57 of it) by Estrin's scheme. For `|y| < 2^40` (where `k ln2`'s high piece is exact).
+/// What [`reduce`] gives.
 struct Reduced<V> {
     r: V,
     /// `y - k ln2`'s high piece (exact).
@@ -172,6 +169,11 @@ struct Reduced<V> {
     k: V,
 }
 
+/// `y = k ln2 + r`, the reduction of `e^y = 2^k e^r`: `k` the integer nearest `y / ln2`, `r`
+/// (ln2 in two pieces, each step one fused multiply-add; `|r| <= ln2 / 2`), and `C(r)`,
+/// `e^r`'s Taylor series from `r^2` on divided by `r^2`, to `r^11 / 13!` (the rest below
+/// 2^-57 of it) by Estrin's scheme. For `|y| < 10^6`, where `k * LN2_HI` is exact (`k`
+/// below 2^21; `LN2_HI` has 32 significant bits).
 #[inline(always)]
 fn reduce<A: Arith>(ar: &mut A, y: A::V) -> Reduced<A::V> {
     // 1/n! from n = 2.
