@@ -106,6 +106,10 @@ pub enum Error {
     /// (`str::parse::<OptLevel>`).
     #[error("unknown optimization level {given:?}: expected O0, O1, O2 or O3")]
     UnknownOptLevel { given: String },
+    /// [`crate::Jit::export`] refused: a target this LLVM lacks, a file it cannot write, a
+    /// prefix that is not a C identifier, or an export the program cannot honour.
+    #[error("export: {problem}")]
+    Export { problem: String },
     /// LLVM could not initialize the host target, verify a module, optimize or JIT it.
     #[error("LLVM {stage} failed: {message}")]
     Llvm {

@@ -33,7 +33,10 @@ pub use program::Program;
 pub use tape::{Slot, Tape, TapeNodeView};
 pub mod jit;
 pub mod nn;
-pub use jit::{Cache, Jit, JitBuilder, JitStats, NestStats, OptLevel, Tier, Tiering};
+pub use jit::{
+    Cache, ExportOptions, ExportParams, ExportTarget, Exported, Jit, JitBuilder, JitStats,
+    NestStats, OptLevel, Tier, Tiering,
+};
 pub use plan::ZeroSkipping;
 
 /// The README's examples are compiled and run as doctests.

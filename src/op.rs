@@ -617,6 +617,19 @@ impl MathFn {
         }
     }
 
+    /// The C library function it is (`math` below calls it), if it is neither an
+    /// intrinsic nor a formula of ours: what exported code calls.
+    pub fn libm(self) -> Option<&'static str> {
+        match self {
+            MathFn::Log => Some("log"),
+            MathFn::Pow => Some("pow"),
+            MathFn::Log1p => Some("log1p"),
+            MathFn::Sin => Some("sin"),
+            MathFn::Cos => Some("cos"),
+            MathFn::Exp | MathFn::Tanh | MathFn::Sqrt => None,
+        }
+    }
+
     /// Its value on `args` computed by `ar`, if it is an [`Arith`] formula (the very
     /// operations its compiled function performs; `None` for libm's).
     pub fn formula<A: Arith>(self, ar: &mut A, args: &[A::V]) -> Option<A::V> {

@@ -23,7 +23,7 @@
 
 mod stepper;
 
-pub(crate) use stepper::{update, Scalars, Stepper};
+pub(crate) use stepper::{update, update_one, Scalars, Stepper};
 
 /// SGD, PyTorch's `torch.optim.SGD`: momentum, dampening, Nesterov momentum and weight decay
 /// (all 0 / off by default: plain `p -= lr * g`, what the backends fuse into their steps).

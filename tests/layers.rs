@@ -34,6 +34,8 @@ const LAYERS: &[&[&str]] = &[
     &["jit::emit"],
     &["jit::compiler"],
     &["jit::engine"],
+    // The deployment form: the plan's modules linked into one object with a C interface.
+    &["jit::export"],
     &["jit"],
     &["dot"],
 ];
@@ -255,11 +257,16 @@ fn names_after_super(code: &str, path: &[String]) -> Vec<Vec<String>> {
 /// What lib.rs re-exports (`pub use m::{A, B}`): name -> module.
 fn reexports(lib: &str) -> BTreeMap<String, String> {
     let mut map = BTreeMap::new();
-    for line in lib.lines() {
-        let Some(rest) = line.trim().strip_prefix("pub use ") else {
+    // (One item per `pub use ... ;`, which rustfmt may spread over several lines.)
+    for item in lib.split(';') {
+        let item: String = item.split_whitespace().collect::<Vec<_>>().join(" ");
+        let Some(at) = item.find("pub use ") else {
             continue;
         };
-        let rest = rest.trim_end_matches(';');
+        let rest = item[at + "pub use ".len()..]
+            .replace("{ ", "{")
+            .replace(" }", "}");
+        let rest = rest.as_str();
         let Some((module, names)) = rest.split_once("::") else {
             continue;
         };

@@ -66,7 +66,7 @@ struct StageFns {
 ///
 /// Both options are about compile time on long straight-line blocks: the post-RA scheduler and
 /// SelectionDAG's huge-region handling are superlinear there and buy no run time on this code.
-fn initialize_llvm() -> Result<()> {
+pub(super) fn initialize_llvm() -> Result<()> {
     static INIT: Once = Once::new();
     static mut INIT_ERROR: Option<String> = None;
     INIT.call_once(|| {

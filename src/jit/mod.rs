@@ -9,11 +9,13 @@ mod cache;
 mod compiler;
 mod emit;
 mod engine;
+mod export;
 mod ir_arith;
 mod options;
 mod tiers;
 
 pub use cache::{Cache, DEFAULT_SIZE as DEFAULT_CACHE_SIZE};
+pub use export::{ExportOptions, ExportParams, ExportTarget, Exported};
 pub use options::{JitBuilder, JitStats, NestStats, OptLevel, Tier, Tiering, MIN_LOOP_RUN};
 
 use std::time::Instant;
@@ -77,16 +79,8 @@ impl JitBuilder {
     /// layout, the plan, LLVM.
     fn compile_native(&self, tape: Tape, start: Instant) -> Result<Compiled> {
         let keyed = self.with_cache_source(&tape);
-        let schedule = std::thread::scope(|scope| {
-            // The planning passes ask who reads each slot; a second core counts it while
-            // recovery scans (a batch of copies has millions of slots).
-            if self.threads() > 1 && self.loop_recovery {
-                scope.spawn(|| tape.consumers());
-            }
-            recovery::schedule(&tape, self.loop_recovery)
-        });
         let built: Vec<Slot> = tape.param_slots().to_vec();
-        let (tape, schedule) = layout::apply(tape, schedule)?;
+        let (tape, schedule) = self.schedule_native(tape)?;
         if self.cancelled() {
             return Err(called_off());
         }
@@ -104,6 +98,31 @@ impl JitBuilder {
         Ok(compiled)
     }
 
+    /// `tape` as native code runs it: its loops recovered, and its params moved where the
+    /// loops read them (`Tape::param_slots` says where each one went).
+    fn schedule_native(&self, tape: Tape) -> Result<(Tape, Schedule)> {
+        let schedule = std::thread::scope(|scope| {
+            // The planning passes ask who reads each slot; a second core counts it while
+            // recovery scans (a batch of copies has millions of slots).
+            if self.threads() > 1 && self.loop_recovery {
+                scope.spawn(|| tape.consumers());
+            }
+            recovery::schedule(&tape, self.loop_recovery)
+        });
+        layout::apply(tape, schedule)
+    }
+
+    /// The plan's options from this builder's, for a CPU that can (`compresses`) or cannot
+    /// pack a vector's chosen lanes quickly.
+    fn plan_options(&self, compresses: bool) -> PlanOptions {
+        PlanOptions {
+            chunk_size: self.chunk_size,
+            fast_math: self.fast_math,
+            zero_skipping: self.zero_skipping,
+            host_compresses: compresses,
+        }
+    }
+
     /// Plans, verifies and compiles `tape` as `schedule` lays it out (scheduling began at
     /// `start`). Any schedule is safe here: `Plan::new` verifies the plan it makes and
     /// refuses one that does not compute the tape.
@@ -116,12 +135,7 @@ impl JitBuilder {
         let plan = Plan::new(
             &tape,
             &schedule,
-            PlanOptions {
-                chunk_size: self.chunk_size,
-                fast_math: self.fast_math,
-                zero_skipping: self.zero_skipping,
-                host_compresses: compiler::host_compresses(),
-            },
+            self.plan_options(compiler::host_compresses()),
         )?;
         stats.schedule_secs = start.elapsed().as_secs_f64();
         stats.loops = plan.loops;
@@ -249,7 +263,8 @@ pub struct Jit {
     /// When the compile started (the clock of [`JitStats::native_after_secs`]).
     start: Instant,
     stats: JitStats,
-    opt_level: OptLevel,
+    /// The options it was compiled with (no compile running): what an export compiles with.
+    options: JitBuilder,
     /// The optimizer, if not the plain SGD the code fuses, and its state.
     stepper: Stepper,
     /// Anomaly mode ([`crate::anomaly`]).
@@ -288,7 +303,10 @@ impl Jit {
             last_call: None,
             start,
             stats,
-            opt_level: options.opt_level,
+            options: JitBuilder {
+                background: None,
+                ..options.clone()
+            },
             stepper: Stepper::default(),
             detect_anomaly: false,
         };
@@ -305,7 +323,7 @@ impl Jit {
     }
 
     pub fn opt_level(&self) -> OptLevel {
-        self.opt_level
+        self.options.opt_level
     }
 
     /// The tier that runs the next call (native code may take over at its start, if it is
@@ -412,6 +430,48 @@ impl Jit {
     pub fn ir(&self) -> Result<String> {
         let ir = self.native().and_then(|c| c.native.ir());
         ir.map(String::from).ok_or(Error::IrNotKept)
+    }
+
+    /// Writes this program as a relocatable object file at `path` and a C header beside it
+    /// (`path` with the extension `.h`): the deployment form, which runs where there is no
+    /// LLVM, Python or Rust (it needs the C library's libm only). It computes the bits this
+    /// JIT computes on the same CPU: the same plan and emitter, at the level this program
+    /// was compiled at. The header documents the entry points; in short (`P` the prefix of
+    /// `options`):
+    ///
+    /// - `void P_init(double *workspace)`, once; the workspace holds `P_WORKSPACE_DOUBLES`
+    ///   numbers the caller owns;
+    /// - `double P_forward(double *workspace, const double *inputs, double *outputs)`: the
+    ///   loss (NaN without one) and the outputs, in the order they were added;
+    /// - with [`ExportParams::Buffer`]: `P_set_params`, `P_get_params`, in creation order;
+    /// - with [`ExportOptions::training`]: `double P_step(workspace, inputs, lr)` and
+    ///   `void P_train(workspace, inputs, n, lr, losses)` by the program's optimizer, its
+    ///   state in the workspace (`P_init` writes the state as of the export: training goes
+    ///   on where this program stands).
+    ///
+    /// Frozen params are those of the moment of the call. Bad requests are
+    /// [`Error::Export`]: a target LLVM lacks, a path that cannot be written, a prefix that
+    /// is not a C identifier, training without params or a loss.
+    ///
+    /// ```no_run
+    /// # use tapejit::{ExportOptions, Graph, Jit};
+    /// let g = Graph::new();
+    /// let x = g.input();
+    /// g.add_output((g.param(0.5) * x).tanh()).unwrap();
+    /// let jit = Jit::compile(&g).unwrap();
+    /// jit.export("model.o", &ExportOptions::new("model")).unwrap(); // and model.h
+    /// ```
+    pub fn export(
+        &self,
+        path: impl AsRef<std::path::Path>,
+        options: &ExportOptions,
+    ) -> Result<Exported> {
+        let program = export::Snapshot {
+            params: self.params(),
+            optimizer: self.stepper.optimizer,
+            state: self.optimizer_state(),
+        };
+        export::export(&self.tape, &self.options, &program, path.as_ref(), options)
     }
 
     /// Compiles and links `entry`'s module if this program runs native code with that entry

@@ -2,7 +2,7 @@
 //! formulas). Crate-private: `Program` owns the state and calls these.
 
 use super::{Adam, Optimizer, State};
-use crate::op::MathFn;
+use crate::op::{Arith, MathFn, F64};
 
 /// An optimizer and its state, over the params as a backend lays them out (addresses
 /// `0..len`; every formula keeps a gap's 0 at 0, so the gaps are updated as params are).
@@ -87,32 +87,53 @@ impl Stepper {
     }
 }
 
-/// What every param's update in one step shares, computed once per step.
+/// What every param's update in one step shares, computed once per step: numbers for the
+/// interpreter and the JIT (`f64`), IR values for an exported step.
 #[derive(Clone, Copy, Debug)]
-pub struct Scalars {
-    lr: f64,
-    /// Whether this is the first step (SGD's momentum buffer starts as the gradient).
-    first: bool,
+pub struct Scalars<V = f64> {
+    lr: V,
+    /// The step's number `t`, from 1 (SGD's momentum buffer starts as the gradient at 1).
+    t: V,
     /// Adam's `lr / (1 - b1^t)`.
-    step_size: f64,
+    step_size: V,
     /// Adam's `(1 - b2^t)^0.5`.
-    c2_sqrt: f64,
+    c2_sqrt: V,
+    /// AdamW's `1 - lr * weight_decay`.
+    shrink: V,
 }
 
-impl Scalars {
+impl Scalars<f64> {
     /// Step `t` (from 1) of `optimizer` at rate `lr`.
-    pub fn of(optimizer: &Optimizer, t: u64, lr: f64) -> Scalars {
-        let (b1, b2) = optimizer.adam().map_or((0.0, 0.0), |(a, _)| a.betas);
+    pub fn of(optimizer: &Optimizer, t: u64, lr: f64) -> Scalars<f64> {
+        Scalars::compute(&mut F64, optimizer, t as f64, lr)
+    }
+}
+
+impl<V: Copy> Scalars<V> {
+    /// Step `t` (from 1) of `optimizer` at rate `lr`, computed by `ar`.
+    pub fn compute<A: Arith<V = V>>(ar: &mut A, optimizer: &Optimizer, t: V, lr: V) -> Self {
+        let (b1, b2, weight_decay) = optimizer.adam().map_or((0.0, 0.0, 0.0), |(a, _)| {
+            (a.betas.0, a.betas.1, a.weight_decay)
+        });
         // Python's `beta ** step` and `x ** 0.5`: C's pow, the very function ops call (which
         // LLVM cannot see through, and so cannot turn into a square root).
-        let pow = |x: f64, c: f64| MathFn::Pow.eval(&[x, c]);
-        let c1 = 1.0 - pow(b1, t as f64);
-        let c2 = 1.0 - pow(b2, t as f64);
+        let one = ar.constant(1.0);
+        let one_minus_pow = |ar: &mut A, b: f64| {
+            let b = ar.constant(b);
+            let p = ar.call(MathFn::Pow, &[b, t]);
+            ar.sub(one, p)
+        };
+        let c1 = one_minus_pow(ar, b1);
+        let c2 = one_minus_pow(ar, b2);
+        let half = ar.constant(0.5);
+        let wd = ar.constant(weight_decay);
+        let lr_wd = ar.mul(lr, wd);
         Scalars {
             lr,
-            first: t == 1,
-            step_size: lr / c1,
-            c2_sqrt: pow(c2, 0.5),
+            t,
+            step_size: ar.div(lr, c1),
+            c2_sqrt: ar.call(MathFn::Pow, &[c2, half]),
+            shrink: ar.sub(one, lr_wd),
         }
     }
 }
@@ -121,30 +142,68 @@ impl Scalars {
 /// and buffers (each as long). Whether every new value is finite.
 pub fn update(
     optimizer: &Optimizer,
-    s: &Scalars,
+    s: &Scalars<f64>,
     params: &mut [f64],
     grads: &[f64],
     buffers: &mut [&mut [f64]],
 ) -> bool {
     let mut finite = true;
+    let mut state = [0.0; 2];
+    for (k, (p, &g)) in params.iter_mut().zip(grads).enumerate() {
+        let state = &mut state[..buffers.len()];
+        for (x, b) in state.iter_mut().zip(buffers.iter()) {
+            *x = b[k];
+        }
+        *p = update_one(&mut F64, optimizer, s, *p, g, state);
+        for (x, b) in state.iter().zip(buffers.iter_mut()) {
+            b[k] = *x;
+        }
+        finite &= p.is_finite();
+    }
+    finite
+}
+
+/// One param's step: its new value from its value `p` and gradient `g`, its buffers'
+/// entries (`state`, [`Optimizer::buffer_names`]) updated in place. torch.optim's formulas,
+/// written once over [`Arith`] for every backend and for exported code.
+pub fn update_one<A: Arith>(
+    ar: &mut A,
+    optimizer: &Optimizer,
+    s: &Scalars<A::V>,
+    p: A::V,
+    g: A::V,
+    state: &mut [A::V],
+) -> A::V {
     match *optimizer {
         Optimizer::Sgd(o) => {
             let (mu, damp, wd) = (o.momentum, o.dampening, o.weight_decay);
-            let mut momentum = buffers.first_mut();
-            for (k, (p, &g)) in params.iter_mut().zip(grads).enumerate() {
-                let mut g = if wd != 0.0 { g + wd * *p } else { g };
-                if let Some(b) = momentum.as_deref_mut() {
-                    let b = &mut b[k];
-                    *b = if s.first {
-                        g
-                    } else {
-                        *b * mu + (1.0 - damp) * g
-                    };
-                    g = if o.nesterov { g + mu * *b } else { *b };
+            let mut g = match wd != 0.0 {
+                true => {
+                    let wd = ar.constant(wd);
+                    let decay = ar.mul(wd, p);
+                    ar.add(g, decay)
                 }
-                *p += -s.lr * g;
-                finite &= p.is_finite();
+                false => g,
+            };
+            if let Some(b) = state.first_mut() {
+                let (mu_c, keep) = (ar.constant(mu), ar.constant(1.0 - damp));
+                let old = ar.mul(*b, mu_c);
+                let new = ar.mul(keep, g);
+                let later = ar.add(old, new);
+                // (The first step's buffer is the gradient itself.)
+                let first_after = ar.constant(1.5);
+                *b = ar.select_gt(s.t, first_after, later, g);
+                g = match o.nesterov {
+                    true => {
+                        let ahead = ar.mul(mu_c, *b);
+                        ar.add(g, ahead)
+                    }
+                    false => *b,
+                };
             }
+            let minus_lr = ar.neg(s.lr);
+            let delta = ar.mul(minus_lr, g);
+            ar.add(p, delta)
         }
         Optimizer::Adam(_) | Optimizer::AdamW(_) => {
             let (
@@ -155,43 +214,47 @@ pub fn update(
                 },
                 decoupled,
             ) = optimizer.adam().expect("Adam or AdamW");
-            let (w1, w2) = (1.0 - b1, 1.0 - b2);
-            let shrink = 1.0 - s.lr * weight_decay;
-            let [m, v] = buffers else {
+            let (p, g) = if decoupled {
+                (ar.mul(p, s.shrink), g)
+            } else if weight_decay != 0.0 {
+                let wd = ar.constant(weight_decay);
+                let decay = ar.mul(wd, p);
+                (p, ar.add(g, decay))
+            } else {
+                (p, g)
+            };
+            let [m, v] = state else {
                 unreachable!("Adam keeps two buffers")
             };
-            for (((p, &g), m), v) in params
-                .iter_mut()
-                .zip(grads)
-                .zip(m.iter_mut())
-                .zip(v.iter_mut())
-            {
-                let g = if decoupled {
-                    *p *= shrink;
-                    g
-                } else if weight_decay != 0.0 {
-                    g + weight_decay * *p
-                } else {
-                    g
-                };
-                *m = lerp(*m, g, w1);
-                *v = *v * b2 + (w2 * g) * g;
-                let denom = v.sqrt() / s.c2_sqrt + eps;
-                *p += (-s.step_size * *m) / denom;
-                finite &= p.is_finite();
-            }
+            *m = lerp(ar, *m, g, 1.0 - b1);
+            let (b2, w2) = (ar.constant(b2), ar.constant(1.0 - b2));
+            let kept = ar.mul(*v, b2);
+            let wg = ar.mul(w2, g);
+            let added = ar.mul(wg, g);
+            *v = ar.add(kept, added);
+            let root = ar.call(MathFn::Sqrt, &[*v]);
+            let scaled = ar.div(root, s.c2_sqrt);
+            let eps = ar.constant(eps);
+            let denom = ar.add(scaled, eps);
+            let minus_step = ar.neg(s.step_size);
+            let numerator = ar.mul(minus_step, *m);
+            let delta = ar.div(numerator, denom);
+            ar.add(p, delta)
         }
     }
-    finite
 }
 
 /// ATen's `lerp(a, b, w)` on the CPU: `a + w * (b - a)` for `|w| < 0.5`, else
 /// `b - (b - a) * (1 - w)`.
-fn lerp(a: f64, b: f64, w: f64) -> f64 {
-    let d = b - a;
+fn lerp<A: Arith>(ar: &mut A, a: A::V, b: A::V, w: f64) -> A::V {
+    let d = ar.sub(b, a);
     if w.abs() < 0.5 {
-        a + w * d
+        let w = ar.constant(w);
+        let step = ar.mul(w, d);
+        ar.add(a, step)
     } else {
-        b - d * (1.0 - w)
+        let w = ar.constant(1.0 - w);
+        let back = ar.mul(d, w);
+        ar.sub(b, back)
     }
 }
