@@ -7,6 +7,8 @@ use std::fmt::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use rand::{rngs::StdRng, SeedableRng};
+use tapejit::nn::Classifier;
 use tapejit::optim::{Adam, AdamW, Optimizer, Sgd};
 use tapejit::{
     Error, ExportOptions, ExportParams, ExportTarget, Graph, Jit, Program, Tiering, Value,
@@ -252,6 +254,54 @@ int main(void) {{
     }
 }
 
+/// A classifier whose layers the JIT lays out in rows with gaps between them, so that its
+/// params are moved through a table of addresses: trained in C as by the JIT, bit for bit.
+#[test]
+fn exported_classifier_with_laid_out_rows_trains_alike() {
+    let Some(cc) = c_compiler() else { return };
+    let g = Graph::new();
+    let mut rng = StdRng::seed_from_u64(7);
+    Classifier::new(&g, 30, &[6], 3, &mut rng).unwrap();
+    let mut jit = Jit::builder().tiering(Tiering::Off).compile(&g).unwrap();
+    assert!(jit.stats().moved_params > 0, "the layout moves the weights");
+    let start = jit.params();
+    let dir = scratch("classifier");
+    jit.export(dir.join("c.o"), &ExportOptions::new("c").training(true))
+        .unwrap();
+    let xs: Vec<f64> = (0..4 * 33)
+        .map(|i| match i % 33 {
+            30.. => ((i % 33 == 30 + (i / 33) % 3) as u8) as f64,
+            _ => ((i as f64) * 0.37).sin().abs(),
+        })
+        .collect();
+    let mut expected = jit.train(&xs, 0.1).unwrap();
+    expected.extend(jit.params());
+    let main = format!(
+        r#"{PRELUDE}
+#include "c.h"
+static const uint64_t X[] = {{ {} }};
+static const uint64_t P[] = {{ {} }};
+int main(void) {{
+    double *ws = aligned_alloc(64, ((C_WORKSPACE_DOUBLES * 8 + 63) / 64) * 64);
+    double x[4 * 33], p[C_NUM_PARAMS], losses[4];
+    for (int i = 0; i < 4 * 33; i++) x[i] = from_bits(X[i]);
+    for (int i = 0; i < C_NUM_PARAMS; i++) p[i] = from_bits(P[i]);
+    c_init(ws);
+    c_set_params(ws, p);
+    c_train(ws, x, 4, 0.1, losses);
+    for (int i = 0; i < 4; i++) print(losses[i]);
+    c_get_params(ws, p);
+    for (int i = 0; i < C_NUM_PARAMS; i++) print(p[i]);
+    return 0;
+}}"#,
+        bits(&xs),
+        bits(&start)
+    );
+    let got = run_c(&cc, &dir, &["c.o"], &main);
+    assert_same_bits("classifier", &got, &expected);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Two models under two prefixes link into one binary, each computing its own numbers.
 #[test]
 fn two_exported_models_link_together() {
@@ -321,6 +371,16 @@ fn bad_exports_are_typed_errors() {
     };
     let problem = export_error(&jit, &path, &ExportOptions::new("m").target(lacking));
     assert!(problem.contains("no target"), "{problem}");
+    // (LLVM would only warn of a CPU it lacks, then end the process in code generation.)
+    for triple in ["x86_64-unknown-linux-gnu", "riscv64-unknown-linux-gnu"] {
+        let unknown_cpu = ExportTarget::Named {
+            triple: triple.into(),
+            cpu: "nonesuchcpu".into(),
+        };
+        let options = ExportOptions::new("m").target(unknown_cpu);
+        let problem = export_error(&jit, &path, &options);
+        assert!(problem.contains("CPU named \"nonesuchcpu\""), "{problem}");
+    }
 
     // Training a program without params, or without a loss.
     let g = Graph::new();

@@ -5,14 +5,19 @@
 use std::collections::HashMap;
 
 use numpy::{PyArray1, PyReadonlyArrayDyn, PyUntypedArrayMethods};
-use pyo3::exceptions::{PyFloatingPointError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{
+    PyFloatingPointError, PyOSError, PyRuntimeError, PyTypeError, PyValueError,
+};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::sync::{Mutex, MutexGuard};
 
 use tapejit::checkpoint::Checkpoint;
 use tapejit::optim::{Adam, AdamW, Optimizer, Sgd};
-use tapejit::{Graph, Interpreter, Jit, Op, OptLevel, Program, Tape, Tiering};
+use tapejit::{
+    ExportOptions, ExportParams, ExportTarget, Graph, Interpreter, Jit, Op, OptLevel, Program,
+    Tape, Tiering,
+};
 
 use crate::drop_in::{error, graph_of, linearize, position};
 use crate::tiers::{self, DropsWithoutGil};
@@ -333,6 +338,58 @@ fn optimizer_of(o: &Bound<'_, PyAny>) -> PyResult<Optimizer> {
     Ok(optimizer)
 }
 
+/// `export`'s `target=`: `"host"`, `"generic"`, `"TRIPLE"` or `"TRIPLE:CPU"` (the CPU
+/// `"generic"` if not given); anything else is a `ValueError`. (Whether the linked LLVM has
+/// the triple and CPU is `export`'s to say.)
+fn export_target(name: &str) -> PyResult<ExportTarget> {
+    match name {
+        "host" => return Ok(ExportTarget::Host),
+        "generic" => return Ok(ExportTarget::Generic),
+        _ => {}
+    }
+    let (triple, cpu) = name.split_once(':').unwrap_or((name, "generic"));
+    let word = |s: &str| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    };
+    if !word(triple) || !word(cpu) {
+        return Err(PyValueError::new_err(format!(
+            "target={name:?}: expected \"host\", \"generic\", a target triple \
+             (\"x86_64-unknown-linux-gnu\") or a triple and a CPU \
+             (\"x86_64-unknown-linux-gnu:znver3\")"
+        )));
+    }
+    Ok(ExportTarget::Named {
+        triple: triple.to_string(),
+        cpu: cpu.to_string(),
+    })
+}
+
+/// `export`'s `params=` (`None`: frozen, or a buffer for training); another name is a
+/// `ValueError`.
+fn export_params(name: Option<&str>, training: bool) -> PyResult<ExportParams> {
+    match name {
+        None if training => Ok(ExportParams::Buffer),
+        None | Some("frozen") => Ok(ExportParams::Frozen),
+        Some("buffer") => Ok(ExportParams::Buffer),
+        Some(name) => Err(PyValueError::new_err(format!(
+            "params={name:?}: expected \"frozen\" or \"buffer\""
+        ))),
+    }
+}
+
+/// An export's error: a file that cannot be written is an `OSError`, any other refusal a
+/// `ValueError`, with tapejit's message.
+fn export_error(e: tapejit::Error) -> PyErr {
+    match &e {
+        tapejit::Error::Export { problem } if problem.starts_with("cannot write") => {
+            PyOSError::new_err(e.to_string())
+        }
+        _ => error(e),
+    }
+}
+
 /// Per node of `order` (the loss last): whether it is an addition whose one use is as the
 /// first operand of the next addition, and not an output: [`graph_of`] folds such chains,
 /// `((a + b) + c) + d` (what Python's `sum` builds), into one `Sum` of their terms, the
@@ -570,6 +627,63 @@ impl Compiled {
             )));
         }
         checkpoint.restore(&mut ***program, path).map_err(error)
+    }
+
+    /// Writes this program as a relocatable object file at `path` (a str or `os.PathLike`)
+    /// and a C header beside it (`path` with the extension `.h`): a C program links the
+    /// object (`cc main.c model.o -lm`; no LLVM, Python or Rust at run time) and computes
+    /// the bits this program computes. The header declares, `P` being `prefix` (a C
+    /// identifier): `P_WORKSPACE_DOUBLES`, `P_NUM_INPUTS`, `P_NUM_OUTPUTS`, `P_NUM_PARAMS`;
+    /// `void P_init(double *ws)`, once per workspace (`P_WORKSPACE_DOUBLES` numbers the
+    /// caller owns); `double P_forward(ws, inputs, outputs)`, the loss (NaN without one) and
+    /// the outputs. `target`: `"host"` (this CPU and its features), `"generic"` (the host's
+    /// architecture at its baseline) or `"TRIPLE"` / `"TRIPLE:CPU"`. `params`: `"frozen"`
+    /// (the params as of this call, in the object) or `"buffer"` (the caller's:
+    /// `P_set_params(ws, params)`, `P_get_params(ws, params)`, in the order `params` gives).
+    /// `training=True` (params in a buffer) also exports `double P_step(ws, inputs, lr)` and
+    /// `void P_train(ws, inputs, n, lr, losses)` by the program's optimizer, `P_init`
+    /// writing its state as of this call. Returns `{"object", "header"}` (paths),
+    /// `"workspace_doubles"`, `"object_bytes"` and `"secs"`. A bad prefix, target or
+    /// request is a `ValueError`; a path that cannot be written an `OSError`. LLVM compiles
+    /// the object here, without the GIL.
+    #[pyo3(signature = (path, prefix = "model", target = "host", params = None, training = false))]
+    fn export<'py>(
+        &mut self,
+        py: Python<'py>,
+        path: std::path::PathBuf,
+        prefix: &str,
+        target: &str,
+        params: Option<&str>,
+        training: bool,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let options = ExportOptions::new(prefix)
+            .target(export_target(target)?)
+            .training(training)
+            .params(export_params(params, training)?);
+        let program = self.program.get_mut().unwrap_or_else(|e| e.into_inner());
+        let runner: &mut Runner = program;
+        let exported = py.detach(|| match runner {
+            Runner::Jit(jit) => jit.export(&path, &options),
+            // The interpreter's tape, params and optimizer in a JIT that compiles no native
+            // code: what the export compiles is its own.
+            Runner::Interpreter(interp) => {
+                let mut jit = Jit::builder()
+                    .tiering(Tiering::FirstTierOnly)
+                    .compile_tape(interp.tape().clone())?;
+                jit.set_params(&interp.params())?;
+                jit.set_optimizer(interp.optimizer())?;
+                jit.set_optimizer_state(&interp.optimizer_state())?;
+                jit.export(&path, &options)
+            }
+        });
+        let exported = exported.map_err(export_error)?;
+        let dict = PyDict::new(py);
+        dict.set_item("object", exported.object.into_os_string())?;
+        dict.set_item("header", exported.header.into_os_string())?;
+        dict.set_item("workspace_doubles", exported.workspace_doubles)?;
+        dict.set_item("object_bytes", exported.object_bytes)?;
+        dict.set_item("secs", exported.secs)?;
+        Ok(dict)
     }
 
     /// The optimizer given to `compile` (`None`: plain SGD).

@@ -417,6 +417,76 @@ impl Drop for LlvmWork {
     }
 }
 
+/// `f()`, and what LLVM wrote to the standard error meanwhile (which then goes to it after
+/// all; empty where that cannot be caught). LLVM warns there of what its C API cannot
+/// report: a CPU a target does not have (which, where that target then lacks a feature it
+/// needs, ends the process in code generation), so an export asks before it compiles.
+/// One call at a time: two would swap each other's descriptors.
+#[cfg(target_os = "linux")]
+pub(super) fn with_stderr_caught<T>(f: impl FnOnce() -> T) -> (T, String) {
+    extern "C" {
+        fn pipe2(fds: *mut i32, flags: i32) -> i32;
+        fn dup(fd: i32) -> i32;
+        fn dup2(from: i32, to: i32) -> i32;
+        fn close(fd: i32) -> i32;
+        fn read(fd: i32, buf: *mut u8, n: usize) -> isize;
+        fn fcntl(fd: i32, command: i32, arg: i32) -> i32;
+    }
+    const O_CLOEXEC: i32 = 0o2000000;
+    const O_NONBLOCK: i32 = 0o4000;
+    const F_SETFL: i32 = 4;
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    use std::io::Write;
+    let _ = std::io::stderr().flush();
+    let mut fds = [-1i32; 2];
+    // SAFETY: `pipe2` writes two descriptors into `fds` (closed in any process this one
+    // starts); `dup` copies descriptor 2. Each descriptor made here is closed below, and
+    // descriptor 2 is put back before `f`'s result is returned. The read end does not
+    // block, so what a process started meanwhile still holds does not matter (a message
+    // longer than the pipe's buffer, 64 KB, would block LLVM: its warnings are one line).
+    let (saved, ok) = unsafe {
+        let ok = pipe2(fds.as_mut_ptr(), O_CLOEXEC) == 0 && fcntl(fds[0], F_SETFL, O_NONBLOCK) == 0;
+        let saved = if ok { dup(2) } else { -1 };
+        let ok = ok && saved >= 0 && dup2(fds[1], 2) >= 0;
+        (saved, ok)
+    };
+    if !ok {
+        // SAFETY: closes only what was opened above.
+        unsafe {
+            for fd in [fds[0], fds[1], saved].into_iter().filter(|&fd| fd >= 0) {
+                close(fd);
+            }
+        }
+        return (f(), String::new());
+    }
+    let result = f();
+    let mut caught = Vec::new();
+    // SAFETY: descriptor 2 is put back, then what the pipe holds is read (until it is
+    // empty) into a buffer of ours as long as `read` is told, and the pipe is closed.
+    unsafe {
+        dup2(saved, 2);
+        close(saved);
+        close(fds[1]);
+        let mut buf = [0u8; 4096];
+        loop {
+            let n = read(fds[0], buf.as_mut_ptr(), buf.len());
+            if n <= 0 {
+                break;
+            }
+            caught.extend_from_slice(&buf[..n as usize]);
+        }
+        close(fds[0]);
+    }
+    let _ = std::io::stderr().write_all(&caught);
+    (result, String::from_utf8_lossy(&caught).into_owned())
+}
+
+#[cfg(not(target_os = "linux"))]
+pub(super) fn with_stderr_caught<T>(f: impl FnOnce() -> T) -> (T, String) {
+    (f(), String::new())
+}
+
 /// At exit: calls every background compile off and waits until none runs.
 extern "C" fn wait_for_llvm_work() {
     super::options::EXITING.store(true, std::sync::atomic::Ordering::Relaxed);

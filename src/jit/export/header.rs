@@ -4,14 +4,15 @@ use super::{ExportOptions, ExportParams, Layout};
 use crate::optim::Optimizer;
 use crate::tape::Tape;
 
-/// The header of an object exported with `options` (prefix `p`) over `layout`; `built` is
-/// the program's tape as built (what the comments count).
+/// The header of an object exported with `options` (prefix `p`) over `layout` for `machine`
+/// (its triple and CPU); `built` is the program's tape as built (what the comments count).
 pub(super) fn text(
     p: &str,
     layout: &Layout,
     options: &ExportOptions,
     optimizer: &Optimizer,
     built: &Tape,
+    machine: (&str, &str),
 ) -> String {
     let upper = p.to_ascii_uppercase();
     let mut h = String::new();
@@ -25,6 +26,10 @@ pub(super) fn text(
         env!("CARGO_PKG_VERSION")
     ));
     line(" * Link the object beside this header with -lm; it needs nothing else.".into());
+    line(format!(
+        " * Machine code for {}, CPU {}: it runs where that CPU's features are.",
+        machine.0, machine.1
+    ));
     line(" *".into());
     line(format!(
         " * Every function takes a workspace the caller owns: {upper}_WORKSPACE_DOUBLES"

@@ -19,7 +19,8 @@ use inkwell::context::Context;
 use inkwell::module::{Linkage, Module};
 use inkwell::passes::PassBuilderOptions;
 use inkwell::targets::{
-    CodeModel, FileType, InitializationConfig, RelocMode, Target, TargetMachine, TargetTriple,
+    ByteOrdering, CodeModel, FileType, InitializationConfig, RelocMode, Target, TargetMachine,
+    TargetTriple,
 };
 use inkwell::OptimizationLevel;
 
@@ -268,6 +269,7 @@ pub(super) fn export(
         plain_step: optimizer.is_plain(),
         optimizer: &optimizer,
         params_mode: options.params,
+        little_endian: machine.get_target_data().get_byte_ordering() == ByteOrdering::LittleEndian,
         attributes: (&cpu.name, &cpu.features),
     };
     let names = api.define(&context, &module)?;
@@ -280,16 +282,27 @@ pub(super) fn export(
     let functions = || plan.functions.iter();
     let loop_code = crate::plan::functions::loop_code(functions());
     let slp_pays = crate::plan::functions::slp_pays(&tape, functions());
-    if let Some(pipeline) = builder.module_pipeline(loop_code, slp_pays).0 {
-        module
-            .run_passes(&pipeline, &machine, PassBuilderOptions::create())
-            .map_err(|e| super::compiler::llvm_error("optimization", e))?;
-    }
+    // The JIT's pipeline, after dropping what the interface does not reach (an inference
+    // export's backward passes, the math functions no op calls).
+    let pipeline = match builder.module_pipeline(loop_code, slp_pays).0 {
+        Some(functions) => format!("globaldce,{functions}"),
+        None => "globaldce".to_string(),
+    };
+    module
+        .run_passes(&pipeline, &machine, PassBuilderOptions::create())
+        .map_err(|e| super::compiler::llvm_error("optimization", e))?;
     let object = machine
         .write_to_memory_buffer(&module, FileType::Object)
         .map_err(|e| super::compiler::llvm_error("code generation", e))?;
     std::fs::write(path, object.as_slice()).map_err(|e| cannot_write(path, &e))?;
-    let header = header::text(&options.prefix, &layout, options, &optimizer, built);
+    let header = header::text(
+        &options.prefix,
+        &layout,
+        options,
+        &optimizer,
+        built,
+        (&machine.get_triple().as_str().to_string_lossy(), &cpu.name),
+    );
     std::fs::write(&header_path, header).map_err(|e| cannot_write(&header_path, &e))?;
     Ok(Exported {
         object: path.to_path_buf(),
@@ -333,8 +346,8 @@ fn target_machine(target: &ExportTarget, level: OptimizationLevel) -> Result<Tar
         problem: format!("no target {}{why}", triple.as_str().to_string_lossy()),
     };
     let found = Target::from_triple(&triple).map_err(|e| lacks(format!(": {e}")))?;
-    found
-        .create_target_machine(
+    let (machine, warned) = super::engine::with_stderr_caught(|| {
+        found.create_target_machine(
             &triple,
             &cpu,
             &features,
@@ -342,7 +355,11 @@ fn target_machine(target: &ExportTarget, level: OptimizationLevel) -> Result<Tar
             RelocMode::PIC,
             CodeModel::Default,
         )
-        .ok_or_else(|| lacks(format!(" with CPU {cpu:?}")))
+    });
+    if warned.contains("not a recognized processor") {
+        return Err(lacks(format!(" with a CPU named {cpu:?}")));
+    }
+    machine.ok_or_else(|| lacks(format!(" with CPU {cpu:?}")))
 }
 
 /// Every module of `plan`, emitted in `context` and linked into the first.
