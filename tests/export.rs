@@ -11,7 +11,7 @@ use rand::{rngs::StdRng, SeedableRng};
 use tapejit::nn::Classifier;
 use tapejit::optim::{Adam, AdamW, Optimizer, Sgd};
 use tapejit::{
-    Error, ExportOptions, ExportParams, ExportTarget, Graph, Jit, Program, Tiering, Value,
+    Error, ExportOptions, ExportParams, ExportTarget, Graph, Jit, OptLevel, Program, Tiering, Value,
 };
 
 /// The C compiler (`CC`, else `cc`), if it runs.
@@ -143,48 +143,105 @@ fn assert_same_bits(what: &str, got: &[f64], expected: &[f64]) {
     }
 }
 
-/// Forward of frozen params, for the host and the generic target: each sample's loss and
-/// outputs, bit for bit.
-#[test]
-fn exported_forward_is_bit_identical() {
-    let Some(cc) = c_compiler() else { return };
-    let mut jit = compiled(Optimizer::default());
-    let xs = samples(5);
+/// Forward of `jit`'s frozen params exported for `target`, run by C on `n` samples of
+/// `xs`: each sample's loss and outputs, bit for bit the JIT's.
+fn assert_forward_matches(cc: &str, name: &str, jit: &mut Jit, target: ExportTarget, xs: &[f64]) {
+    let width = jit.tape().num_inputs();
+    let n = xs.len() / width;
     let mut expected = Vec::new();
-    for x in xs.chunks(3) {
+    for x in xs.chunks(width) {
         jit.set_inputs(x).unwrap();
         expected.push(jit.forward());
         expected.extend(jit.outputs());
     }
-    for (name, target) in [
-        ("host", ExportTarget::Host),
-        ("generic", ExportTarget::Generic),
-    ] {
-        let dir = scratch(name);
-        let options = ExportOptions::new("m").target(target);
-        let exported = jit.export(dir.join("m.o"), &options).unwrap();
-        assert!(exported.header.ends_with("m.h"));
-        let main = format!(
-            r#"{PRELUDE}
+    let dir = scratch(name);
+    let options = ExportOptions::new("m").target(target);
+    let exported = jit.export(dir.join("m.o"), &options).unwrap();
+    assert!(exported.header.ends_with("m.h"));
+    let main = format!(
+        r#"{PRELUDE}
 #include "m.h"
 static const uint64_t X[] = {{ {} }};
 int main(void) {{
     double *ws = aligned_alloc(64, ((M_WORKSPACE_DOUBLES * 8 + 63) / 64) * 64);
-    double x[M_NUM_INPUTS], out[M_NUM_OUTPUTS];
+    double x[M_NUM_INPUTS + 1], out[M_NUM_OUTPUTS + 1];
     m_init(ws);
-    for (int s = 0; s < 5; s++) {{
+    for (int s = 0; s < {n}; s++) {{
         for (int i = 0; i < M_NUM_INPUTS; i++) x[i] = from_bits(X[s * M_NUM_INPUTS + i]);
         print(m_forward(ws, x, out));
         for (int i = 0; i < M_NUM_OUTPUTS; i++) print(out[i]);
     }}
     return 0;
 }}"#,
-            bits(&xs)
-        );
-        let got = run_c(&cc, &dir, &["m.o"], &main);
-        assert_same_bits(name, &got, &expected);
-        let _ = std::fs::remove_dir_all(&dir);
+        bits(xs)
+    );
+    let got = run_c(cc, &dir, &["m.o"], &main);
+    assert_same_bits(name, &got, &expected);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Forward of frozen params, for the host and the generic target.
+#[test]
+fn exported_forward_is_bit_identical() {
+    let Some(cc) = c_compiler() else { return };
+    let mut jit = compiled(Optimizer::default());
+    for (name, target) in [
+        ("host", ExportTarget::Host),
+        ("generic", ExportTarget::Generic),
+    ] {
+        assert_forward_matches(&cc, name, &mut jit, target, &samples(5));
     }
+}
+
+/// Every level, fast math, and a batch written as copies of one network (the plan's nests
+/// over copies) export the code they run.
+#[test]
+fn exports_follow_the_program_s_options_and_shapes() {
+    let Some(cc) = c_compiler() else { return };
+    let g = Graph::new();
+    model(&g);
+    for level in [OptLevel::O0, OptLevel::O1, OptLevel::O3] {
+        let builder = Jit::builder().opt_level(level).tiering(Tiering::Off);
+        let mut jit = builder.compile(&g).unwrap();
+        assert_forward_matches(
+            &cc,
+            &format!("{level:?}"),
+            &mut jit,
+            ExportTarget::Host,
+            &samples(3),
+        );
+    }
+    let mut fast = Jit::builder()
+        .fast_math(true)
+        .tiering(Tiering::Off)
+        .compile(&g)
+        .unwrap();
+    assert_forward_matches(&cc, "fast_math", &mut fast, ExportTarget::Host, &samples(3));
+
+    // Eight copies of a 4-5-1 tanh network sharing its params, the loss their mean.
+    let g = Graph::new();
+    let w: Vec<Value> = (0..25)
+        .map(|k| g.param(((k as f64) * 0.7).sin() * 0.4))
+        .collect();
+    let mut losses = Vec::new();
+    for _ in 0..8 {
+        let x = g.inputs(4);
+        let hidden: Vec<Value> = (0..5)
+            .map(|j| {
+                (0..4)
+                    .fold(w[20 + j], |acc, i| acc + w[j * 4 + i] * x[i])
+                    .tanh()
+            })
+            .collect();
+        let y = hidden.iter().fold(g.constant(0.0), |acc, &h| acc + h);
+        losses.push((y - 0.5).powf(2.0));
+    }
+    let total = losses.iter().skip(1).fold(losses[0], |acc, &l| acc + l);
+    g.set_loss(total * (1.0 / 8.0)).unwrap();
+    let mut batch = Jit::builder().tiering(Tiering::Off).compile(&g).unwrap();
+    assert!(!batch.stats().nests.is_empty(), "the plan nests the copies");
+    let xs: Vec<f64> = (0..2 * 32).map(|i| ((i as f64) * 0.91).cos()).collect();
+    assert_forward_matches(&cc, "copies", &mut batch, ExportTarget::Host, &xs);
 }
 
 /// Training by every optimizer, exported after two steps: the losses of `train` on some
