@@ -417,6 +417,8 @@ fn bad_exports_are_typed_errors() {
     assert!(problem.contains("not a C identifier"), "{problem}");
     let problem = export_error(&jit, &dir.join("missing/m.o"), &ExportOptions::new("m"));
     assert!(problem.contains("cannot write"), "{problem}");
+    let problem = export_error(&jit, &dir.join("m.h"), &ExportOptions::new("m"));
+    assert!(problem.contains("where the header goes"), "{problem}");
     let frozen = ExportOptions::new("m")
         .training(true)
         .params(ExportParams::Frozen);

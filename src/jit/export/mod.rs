@@ -236,6 +236,13 @@ pub(super) fn export(
     let start = Instant::now();
     options.check(tape)?;
     let header_path = path.with_extension("h");
+    if header_path == path {
+        let problem = format!(
+            "{} is where the header goes: name the object .o",
+            path.display()
+        );
+        return Err(Error::Export { problem });
+    }
     for p in [path, header_path.as_path()] {
         std::fs::write(p, b"").map_err(|e| cannot_write(p, &e))?;
     }
