@@ -248,12 +248,7 @@ pub(super) fn all_cached(plan: &Plan, options: &JitBuilder) -> bool {
 /// (Asked once per process: a background compile reads it before it may enter LLVM.)
 pub(super) fn host_compresses() -> bool {
     static COMPRESSES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *COMPRESSES.get_or_init(|| {
-        let cpu = host_cpu();
-        ["+avx512f", "+avx512vl"]
-            .iter()
-            .all(|f| cpu.features.split(',').any(|g| g == *f))
-    })
+    *COMPRESSES.get_or_init(|| host_cpu().compresses())
 }
 
 /// The host's target machine at `level`, for both the pass pipeline (whose cost models must

@@ -57,6 +57,16 @@ pub struct HostCpu {
     pub features: String,
 }
 
+impl HostCpu {
+    /// Whether this CPU packs a vector's chosen lanes together in a register quickly:
+    /// AVX-512 VL's `vpcompressd` ([`crate::plan::tactics::Tactics::compress_steps`]).
+    pub fn compresses(&self) -> bool {
+        ["+avx512f", "+avx512vl"]
+            .iter()
+            .all(|f| self.features.split(',').any(|g| g == *f))
+    }
+}
+
 /// A lowered module.
 pub struct Lowered<'ctx> {
     pub module: Module<'ctx>,

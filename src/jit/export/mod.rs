@@ -252,9 +252,6 @@ pub(super) fn export(
         name: machine.get_cpu().to_string(),
         features: machine.get_feature_string().to_string_lossy().into_owned(),
     };
-    let compresses = ["+avx512f", "+avx512vl"]
-        .iter()
-        .all(|f| cpu.features.split(',').any(|g| g == *f));
     let builder = JitBuilder {
         background: None,
         cache_source: None,
@@ -262,12 +259,16 @@ pub(super) fn export(
     };
     let built = tape;
     let (tape, schedule) = builder.schedule_native(built.clone())?;
-    let plan = Plan::new(&tape, &schedule, builder.plan_options(compresses))?;
+    let plan = Plan::new(&tape, &schedule, builder.plan_options(cpu.compresses()))?;
     let layout = Layout::of(&tape, &plan, program, options);
     let optimizer = program.optimizer;
+    let functions = || plan.functions.iter();
+    let loop_code = crate::plan::functions::loop_code(functions());
+    let slp_pays = crate::plan::functions::slp_pays(&tape, functions());
+    let (pipeline, scalar_lanes) = builder.module_pipeline(loop_code, slp_pays);
 
     let context = Context::create();
-    let module = link_plan(&context, &tape, &plan, &builder, &cpu)?;
+    let module = link_plan(&context, &tape, &plan, &cpu, scalar_lanes)?;
     c_api::define_math(&context, &module)?;
     let api = c_api::CApi {
         prefix: &options.prefix,
@@ -286,12 +287,9 @@ pub(super) fn export(
     module
         .verify()
         .map_err(|e| super::compiler::llvm_error("module verification", e))?;
-    let functions = || plan.functions.iter();
-    let loop_code = crate::plan::functions::loop_code(functions());
-    let slp_pays = crate::plan::functions::slp_pays(&tape, functions());
     // The JIT's pipeline, after dropping what the interface does not reach (an inference
     // export's backward passes, the math functions no op calls).
-    let pipeline = match builder.module_pipeline(loop_code, slp_pays).0 {
+    let pipeline = match pipeline {
         Some(functions) => format!("globaldce,{functions}"),
         None => "globaldce".to_string(),
     };
@@ -369,18 +367,15 @@ fn target_machine(target: &ExportTarget, level: OptimizationLevel) -> Result<Tar
     machine.ok_or_else(|| lacks(format!(" with CPU {cpu:?}")))
 }
 
-/// Every module of `plan`, emitted in `context` and linked into the first.
+/// Every module of `plan`, emitted in `context` for `cpu` and linked into the first
+/// (`scalar_lanes`: as `JitBuilder::module_pipeline` says).
 fn link_plan<'ctx>(
     context: &'ctx Context,
     tape: &Tape,
     plan: &Plan,
-    builder: &JitBuilder,
     cpu: &HostCpu,
+    scalar_lanes: bool,
 ) -> Result<Module<'ctx>> {
-    let functions = || plan.functions.iter();
-    let loop_code = crate::plan::functions::loop_code(functions());
-    let slp_pays = crate::plan::functions::slp_pays(tape, functions());
-    let scalar_lanes = builder.module_pipeline(loop_code, slp_pays).1;
     let emit = |m: usize| -> Result<Module<'ctx>> {
         let Lowered { module } =
             Emitter::new(context, tape, plan, cpu, ModuleRole::Plan(m), scalar_lanes)
