@@ -20,6 +20,10 @@
 //!
 //! `--quick` also measures fewer sizes (moons; B = 1, 8; T = 50, 200; 5,000 DAG nodes) and
 //! defaults `--straight-max` to 50,000 instead of 200,000.
+//!
+//! The families of `exp`, `tanh`, `sigmoid` and `powf` (`attention`, `lstm`, `nbody`; issue
+//! #41, benches/common/families_math.rs) have one size each and no yardstick; JAX's step of
+//! the same computation from the same numbers is `benches/jax/families_math.py NAME`.
 
 #[path = "../benches/common/families.rs"]
 mod families;

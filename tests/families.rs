@@ -1,8 +1,10 @@
 //! The benchmark's graph families (benches/common/families.rs) and their hand-written
 //! yardsticks (benches/common/yardsticks.rs): each family at a tiny size runs bit for bit
-//! alike on the interpreter and the JIT (O0 and O2, loop recovery on and off), and each
-//! yardstick ends at the interpreter's params, bit for bit, at tiny sizes and at the
-//! benchmark's (the interpreter only there). Performance lives in `examples/families.rs`.
+//! alike on the interpreter and the JIT (its first tier, and native code at O0 and O2, loop
+//! recovery on and off; the math families of families_math.rs also at the benchmark's
+//! sizes), and each yardstick ends at the interpreter's params, bit for bit, at tiny sizes
+//! and at the benchmark's (the interpreter only there). Performance lives in
+//! `examples/families.rs`.
 
 #[path = "../benches/common/families.rs"]
 mod families;
@@ -11,8 +13,8 @@ mod workload;
 #[path = "../benches/common/yardsticks.rs"]
 mod yardsticks;
 
-use families::{Dag, Family, Minibatch, Moons, Rnn, Springs};
-use tapejit::{Graph, Interpreter, Jit, OptLevel, Program};
+use families::{Attention, Dag, Family, Lstm, Minibatch, Moons, NBody, Rnn, Springs};
+use tapejit::{Graph, Interpreter, Jit, OptLevel, Program, Tier, Tiering};
 
 /// Steps every comparison takes.
 const STEPS: usize = 3;
@@ -48,7 +50,29 @@ fn tiny() -> Vec<Family> {
             ..Springs::new(6)
         }),
         Family::Dag(Dag::new(300)),
+        Family::Attention(Attention {
+            tokens: 5,
+            width: 3,
+            ..Attention::demo()
+        }),
+        Family::Lstm(Lstm {
+            inputs: 2,
+            hidden: 3,
+            ..Lstm::new(4)
+        }),
+        Family::NBody(NBody {
+            bodies: 4,
+            ..NBody::new(3)
+        }),
     ]
+}
+
+/// The families with a hand-written yardstick (`yardsticks::for_family`).
+fn has_yardstick(family: &Family) -> bool {
+    match family {
+        Family::Moons(_) | Family::Minibatch(_) | Family::Rnn(_) | Family::Springs(_) => true,
+        Family::Dag(_) | Family::Attention(_) | Family::Lstm(_) | Family::NBody(_) => false,
+    }
 }
 
 /// `STEPS` steps of `program` on the family's inputs: the losses and the params after.
@@ -66,28 +90,62 @@ fn bits(xs: &[f64]) -> Vec<u64> {
 #[test]
 fn every_family_runs_bit_for_bit_on_the_jit() {
     for family in tiny() {
-        let g = Graph::new();
-        let built = family.build(&g);
-        let name = format!("{} {}", family.kind(), family.size());
-        let mut interp = Interpreter::new(&g).unwrap();
-        let (want_losses, want_params) = run(&mut interp, &built.inputs, built.lr);
-        assert!(
-            want_losses.iter().all(|l| l.is_finite()),
-            "{name}: losses {want_losses:?}"
-        );
-        for level in [OptLevel::O0, OptLevel::O2] {
-            for loops in [true, false] {
-                let mut jit = Jit::builder()
-                    .opt_level(level)
-                    .loop_recovery(loops)
-                    .compile(&g)
-                    .unwrap_or_else(|e| panic!("{name}: {e}"));
-                let (losses, params) = run(&mut jit, &built.inputs, built.lr);
-                let what = format!("{name} at {level}, loop recovery {loops}");
-                assert_eq!(bits(&losses), bits(&want_losses), "{what}: losses");
-                assert_eq!(bits(&params), bits(&want_params), "{what}: params");
-            }
-        }
+        let natives = [
+            (OptLevel::O0, true),
+            (OptLevel::O0, false),
+            (OptLevel::O2, true),
+            (OptLevel::O2, false),
+        ];
+        runs_bit_for_bit_on_the_jit(&family, &natives);
+    }
+}
+
+/// The math families at the benchmark's sizes (`examples/families`' rows, whose loops of
+/// `exp`, `tanh`, `sigmoid` and `powf` the benchmark times), at O2 with loop recovery on as
+/// the benchmark compiles them (the LSTM's 20,000 nodes straight-line take seconds).
+#[test]
+fn the_math_families_run_bit_for_bit_at_the_benchmark_sizes() {
+    for family in [
+        Family::Attention(Attention::demo()),
+        Family::Lstm(Lstm::demo()),
+        Family::NBody(NBody::demo()),
+    ] {
+        runs_bit_for_bit_on_the_jit(&family, &[(OptLevel::O2, true)]);
+    }
+}
+
+/// `STEPS` steps of `family` on the interpreter, on the JIT's first tier, and on native code
+/// compiled at each of `natives` (level, loop recovery): the same losses and params, bit for
+/// bit.
+fn runs_bit_for_bit_on_the_jit(family: &Family, natives: &[(OptLevel, bool)]) {
+    let g = Graph::new();
+    let built = family.build(&g);
+    let name = format!("{} {}", family.kind(), family.size());
+    let mut interp = Interpreter::new(&g).unwrap();
+    let (want_losses, want_params) = run(&mut interp, &built.inputs, built.lr);
+    assert!(
+        want_losses.iter().all(|l| l.is_finite()),
+        "{name}: losses {want_losses:?}"
+    );
+    let first_tier = Jit::builder().tiering(Tiering::FirstTierOnly);
+    let builders = std::iter::once(("the first tier".to_string(), Tier::Kernels, first_tier))
+        .chain(natives.iter().map(|&(level, loops)| {
+            let builder = Jit::builder()
+                .tiering(Tiering::Off)
+                .opt_level(level)
+                .loop_recovery(loops);
+            let what = format!("{level}, loop recovery {loops}");
+            (what, Tier::Native, builder)
+        }));
+    for (what, tier, builder) in builders {
+        let what = format!("{name} at {what}");
+        let mut jit = builder
+            .compile(&g)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let (losses, params) = run(&mut jit, &built.inputs, built.lr);
+        assert_eq!(jit.tier(), tier, "{what}: the tier that ran");
+        assert_eq!(bits(&losses), bits(&want_losses), "{what}: losses");
+        assert_eq!(bits(&params), bits(&want_params), "{what}: params");
     }
 }
 
@@ -132,7 +190,7 @@ fn yardstick_tracks_the_interpreter(family: &Family) {
 #[test]
 fn yardsticks_track_the_interpreter_at_tiny_sizes() {
     for family in tiny() {
-        if !matches!(family, Family::Dag(_)) {
+        if has_yardstick(&family) {
             yardstick_tracks_the_interpreter(&family);
         }
     }

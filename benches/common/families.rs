@@ -9,6 +9,8 @@
 //! - [`Springs`]: a hanging chain of masses and springs written element by element,
 //!   explicit Euler over T steps, MSE of the final positions against targets.
 //! - [`Dag`]: `workload::random_dag`, the irregular straight-line case.
+//! - [`Attention`], [`Lstm`], [`NBody`]: bodies of `exp`, `tanh`, `sigmoid` and `powf(-1.5)`
+//!   (issue #41), in `families_math.rs`.
 //!
 //! Every builder returns [`Built`]: the inputs of one training step (the family's whole
 //! data: the runner repeats that step) and a learning rate. The hand-written versions of the
@@ -23,6 +25,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tapejit::nn::{self, Activation, Layer, Neuron, MLP};
 use tapejit::{Graph, Value};
+
+#[path = "families_math.rs"]
+mod families_math;
+pub use families_math::{Attention, Lstm, NBody};
 
 /// What a runner needs besides the graph.
 #[derive(Clone, Debug)]
@@ -41,6 +47,9 @@ pub enum Family {
     Rnn(Rnn),
     Springs(Springs),
     Dag(Dag),
+    Attention(Attention),
+    Lstm(Lstm),
+    NBody(NBody),
 }
 
 impl Family {
@@ -52,6 +61,9 @@ impl Family {
             Family::Rnn(_) => "rnn",
             Family::Springs(_) => "springs",
             Family::Dag(_) => "dag",
+            Family::Attention(_) => "attention",
+            Family::Lstm(_) => "lstm",
+            Family::NBody(_) => "nbody",
         }
     }
 
@@ -63,6 +75,9 @@ impl Family {
             Family::Rnn(r) => format!("T = {}", r.steps),
             Family::Springs(s) => format!("T = {}", s.steps),
             Family::Dag(d) => format!("{} nodes", d.nodes),
+            Family::Attention(a) => format!("T = {}, D = {}", a.tokens, a.width),
+            Family::Lstm(l) => format!("T = {}, H = {}", l.steps, l.hidden),
+            Family::NBody(b) => format!("N = {}, T = {}", b.bodies, b.steps),
         }
     }
 
@@ -74,6 +89,9 @@ impl Family {
             Family::Rnn(r) => r.build(g),
             Family::Springs(s) => s.build(g),
             Family::Dag(d) => d.build(g),
+            Family::Attention(a) => a.build(g),
+            Family::Lstm(l) => l.build(g),
+            Family::NBody(b) => b.build(g),
         }
     }
 }

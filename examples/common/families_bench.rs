@@ -8,13 +8,22 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use super::families::{Dag, Family, Minibatch, Moons, Rnn, Springs};
+use super::families::{Attention, Dag, Family, Lstm, Minibatch, Moons, NBody, Rnn, Springs};
 use super::table::{code_version, median, significant, thousands};
 use super::workload;
 use super::yardsticks::{self, Yardstick};
 use tapejit::{Graph, Interpreter, Jit, JitStats, OptLevel, Program, Tiering};
 
-pub const FAMILIES: [&str; 5] = ["moons", "minibatch", "rnn", "springs", "dag"];
+pub const FAMILIES: [&str; 8] = [
+    "moons",
+    "minibatch",
+    "rnn",
+    "springs",
+    "dag",
+    "attention",
+    "lstm",
+    "nbody",
+];
 /// Steps taken from the initial params before comparing params with the interpreter's.
 const AGREE_STEPS: usize = 3;
 /// A timed run lasts at least this long.
@@ -115,6 +124,9 @@ fn rows(o: &Settings) -> Vec<Family> {
                     .into_iter()
                     .map(|n| Family::Dag(Dag::new(n))),
             ),
+            "attention" => rows.push(Family::Attention(Attention::demo())),
+            "lstm" => rows.push(Family::Lstm(Lstm::demo())),
+            "nbody" => rows.push(Family::NBody(NBody::demo())),
             _ => unreachable!("checked by parse_options"),
         }
     }
