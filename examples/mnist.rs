@@ -134,6 +134,30 @@ fn accuracy(program: &mut dyn Program, data: &Dataset, inputs: &mut [f64]) -> f6
     correct as f64 / data.images.len() as f64
 }
 
+/// The samples `chunk` of `train` in `Classifier`'s input layout, side by side in `batch`
+/// (`width` numbers each).
+fn stage(
+    train: &Dataset,
+    chunk: &[usize],
+    staged: &mut Vec<u8>,
+    batch: &mut [f64],
+    width: usize,
+) -> Result<(), String> {
+    // The shuffled images' bytes copied side by side first: each copy's cache misses
+    // overlap the next ones', where normalizing image by image waited on each line (a sixth
+    // of an epoch's time went there).
+    let npix = train.images.pixels_per_image();
+    staged.clear();
+    for &i in chunk {
+        staged.extend_from_slice(train.pixels(i));
+    }
+    let batch = &mut batch[..chunk.len() * width];
+    for ((x, pixels), &i) in batch.chunks_mut(width).zip(staged.chunks(npix)).zip(chunk) {
+        classifier_inputs(pixels, train.label(i), x).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
 /// Live progress: one updating line on a terminal, a plain line every 10% when piped.
 struct Progress {
     terminal: bool,
@@ -277,30 +301,43 @@ fn run(o: Options) -> Result<(), String> {
             b => (MINIBATCH_CALL / b).max(1) * b,
         };
         let width = inputs.len();
-        let mut batch = vec![0.0; per_call * width];
-        let mut staged = Vec::with_capacity(per_call * npix);
-        for (b, chunk) in order[..n].chunks(per_call).enumerate() {
-            // The shuffled images' bytes copied side by side first: each copy's cache misses
-            // overlap the next ones', where normalizing image by image waited on each line
-            // (a sixth of an epoch's time went there).
-            staged.clear();
-            for &i in chunk {
-                staged.extend_from_slice(train.pixels(i));
+        let chunks: Vec<&[usize]> = order[..n].chunks(per_call).collect();
+        // A second thread stages and converts the next chunk while this one trains (two
+        // buffers passed back and forth): the data path off the kernel's critical path.
+        std::thread::scope(|scope| -> Result<(), String> {
+            let (filled_tx, filled) = std::sync::mpsc::sync_channel(1);
+            let (empty_tx, empty) = std::sync::mpsc::channel::<Vec<f64>>();
+            for _ in 0..2 {
+                let _ = empty_tx.send(vec![0.0; per_call * width]);
             }
-            let batch = &mut batch[..chunk.len() * width];
-            for ((x, pixels), &i) in batch.chunks_mut(width).zip(staged.chunks(npix)).zip(chunk) {
-                classifier_inputs(pixels, train.label(i), x).map_err(|e| e.to_string())?;
+            let chunks = &chunks;
+            let train = &train;
+            scope.spawn(move || {
+                let mut staged = Vec::with_capacity(per_call * npix);
+                for chunk in chunks {
+                    let Ok(mut batch) = empty.recv() else { return };
+                    let converted = stage(train, chunk, &mut staged, &mut batch, width);
+                    if filled_tx.send(converted.map(|()| batch)).is_err() {
+                        return;
+                    }
+                }
+            });
+            for (b, chunk) in chunks.iter().enumerate() {
+                let full = filled.recv().map_err(|_| "the staging thread stopped")??;
+                let batch = &full[..chunk.len() * width];
+                let losses = if o.batch == 1 {
+                    program.train(batch, o.lr)
+                } else {
+                    program.train_minibatches(batch, o.batch, o.lr, o.threads)
+                };
+                for loss in losses.map_err(|e| e.to_string())? {
+                    loss_sum += loss;
+                }
+                let _ = empty_tx.send(full);
+                progress.show(epoch, b * per_call + chunk.len(), start, loss_sum);
             }
-            let losses = if o.batch == 1 {
-                program.train(batch, o.lr)
-            } else {
-                program.train_minibatches(batch, o.batch, o.lr, o.threads)
-            };
-            for loss in losses.map_err(|e| e.to_string())? {
-                loss_sum += loss;
-            }
-            progress.show(epoch, b * per_call + chunk.len(), start, loss_sum);
-        }
+            Ok(())
+        })?;
         let train_secs = start.elapsed().as_secs_f64();
         mean_loss = loss_sum / n as f64;
         let acc = accuracy(program.as_mut(), &test, &mut inputs);
