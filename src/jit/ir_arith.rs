@@ -23,9 +23,10 @@ pub(super) trait ScalarOrVector<'ctx>: FloatMathValue<'ctx> + Copy {
     type Ty: Copy + inkwell::types::BasicType<'ctx>;
     /// An `i64` per lane, for building numbers from bits.
     type Int: IntMathValue<'ctx> + BasicValue<'ctx>;
-    /// Whether [`MathFn::formula`]s are emitted inline (on vectors: one formula computes
-    /// every lane) rather than called (on scalars: a formula is some 50 instructions, and
-    /// straight-line code may use it thousands of times).
+    /// Whether [`MathFn::formula`]s are emitted inline by default (on vectors: one formula
+    /// computes every lane) rather than called (on scalars: a formula is some 50
+    /// instructions, and straight-line code may use it thousands of times; loop code asks
+    /// for them inline, [`IrArith::with_formulas_inline`]).
     const INLINE_FORMULAS: bool;
     fn ty_of(self) -> Self::Ty;
     /// The type of [`ScalarOrVector::Int`] of as many lanes as `ty`.
@@ -152,6 +153,9 @@ pub(super) struct IrArith<'a, 'ctx, V: ScalarOrVector<'ctx> = FloatValue<'ctx>> 
     error: Option<BuilderError>,
     /// Fast-math flags for every arithmetic instruction (none in exact code).
     flags: Option<FastMathFlags>,
+    /// Whether [`MathFn::formula`]s are emitted inline, not called
+    /// ([`ScalarOrVector::INLINE_FORMULAS`] unless [`IrArith::with_formulas_inline`]).
+    inline: bool,
 }
 
 impl<'a, 'ctx, V: ScalarOrVector<'ctx>> IrArith<'a, 'ctx, V> {
@@ -170,7 +174,16 @@ impl<'a, 'ctx, V: ScalarOrVector<'ctx>> IrArith<'a, 'ctx, V> {
             math,
             error: None,
             flags: None,
+            inline: V::INLINE_FORMULAS,
         }
+    }
+
+    /// The same emitter, emitting formulas inline on scalars too: for loop code, emitted
+    /// once per loop (straight-line code may use a formula thousands of times, each a call).
+    /// Inline, a loop body's independent calls overlap, and their branches are branches.
+    pub(super) fn with_formulas_inline(mut self) -> Self {
+        self.inline = true;
+        self
     }
 
     /// The same emitter, putting `flags` on every arithmetic instruction.
@@ -201,6 +214,10 @@ impl<'a, 'ctx, V: ScalarOrVector<'ctx>> IrArith<'a, 'ctx, V> {
         let gt = builder.build_float_compare(FloatPredicate::OGT, a, b, "gt")?;
         let mask = gt.as_basic_value_enum();
         let reduce = |name: &str| -> Emit<IntValue<'ctx>> {
+            if let BasicValueEnum::IntValue(one) = mask {
+                // (One lane: its own answer.)
+                return Ok(one);
+            }
             let intrinsic = self.intrinsic(name, mask.get_type())?;
             let call = builder.build_call(intrinsic, &[mask.into()], name)?;
             call.try_as_basic_value()
@@ -290,7 +307,7 @@ impl<'ctx, V: ScalarOrVector<'ctx>> Arith for IrArith<'_, 'ctx, V> {
         self.emit(r)
     }
     fn call(&mut self, f: MathFn, args: &[V]) -> V {
-        if V::INLINE_FORMULAS {
+        if self.inline {
             // Exactly the compiled function's operations: no fast-math flags.
             let flags = self.flags.take();
             let inline = f.formula(self, args);
@@ -332,7 +349,7 @@ impl<'ctx, V: ScalarOrVector<'ctx>> Arith for IrArith<'_, 'ctx, V> {
         then: impl Fn(&mut Self) -> V,
         otherwise: impl Fn(&mut Self) -> V,
     ) -> V {
-        if !V::INLINE_FORMULAS {
+        if !self.inline {
             return self.select_gt_with(a, b, then, otherwise);
         }
         let r = self.branch_on_lanes(a, b, &then, &otherwise);

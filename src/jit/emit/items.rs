@@ -647,10 +647,11 @@ impl<'ctx, 't> Emitter<'ctx, 't> {
         .collect()
     }
 
-    /// Arithmetic on values of `lanes`, with the loops' fast-math flags.
+    /// Arithmetic on values of `lanes`, with the loops' fast-math flags, formulas inline.
     pub(super) fn arith<V: LaneIo<'ctx>>(&self, lanes: Vector) -> IrArith<'_, 'ctx, V> {
         IrArith::new(&self.builder, &self.module, V::ty(self, lanes), &self.math)
             .with_fast_math(self.loop_fast_math())
+            .with_formulas_inline()
     }
 
     /// `acc + x`, reassociable under [`crate::JitBuilder::fast_math`].
