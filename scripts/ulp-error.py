@@ -9,6 +9,7 @@ Needs the Python package built (`bash scripts/test` builds it into .venv) and mp
 
     .venv/bin/python scripts/ulp-error.py exp 1000000
     .venv/bin/python scripts/ulp-error.py tanh 1000000
+    .venv/bin/python scripts/ulp-error.py pow-1.5 1000000    # powf(-1.5)
 
 tapejit's numbers are the interpreter's (`Value(x).exp().data`), which every backend gives.
 """
@@ -25,6 +26,23 @@ mp.mp.dps = 40
 def points(name, n):
     rng = random.Random(12)
     special = [0.0, -0.0, 1.0, -1.0, 0.5, 5e-324, -5e-324, 2.0**-30, -(2.0**-30)]
+    if name == "pow-1.5":
+        # Positive numbers of every binade (subnormals, and where a sqrt(a) would overflow or
+        # be subnormal), and plain ranges.
+        special = [1.0, 2.0, 4.0, 0.25, 2.0**-1022, 5e-324, 1.7976931348623157e308, 2.0**600,
+                   2.0**-600, 2.0**682, 2.0**-682, 2.0**716, 1e-300, 1e300]
+        ranges = [(0.0, 2.0), (0.5, 100.0), (1e-4, 1.0), (1.0, 1e6)]
+        xs = list(special)
+        while len(xs) < n:
+            i = len(xs)
+            if i % 5 == 4:
+                xs.append(2.0 ** rng.uniform(-1074, 1024) if rng.random() < 0.95
+                          else rng.uniform(5e-324, 2.0**-1022))
+            else:
+                lo, hi = ranges[i % 5]
+                x = rng.uniform(lo, hi)
+                xs.append(x if x > 0 else 1.0)
+        return xs[:n]
     if name == "exp":
         special += [709.782712893384, 709.78, -745.1332191019411, -708.4, -745.0]
         ranges = [(-745.2, 709.8), (-1.0, 1.0), (-20.0, 20.0), (-745.2, -708.0)]
@@ -60,9 +78,13 @@ def ulp(true):
 def main():
     name = sys.argv[1] if len(sys.argv) > 1 else "exp"
     n = int(sys.argv[2]) if len(sys.argv) > 2 else 100_000
-    ours = {"exp": lambda x: Value(x).exp().data, "tanh": lambda x: Value(x).tanh().data}[name]
-    libm = {"exp": math.exp, "tanh": math.tanh}[name]
-    true_fn = {"exp": mp.exp, "tanh": mp.tanh}[name]
+    ours = {
+        "exp": lambda x: Value(x).exp().data,
+        "tanh": lambda x: Value(x).tanh().data,
+        "pow-1.5": lambda x: (Value(x) ** -1.5).data,
+    }[name]
+    libm = {"exp": math.exp, "tanh": math.tanh, "pow-1.5": lambda x: math.pow(x, -1.5)}[name]
+    true_fn = {"exp": mp.exp, "tanh": mp.tanh, "pow-1.5": lambda x: x ** mp.mpf(-1.5)}[name]
     # Per function: max error, its x, total, not correctly rounded, max over normal results.
     stats = {who: [mp.mpf(0), None, mp.mpf(0), 0, mp.mpf(0)] for who in ("tapejit", "libm")}
     smallest_normal = mp.mpf(2) ** -1022

@@ -384,6 +384,14 @@ impl Op {
                 // elsewhere, and a division instead of a call of libm's pow.
                 let d = if c == 0.5 {
                     sqrt_derivative(ar, out)
+                } else if c == -1.5 {
+                    // -1.5 a^-1.5 / a from the value, where a^-2.5 would be a call of
+                    // libm's pow (a + 0: at -0 as at +0, pow's -inf).
+                    let zero = ar.constant(0.0);
+                    let a = ar.add(x[0], zero);
+                    let q = ar.div(out, a);
+                    let c_ = ar.constant(c);
+                    ar.mul(c_, q)
                 } else {
                     let c_ = ar.constant(c);
                     let a_pow = power(ar, x[0], c - 1.0);
@@ -670,6 +678,13 @@ pub fn exp(x: f64) -> f64 {
     formulas::exp(&mut F64, x)
 }
 
+/// `a^-1.5` as [`Op::Powf`]`(-1.5)` computes it on every backend (a formula of ours,
+/// correctly rounded but for some subnormal results, docs/numerics.md), for code that wants
+/// the very same numbers, such as hand-written yardsticks.
+pub fn pow_minus_three_halves(a: f64) -> f64 {
+    formulas::pow_minus_three_halves(&mut F64, a)
+}
+
 /// The implementations behind [`MathFn`], with the C ABI the JIT calls them through.
 mod math {
     pub extern "C" fn exp(x: f64) -> f64 {
@@ -700,7 +715,9 @@ mod math {
 
 /// `a^c` for a constant `c`: the correctly rounded power, as IEEE arithmetic computes it
 /// exactly where it can (`c` = 0, 1, 2, -1, 1/2: a constant, `a`, `a * a`, `1 / a`, the
-/// square root), libm's `pow` for any other `c`. On the special values the results are
+/// square root); at `c = -3/2` (gravity's) a formula of ours within 1 ULP
+/// ([`formulas::pow_minus_three_halves`], inline in vector lanes); libm's `pow` for any
+/// other `c`. On the special values the results are
 /// `pow`'s (C99 Annex F): `a^0 = 1` for every `a`, `(-0)^(1/2) = +0`, `(-inf)^(1/2) = +inf`.
 /// `pow` itself is correctly rounded but in rare cases (glibc bounds its error by 0.52 ULP,
 /// not 0.5), where these are the exact ones; and they cost a multiply or a square root
@@ -718,6 +735,8 @@ fn power<A: Arith>(ar: &mut A, a: A::V, c: f64) -> A::V {
         ar.div(one, a)
     } else if c == 0.5 {
         sqrt(ar, a)
+    } else if c == -1.5 {
+        formulas::pow_minus_three_halves(ar, a)
     } else {
         let c = ar.constant(c);
         ar.call(MathFn::Pow, &[a, c])

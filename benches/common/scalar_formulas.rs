@@ -39,8 +39,8 @@ pub fn sqrt(x: f64) -> f64 {
     }
 }
 
-/// `a^c` as `op.rs`'s `power` computes it: exact where IEEE arithmetic is, libm's `pow`
-/// elsewhere.
+/// `a^c` as `op.rs`'s `power` computes it: exact where IEEE arithmetic is, our formula at
+/// -1.5, libm's `pow` elsewhere.
 pub fn power(a: f64, c: f64) -> f64 {
     if c == 0.0 {
         1.0
@@ -52,7 +52,22 @@ pub fn power(a: f64, c: f64) -> f64 {
         1.0 / a
     } else if c == 0.5 {
         sqrt(a)
+    } else if c == -1.5 {
+        tapejit::op::pow_minus_three_halves(a)
     } else {
         a.powf(c)
+    }
+}
+
+/// `d(a^c)/da` as `op.rs` computes it from `a` and the value `out`: `c * a^(c-1)`, but
+/// `0.5 / out` for the square root and `-1.5 * (out / (a + 0))` at -1.5.
+#[inline(always)]
+pub fn power_derivative(a: f64, c: f64, out: f64) -> f64 {
+    if c == 0.5 {
+        0.5 / out
+    } else if c == -1.5 {
+        c * (out / (a + 0.0))
+    } else {
+        c * power(a, c - 1.0)
     }
 }

@@ -457,15 +457,7 @@ impl TapeInterp {
                 Kind::Powf => {
                     e -= 1;
                     let c = unsafe { *exponents.get_unchecked(e) };
-                    // c * a^(c-1), but 0.5 / out for the square root.
-                    unary!(|x| {
-                        let d = if c == 0.5 {
-                            0.5 / out
-                        } else {
-                            c * power(x, c - 1.0)
-                        };
-                        d * g
-                    })
+                    unary!(|x| power_derivative(x, c, out) * g)
                 }
                 Kind::Exp => unary!(|_x| out * g),
                 Kind::Log => unary!(|x| g / x),
@@ -540,4 +532,4 @@ impl TapeInterp {
 #[allow(clippy::duplicate_mod)]
 #[path = "scalar_formulas.rs"]
 mod scalar_formulas;
-use scalar_formulas::{abs, picked, power, sigmoid, sqrt};
+use scalar_formulas::{abs, picked, power, power_derivative, sigmoid, sqrt};

@@ -845,13 +845,7 @@ impl Tier1 {
                             let out = *v.add(first + j);
                             let c = *ex.add(*a1.add(j) as usize);
                             let x = x0!(j);
-                            // c * a^(c-1), but 0.5 / out for the square root.
-                            let d = if c == 0.5 {
-                                0.5 / out
-                            } else {
-                                c * power(x, c - 1.0)
-                            };
-                            push0!(j, d * g);
+                            push0!(j, power_derivative(x, c, out) * g);
                         }
                     }
                     Kind::Exp => un!(|_x, out, g| out * g),
@@ -926,4 +920,4 @@ impl Tier1 {
 #[allow(clippy::duplicate_mod)]
 #[path = "scalar_formulas.rs"]
 mod scalar_formulas;
-use scalar_formulas::{abs, picked, power, sigmoid, sqrt};
+use scalar_formulas::{abs, picked, power, power_derivative, sigmoid, sqrt};

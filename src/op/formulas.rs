@@ -7,7 +7,7 @@
 //! case its lanes agree on, where they do (a recurrent cell's pre-activations are mostly
 //! below 0.625: after 5,000 steps of the RNN benchmark, 93% of its vectors of eight).
 
-use super::Arith;
+use super::{Arith, MathFn};
 
 /// `tanh(x)`: `x` itself where `|x| < 2^-28` (the true value rounds to it; this keeps -0
 /// and subnormals as they are) and for NaN (the very NaN); `sign(x)` from 22 (where the true
@@ -153,6 +153,73 @@ pub fn exp<A: Arith>(ar: &mut A, x: A::V) -> A::V {
         },
     )
 }
+
+/// `a^(-3/2)` (gravity's `r^-3`, written `(r^2)^-1.5`): `1 / (a sqrt(a))` with the rounding
+/// errors of the square root, the product and the reciprocal each recovered by a fused
+/// multiply-add and folded into one last correction, so one rounding counts. Within 1 ULP of
+/// the true value (docs/numerics.md). Operands beyond `2^+-600` are scaled by `4^-+300`
+/// first, so that `a sqrt(a)` neither overflows nor loses bits as a subnormal (the result
+/// scaled back by `2^+-900`, exactly or in its last rounding). The special values are C's
+/// `pow(a, -1.5)`: `+inf` at `+-0`, `+0` at `+inf`, NaN below 0, a NaN itself.
+#[inline(always)]
+pub fn pow_minus_three_halves<A: Arith>(ar: &mut A, a: A::V) -> A::V {
+    let zero = ar.constant(0.0);
+    ar.select_gt_with(
+        a,
+        zero,
+        |ar| {
+            let (largest, far, near) = (
+                ar.constant(f64::MAX),
+                ar.constant(TWO_600),
+                ar.constant(1.0 / TWO_600),
+            );
+            let one = ar.constant(1.0);
+            // a = a' 4^j: a' within 2^+-600 (exactly: powers of two).
+            let (down, up) = (ar.constant(1.0 / TWO_600), ar.constant(TWO_600));
+            let (back_down, back_up) = (ar.constant(1.0 / TWO_900), ar.constant(TWO_900));
+            let small_in = ar.select_gt(near, a, up, one);
+            let scale_in = ar.select_gt(a, far, down, small_in);
+            let small_out = ar.select_gt(near, a, back_up, one);
+            let scale_out = ar.select_gt(a, far, back_down, small_out);
+            let a = ar.mul(a, scale_in);
+            // sqrt(a) = s + e1 / (2s), e1 = a - s^2 exactly.
+            let s = ar.call(MathFn::Sqrt, &[a]);
+            let minus_s = ar.neg(s);
+            let e1 = ar.mul_add(minus_s, s, a);
+            // a sqrt(a) = p + t: p = a s rounded, its error e2 exactly, and a e1 / (2s),
+            // which is s e1 / 2 to well below an ULP of t.
+            let p = ar.mul(a, s);
+            let minus_p = ar.neg(p);
+            let e2 = ar.mul_add(a, s, minus_p);
+            let half = ar.constant(0.5);
+            let half_s = ar.mul(half, s);
+            let t = ar.mul_add(half_s, e1, e2);
+            // 1 / (p + t) = r (1 + e3 - t r): r = 1 / p rounded, e3 = 1 - p r exactly.
+            let r = ar.div(one, p);
+            let e3 = ar.mul_add(minus_p, r, one);
+            let minus_t = ar.neg(t);
+            let correction = ar.mul_add(minus_t, r, e3);
+            let value = ar.mul_add(r, correction, r);
+            let value = ar.mul(value, scale_out);
+            // (+inf: its square root's residual is NaN.)
+            ar.select_gt(a, largest, zero, value)
+        },
+        // +-0 (+inf), below 0 (NaN), NaN (itself).
+        |ar| {
+            let (one, inf, nan) = (
+                ar.constant(1.0),
+                ar.constant(f64::INFINITY),
+                ar.constant(f64::NAN),
+            );
+            let zero_or_nan = ar.select_gt(one, a, inf, a);
+            ar.select_gt(zero, a, nan, zero_or_nan)
+        },
+    )
+}
+
+/// 2^600 and 2^900 (each the double these digits round to, exactly).
+const TWO_600: f64 = 4.149515568880993e180;
+const TWO_900: f64 = 8.452712498170644e270;
 
 /// ln2 in two pieces: `k * LN2_HI` is exact for the k here (its low 21 bits are 0).
 const LN2_HI: u64 = 0x3fe6_2e42_fee0_0000;
@@ -414,6 +481,54 @@ mod tests {
             (-f64::NAN).to_bits(),
             0x7ff0_0000_dead_beef,
         ] {
+            same(f64::from_bits(bits), f64::from_bits(bits));
+        }
+    }
+
+    fn pow_minus_three_halves(a: f64) -> f64 {
+        super::pow_minus_three_halves(&mut F64, a)
+    }
+
+    #[test]
+    fn pow_minus_three_halves_is_libms_to_1_ulp_in_every_binade() {
+        let mut rng = StdRng::seed_from_u64(11);
+        let n = 200_000;
+        for i in 0..n {
+            let a: f64 = match i % 4 {
+                0 => rng.gen_range(0.0..2.0),
+                1 => rng.gen_range(0.5..100.0),
+                // Every binade, subnormals and the scaled ends (2^+-600 on) included.
+                _ => rng.gen_range(-1074.0..1024.0f64).exp2(),
+            };
+            let (ours, libm) = (pow_minus_three_halves(a), a.powf(-1.5));
+            assert!(
+                ulps(ours, libm) <= 1,
+                "{a:e}^-1.5 = {ours:e}, libm {libm:e}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_scales_are_powers_of_two() {
+        assert_eq!(TWO_600, 2f64.powi(600));
+        assert_eq!(TWO_900, 2f64.powi(900));
+    }
+
+    #[test]
+    fn pow_minus_three_halves_of_special_values() {
+        let same = |x: f64, want: f64| same_bits("a^-1.5", pow_minus_three_halves, x, want);
+        same(0.0, f64::INFINITY);
+        same(-0.0, f64::INFINITY);
+        same(5e-324, f64::INFINITY);
+        same(f64::INFINITY, 0.0);
+        same(f64::MAX, 0.0);
+        same(1.0, 1.0);
+        same(4.0, 0.125);
+        same(0.25, 8.0);
+        for a in [-1.0, -5e-324, f64::NEG_INFINITY] {
+            assert!(pow_minus_three_halves(a).is_nan(), "{a}^-1.5");
+        }
+        for bits in [f64::NAN.to_bits(), 0x7ff0_0000_dead_beef] {
             same(f64::from_bits(bits), f64::from_bits(bits));
         }
     }
