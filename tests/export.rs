@@ -276,39 +276,49 @@ fn exported_training_is_bit_identical() {
         let mut jit = compiled(optimizer);
         // (Exported mid-training: the C side goes on from the optimizer's state.)
         jit.train(&xs[6..12], 0.05).unwrap();
-        let start = jit.params();
-        let dir = scratch(name);
-        let options = ExportOptions::new("t").training(true);
-        jit.export(dir.join("t.o"), &options).unwrap();
-        let mut expected = jit.train(&xs[..15], 0.05).unwrap();
-        expected.push(jit.step(&xs[15..], 0.05).unwrap());
-        expected.extend(jit.params());
-        let main = format!(
-            r#"{PRELUDE}
+        assert_training_matches(&cc, name, &mut jit, &xs, 0.05);
+    }
+}
+
+/// `jit` exported for training (params in a buffer, set to its params), then `train` on
+/// all of `xs` but the last sample and a `step` on that one, in C and in the JIT: the
+/// losses and the params after, bit for bit.
+fn assert_training_matches(cc: &str, name: &str, jit: &mut Jit, xs: &[f64], lr: f64) {
+    let width = jit.tape().num_inputs();
+    let n = xs.len() / width;
+    let start = jit.params();
+    let dir = scratch(name);
+    let options = ExportOptions::new("t").training(true);
+    jit.export(dir.join("t.o"), &options).unwrap();
+    let last = (n - 1) * width;
+    let mut expected = jit.train(&xs[..last], lr).unwrap();
+    expected.push(jit.step(&xs[last..], lr).unwrap());
+    expected.extend(jit.params());
+    let main = format!(
+        r#"{PRELUDE}
 #include "t.h"
 static const uint64_t X[] = {{ {} }};
 static const uint64_t P[] = {{ {} }};
 int main(void) {{
     double *ws = aligned_alloc(64, ((T_WORKSPACE_DOUBLES * 8 + 63) / 64) * 64);
-    double x[18], p[T_NUM_PARAMS], losses[5];
-    for (int i = 0; i < 18; i++) x[i] = from_bits(X[i]);
+    double x[{n} * T_NUM_INPUTS], p[T_NUM_PARAMS], losses[{n}];
+    for (int i = 0; i < {n} * T_NUM_INPUTS; i++) x[i] = from_bits(X[i]);
     for (int i = 0; i < T_NUM_PARAMS; i++) p[i] = from_bits(P[i]);
     t_init(ws);
     t_set_params(ws, p);
-    t_train(ws, x, 5, 0.05, losses);
-    for (int i = 0; i < 5; i++) print(losses[i]);
-    print(t_step(ws, x + 15, 0.05));
+    t_train(ws, x, {n} - 1, {lr:?}, losses);
+    for (int i = 0; i < {n} - 1; i++) print(losses[i]);
+    print(t_step(ws, x + ({n} - 1) * T_NUM_INPUTS, {lr:?}));
     t_get_params(ws, p);
     for (int i = 0; i < T_NUM_PARAMS; i++) print(p[i]);
     return 0;
 }}"#,
-            bits(&xs),
-            bits(&start)
-        );
-        let got = run_c(&cc, &dir, &["t.o"], &main);
-        assert_same_bits(name, &got, &expected);
-        let _ = std::fs::remove_dir_all(&dir);
-    }
+        bits(xs),
+        bits(&start)
+    );
+    let got = run_c(cc, &dir, &["t.o"], &main);
+    assert_same_bits(name, &got, &expected);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A classifier whose layers the JIT lays out in rows with gaps between them, so that its
@@ -321,42 +331,13 @@ fn exported_classifier_with_laid_out_rows_trains_alike() {
     Classifier::new(&g, 30, &[6], 3, &mut rng).unwrap();
     let mut jit = Jit::builder().tiering(Tiering::Off).compile(&g).unwrap();
     assert!(jit.stats().moved_params > 0, "the layout moves the weights");
-    let start = jit.params();
-    let dir = scratch("classifier");
-    jit.export(dir.join("c.o"), &ExportOptions::new("c").training(true))
-        .unwrap();
     let xs: Vec<f64> = (0..4 * 33)
         .map(|i| match i % 33 {
             30.. => ((i % 33 == 30 + (i / 33) % 3) as u8) as f64,
             _ => ((i as f64) * 0.37).sin().abs(),
         })
         .collect();
-    let mut expected = jit.train(&xs, 0.1).unwrap();
-    expected.extend(jit.params());
-    let main = format!(
-        r#"{PRELUDE}
-#include "c.h"
-static const uint64_t X[] = {{ {} }};
-static const uint64_t P[] = {{ {} }};
-int main(void) {{
-    double *ws = aligned_alloc(64, ((C_WORKSPACE_DOUBLES * 8 + 63) / 64) * 64);
-    double x[4 * 33], p[C_NUM_PARAMS], losses[4];
-    for (int i = 0; i < 4 * 33; i++) x[i] = from_bits(X[i]);
-    for (int i = 0; i < C_NUM_PARAMS; i++) p[i] = from_bits(P[i]);
-    c_init(ws);
-    c_set_params(ws, p);
-    c_train(ws, x, 4, 0.1, losses);
-    for (int i = 0; i < 4; i++) print(losses[i]);
-    c_get_params(ws, p);
-    for (int i = 0; i < C_NUM_PARAMS; i++) print(p[i]);
-    return 0;
-}}"#,
-        bits(&xs),
-        bits(&start)
-    );
-    let got = run_c(&cc, &dir, &["c.o"], &main);
-    assert_same_bits("classifier", &got, &expected);
-    let _ = std::fs::remove_dir_all(&dir);
+    assert_training_matches(&cc, "classifier", &mut jit, &xs, 0.1);
 }
 
 /// Two models under two prefixes link into one binary, each computing its own numbers.
