@@ -2,10 +2,9 @@
 //! `backward`, `step`), and the math functions those call, defined in the object.
 //!
 //! Every function takes the caller's workspace first: the values buffer, then the gradients
-//! buffer, then the optimizer's state (`Layout`). Inputs, outputs and params move through
-//! tables of their addresses, so the interface is a few loops whatever the graph.
-
-use std::collections::HashMap;
+//! buffer, then the optimizer's state (`Layout`). Inputs, outputs and params move by runs
+//! of consecutive addresses (a `memcpy` each) or, past a few runs, through a table of their
+//! addresses: a few copies or loops whatever the graph.
 
 use inkwell::attributes::AttributeLoc;
 use inkwell::builder::{Builder, BuilderError};
@@ -62,9 +61,7 @@ pub(super) struct CApi<'a> {
 pub(super) fn define_math<'ctx>(context: &'ctx Context, module: &Module<'ctx>) -> Result<()> {
     let builder = context.create_builder();
     let f64t = context.f64_type();
-    let math: MathTable<'ctx> = MathFn::iter()
-        .filter_map(|m| module.get_function(m.symbol()).map(|f| (m, f)))
-        .collect();
+    let math = math_table(module);
     let emit = |m: MathFn, f: FunctionValue<'ctx>| -> Emit<()> {
         builder.position_at_end(context.append_basic_block(f, "entry"));
         let args: Vec<FloatValue> = f.get_param_iter().map(|p| p.into_float_value()).collect();
@@ -95,6 +92,13 @@ pub(super) fn define_math<'ctx>(context: &'ctx Context, module: &Module<'ctx>) -
         }
     }
     Ok(())
+}
+
+/// The module's declaration (or definition) of each math function the plan's code calls.
+fn math_table<'ctx>(module: &Module<'ctx>) -> MathTable<'ctx> {
+    MathFn::iter()
+        .filter_map(|m| module.get_function(m.symbol()).map(|f| (m, f)))
+        .collect()
 }
 
 /// The IR builder's state while the interface is emitted.
@@ -466,9 +470,7 @@ impl<'a, 'ctx> Writer<'a, 'ctx> {
         state: PointerValue<'ctx>,
         lr: FloatValue<'ctx>,
     ) -> Emit<()> {
-        let math: MathTable<'ctx> = MathFn::iter()
-            .filter_map(|m| self.module.get_function(m.symbol()).map(|f| (m, f)))
-            .collect::<HashMap<_, _>>();
+        let math = math_table(self.module);
         let mut ar = IrArith::<FloatValue>::new(&self.builder, self.module, self.f64t, &math);
         let zero = self.index(0);
         let steps = self.load(state, zero)?;
