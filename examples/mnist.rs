@@ -81,13 +81,14 @@ fn backend(opt: &str, fast_math: bool, g: &Graph) -> Result<Box<dyn Program>, St
         "O3" => OptLevel::O3,
         other => return Err(format!("--opt {other}: expected O0, O1, O2, O3 or interp")),
     };
-    // (Native code from the first sample: an epoch runs long, and the stats below are its.)
-    let jit = Jit::builder()
+    // Native code from the first sample (an epoch runs long, and the stats below are its);
+    // tiered, so that `train`'s merged layer compiles beside the first samples, which step.
+    let mut jit = Jit::builder()
         .opt_level(level)
         .fast_math(fast_math)
-        .tiering(Tiering::Off)
         .compile(g)
         .map_err(|e| e.to_string())?;
+    jit.wait_for_native().map_err(|e| e.to_string())?;
     let s = jit.stats();
     println!(
         "compiled at {level} in {:.2} s: IR build {:.2} s, optimize {:.2} s, codegen {:.2} s \

@@ -366,3 +366,41 @@ fn methods_called_on_the_first_tier_are_linked_before_the_switch() {
         assert_eq!(stats.modules, native_modules + 2, "{stats:?}");
     }
 }
+
+/// `train` on native code compiles its merged first layer on a thread of its own, stepping
+/// sample by sample meanwhile: the first call returns without waiting for it, native `train`
+/// takes over between two samples once it is linked, and the numbers are the interpreter's
+/// throughout. With tiering off, the first call compiles it.
+#[test]
+fn native_train_steps_while_its_module_compiles() {
+    let g = Graph::new();
+    let samples = classifier(&g);
+    let inputs: Vec<f64> = samples.iter().flatten().copied().collect();
+    let mut reference = Interpreter::new(&g).unwrap();
+    let mut jit = Jit::builder().cache(Cache::Off).compile(&g).unwrap();
+    jit.wait_for_native().unwrap();
+    assert_eq!(jit.tier(), Tier::Native);
+    let modules = jit.stats().modules;
+    for round in 0..3 {
+        let want = reference.train(&inputs, 0.01).unwrap();
+        assert_eq!(bits(&jit.train(&inputs, 0.01).unwrap()), bits(&want));
+        assert_eq!(bits(&jit.params()), bits(&reference.params()), "{round}");
+    }
+    jit.wait_for_native().unwrap();
+    let stats = jit.stats();
+    assert!(stats.first_use_compile_secs > 0.0, "{stats:?}");
+    assert_eq!(stats.modules, modules + 1, "{stats:?}");
+    let want = reference.train(&inputs, 0.01).unwrap();
+    assert_eq!(bits(&jit.train(&inputs, 0.01).unwrap()), bits(&want));
+    assert_eq!(bits(&jit.params()), bits(&reference.params()));
+
+    let mut off = Jit::builder()
+        .tiering(Tiering::Off)
+        .cache(Cache::Off)
+        .compile(&g)
+        .unwrap();
+    off.train(&inputs, 0.01).unwrap();
+    let stats = off.stats();
+    assert!(stats.first_use_compile_secs > 0.0, "{stats:?}");
+    assert_eq!(stats.modules, modules + 1, "{stats:?}");
+}

@@ -202,7 +202,9 @@ impl JitBuilder {
             ..self.clone()
         };
         Ok(Compiled {
-            unlinked: tape.loss().map(|_| Box::new((plan, options))),
+            unlinked: tape.loss().map(|_| std::sync::Arc::new((plan, options))),
+            compiling: None,
+            failed: 0,
             native,
             tape,
             kept,
@@ -336,19 +338,21 @@ impl Jit {
     }
 
     /// Waits for the native compile running in the background, if one is, and switches to
-    /// it. Its error, if it failed (the program then goes on in the first tier, which
-    /// computes the same numbers).
+    /// it; and for `train`'s module, if it compiles on a thread of its own. Its error, if
+    /// it failed (the program then goes on as it ran, which computes the same numbers: on the
+    /// first tier, or `train` as `step` per sample).
     pub fn wait_for_native(&mut self) -> Result<()> {
-        match self.background.take() {
-            Some(background) => self.take_over(background.join()),
-            None => Ok(()),
+        if let Some(background) = self.background.take() {
+            self.take_over(background.join())?;
         }
+        self.finish_lazy(true)
     }
 
     /// Switches to native code if its compile has finished (at the start of a call), and
     /// tells the compile how long the first tier has run: the time since the previous such
     /// call (the program's time between calls included, which only starts it sooner).
     fn poll(&mut self) {
+        let _ = self.finish_lazy(false);
         let Some(background) = &self.background else {
             return;
         };
@@ -358,6 +362,39 @@ impl Jit {
         }
         if background.is_finished() {
             let _ = self.wait_for_native();
+        }
+    }
+
+    /// Links a lazy entry point's module compiled on a thread of its own, if it is ready (or
+    /// once it is, if `wait`). A failed one is the error, also kept in
+    /// [`JitStats::native_error`]: its method runs on without it (`train` as `step` per
+    /// sample, the same numbers).
+    fn finish_lazy(&mut self, wait: bool) -> Result<()> {
+        let Engine::Native(compiled) = &mut self.engine else {
+            return Ok(());
+        };
+        match compiled.finish_lazy(wait) {
+            Ok(Some(linked)) => {
+                self.stats.add_lazy_module(&linked.module);
+                self.stats.first_use_compile_secs += linked.secs;
+                Ok(())
+            }
+            Ok(None) => Ok(()),
+            Err(e) => {
+                self.stats.native_error.get_or_insert(e.clone());
+                Err(e)
+            }
+        }
+    }
+
+    /// Starts compiling `train`'s module on a thread of its own, unless tiering is off (then
+    /// the call that needs it compiles it); whether it compiles so now.
+    fn start_lazy_train(&mut self) -> bool {
+        match &mut self.engine {
+            Engine::Native(c) if self.options.tiering != Tiering::Off => {
+                c.start_lazy(LazyEntry::Train)
+            }
+            _ => false,
         }
     }
 
@@ -406,6 +443,13 @@ impl Jit {
             Engine::Kernels(_) => self.stats.first_tier_passes += 1,
             Engine::Native(_) => self.stats.native_passes += 1,
         }
+    }
+
+    /// Whether `train` runs sample by sample for now, something faster on its way: native
+    /// code compiling while the first tier runs, or native `train`'s module compiling.
+    fn train_coming(&self) -> bool {
+        let compiling = |c: &Compiled| c.is_compiling(LazyEntry::Train);
+        self.background.is_some() || self.native().is_some_and(compiling)
     }
 
     fn native(&self) -> Option<&Compiled> {
@@ -610,6 +654,10 @@ impl Backend for Jit {
     }
     fn prepare_train(&mut self) -> Result<()> {
         self.poll();
+        if self.start_lazy_train() {
+            // (`run_train` steps sample by sample while it compiles.)
+            return Ok(());
+        }
         self.link_lazy(LazyEntry::Train)
     }
     fn run_minibatches(
@@ -663,18 +711,18 @@ impl Backend for Jit {
         let width = self.tape.num_inputs();
         let mut losses = Vec::with_capacity(inputs.len() / width.max(1));
         let mut done = 0;
-        // On the first tier with native code coming: a sample at a time, switching between
-        // two (`Program::train` checked every input first, so none fails).
-        while self.background.is_some() && done < inputs.len() && width > 0 {
+        // On the first tier with native code coming, or on native code while `train`'s
+        // module compiles: a sample at a time (`step`), switching between two. (Native
+        // `train` compiles its merged layer on first use, on a thread of its own; if that
+        // fails, `step` per sample computes the same.)
+        while self.train_coming() && done < inputs.len() && width > 0 {
             let sample = &inputs[done..done + width];
             let offset = done / width;
             let trained = crate::program::train_checking_chunks(self, sample, lr);
             losses.extend(trained.map_err(|sample| sample + offset)?);
             done += width;
             self.poll();
-            if matches!(self.engine, Engine::Native(_)) {
-                // (Native `train` compiles its merged layer on first use; if that fails,
-                // `step` per sample computes the same.)
+            if matches!(self.engine, Engine::Native(_)) && !self.start_lazy_train() {
                 let _ = self.link_lazy(LazyEntry::Train);
             }
         }

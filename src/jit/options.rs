@@ -148,7 +148,9 @@ pub struct JitStats {
     /// Seconds compiling what only some methods run, when they first did: `train`'s merged
     /// first layer ([`crate::Program::train`]) and `accumulate`
     /// ([`crate::Program::train_minibatches`]); 0 until then. The stage times and sizes
-    /// above include them from then on.
+    /// above include them from then on. (On native code with tiering on, `train`'s module
+    /// compiles on a thread of its own while `train` steps sample by sample; these are that
+    /// thread's seconds, counted once it is linked.)
     pub first_use_compile_secs: f64,
     /// LLVM modules the functions were grouped into (each compiled on its own).
     pub modules: usize,
@@ -423,10 +425,14 @@ pub enum Tiering {
     /// one rebuilt often is, never pays for a compile, and one run long pays at most about
     /// twice what compiling at once would have ([`JitStats::compile_deferred_secs`]). A tape
     /// holding a batch of copies (whose expanded tape is many times its stored one) and a
-    /// builder that keeps the IR compile natively at once.
+    /// builder that keeps the IR compile natively at once. On native code, `train`'s merged
+    /// first layer, a module of its own, compiles on a thread of its own when `train` is
+    /// first called, which steps sample by sample until it is linked (the same numbers).
     #[default]
     Auto,
-    /// Returns once native code is linked: no first tier.
+    /// Returns once native code is linked: no first tier, and no call runs other code while
+    /// something compiles (`train`'s first call compiles its merged first layer, and
+    /// `train_minibatches`' its `accumulate`, before running).
     Off,
     /// The first tier only: nothing is compiled (for a graph that runs a few times).
     FirstTierOnly,

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use inkwell::OptimizationLevel;
 
+use super::compiler::Object;
 use super::emit::LazyEntry;
 use super::engine::Native;
 use super::options::{CompileState, JitBuilder, JitStats, OptLevel};
@@ -41,9 +42,40 @@ pub(super) struct Compiled {
     pub local_grads: PerSlot<bool>,
     /// The plan and options the lazy entry points' modules are compiled from when first
     /// called ([`super::emit::ModuleRole::Lazy`]), while one is left to link.
-    pub unlinked: Option<Box<(Plan, JitBuilder)>>,
+    pub unlinked: Option<Arc<(Plan, JitBuilder)>>,
+    /// A lazy entry point's module compiling on a thread of its own ([`Compiled::start_lazy`]).
+    pub compiling: Option<LazyCompile>,
+    /// The lazy entry points whose compile failed (bit `entry as u8`): their methods run
+    /// without them (`train` as `step` per sample), and no compile starts again.
+    pub failed: u8,
     /// What compiling it measured.
     pub stats: JitStats,
+}
+
+/// A lazy entry point's module compiling on a thread of its own, while the program runs its
+/// calls without it (`train` steps sample by sample meanwhile: the same numbers).
+pub(super) struct LazyCompile {
+    entry: LazyEntry,
+    handle: Option<JoinHandle<(Result<Object>, Duration)>>,
+    state: Arc<CompileState>,
+}
+
+impl Drop for LazyCompile {
+    /// Calls the compile off, and waits for it if it is inside LLVM (which must not run on
+    /// into the process's exit): at most one module.
+    fn drop(&mut self) {
+        if let Some(handle) = self.handle.take() {
+            if self.state.call_off() {
+                let _ = handle.join();
+            }
+        }
+    }
+}
+
+/// A lazy entry point's module, linked: what compiling it measured, and how long it took.
+pub(super) struct LinkedLazy {
+    pub module: JitStats,
+    pub secs: f64,
 }
 
 impl Compiled {
@@ -57,23 +89,118 @@ impl Compiled {
     /// has not linked it; what compiling it measured, if it did. The plan is dropped once
     /// no lazy entry is left to link.
     pub fn link_lazy(&mut self, entry: LazyEntry) -> Result<Option<JitStats>> {
-        let Some((plan, options)) = self.unlinked.as_deref() else {
-            return Ok(None);
-        };
-        let tape = &self.tape;
-        let mut module = None;
-        if !self.native.links(entry) && has_entry(tape, plan, entry) {
-            let object = super::compiler::compile_lazy(tape, plan, options, entry)?;
-            module = Some(object.stats.clone());
-            self.native.link(entry, object, plan.split.as_ref())?;
+        if self.is_compiling(entry) {
+            // Compiling on its thread already: waits for it.
+            return Ok(self.finish_lazy(true)?.map(|linked| linked.module));
         }
-        let left = LazyEntry::ALL
-            .into_iter()
-            .any(|e| !self.native.links(e) && has_entry(tape, plan, e));
-        if !left {
+        if !self.needs(entry) {
+            return Ok(None);
+        }
+        let unlinked = self.unlinked.clone().expect("needed entries have a plan");
+        let (plan, options) = &*unlinked;
+        let object = super::compiler::compile_lazy(&self.tape, plan, options, entry)?;
+        let module = object.stats.clone();
+        self.link_object(entry, object)?;
+        Ok(Some(module))
+    }
+
+    /// Starts compiling `entry`'s module on a thread of its own, if this code has that entry
+    /// and has not linked it, and no other lazy compile runs; whether one for `entry` runs
+    /// now. (The thread is not lowered in priority, as native code's background compile is:
+    /// the program runs slower code until it ends.)
+    pub fn start_lazy(&mut self, entry: LazyEntry) -> bool {
+        if self.compiling.is_some() || !self.needs(entry) {
+            return self.is_compiling(entry);
+        }
+        let unlinked = self.unlinked.clone().expect("needed entries have a plan");
+        let tape = self.tape.clone();
+        let state = Arc::new(CompileState::default());
+        let options = JitBuilder {
+            background: Some(state.clone()),
+            ..unlinked.1.clone()
+        };
+        // The process waits at exit for this compile (see `Background::start`).
+        let work = super::engine::LlvmWork::begin();
+        let spawned = std::thread::Builder::new()
+            .name("tapejit-compile-lazy".into())
+            .spawn(move || {
+                let start = Instant::now();
+                let object = match options.enter_llvm() {
+                    true => super::compiler::compile_lazy(&tape, &unlinked.0, &options, entry),
+                    false => Err(super::called_off()),
+                };
+                let took = start.elapsed();
+                // (Dropped on this thread while the process still waits for it.)
+                drop((tape, unlinked));
+                drop(work);
+                (object, took)
+            });
+        match spawned {
+            Ok(handle) => {
+                self.compiling = Some(LazyCompile {
+                    entry,
+                    handle: Some(handle),
+                    state,
+                });
+                true
+            }
+            // (No thread to spare: the caller compiles it where it stands.)
+            Err(_) => false,
+        }
+    }
+
+    /// Whether `entry`'s module is compiling on a thread of its own.
+    pub fn is_compiling(&self, entry: LazyEntry) -> bool {
+        self.compiling.as_ref().is_some_and(|c| c.entry == entry)
+    }
+
+    /// Links the module [`Compiled::start_lazy`] compiled, if its compile has ended (or
+    /// once it has, if `wait`). A failed compile is the error, and its entry is then never
+    /// compiled again.
+    pub fn finish_lazy(&mut self, wait: bool) -> Result<Option<LinkedLazy>> {
+        let handle = self.compiling.as_ref().and_then(|c| c.handle.as_ref());
+        if !handle.is_some_and(|h| wait || h.is_finished()) {
+            return Ok(None);
+        }
+        let mut compile = self.compiling.take().expect("a compile ran");
+        let entry = compile.entry;
+        let handle = compile.handle.take().expect("joined once");
+        let (object, took) = match handle.join() {
+            Ok(done) => done,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        let linked = object.and_then(|object| {
+            let module = object.stats.clone();
+            self.link_object(entry, object)?;
+            Ok(LinkedLazy {
+                module,
+                secs: took.as_secs_f64(),
+            })
+        });
+        if linked.is_err() {
+            self.failed |= 1 << entry as u8;
+        }
+        linked.map(Some)
+    }
+
+    /// Whether this code has lazy entry point `entry`, not linked yet, nor failed.
+    fn needs(&self, entry: LazyEntry) -> bool {
+        let Some((plan, _)) = self.unlinked.as_deref() else {
+            return false;
+        };
+        self.failed & (1 << entry as u8) == 0
+            && !self.native.links(entry)
+            && has_entry(&self.tape, plan, entry)
+    }
+
+    /// Links `entry`'s compiled module; the plan is dropped once no lazy entry is left.
+    fn link_object(&mut self, entry: LazyEntry, object: Object) -> Result<()> {
+        let unlinked = self.unlinked.clone().expect("linked from a plan");
+        self.native.link(entry, object, unlinked.0.split.as_ref())?;
+        if !LazyEntry::ALL.into_iter().any(|e| self.needs(e)) {
             self.unlinked = None;
         }
-        Ok(module)
+        Ok(())
     }
 
     /// Whether the gradients buffer holds slot `s`'s gradient.
