@@ -23,7 +23,8 @@
 //!
 //! The families of `exp`, `tanh`, `sigmoid` and `powf` (`attention`, `lstm`, `nbody`; issue
 //! #41, benches/common/families_math.rs) have one size each and no yardstick; JAX's step of
-//! the same computation from the same numbers is `benches/jax/families_math.py NAME`.
+//! the same computation from the same numbers is `benches/jax/families_math.py NAME`, which
+//! `--jax` runs beside them.
 
 #[path = "../benches/common/families.rs"]
 mod families;
@@ -65,9 +66,10 @@ struct Args {
     /// absent)
     #[arg(long, value_name = "DIR")]
     data: Option<PathBuf>,
-    /// After the table, run JAX's moons step (../shared/baselines/jax_moons.py) with this
-    /// Python (one with jax and numpy; scripts/setup-jax makes one) and append its compile
-    /// time and us/step
+    /// After the table, run JAX's step of moons (../shared/baselines/jax_moons.py) and of the
+    /// math families (benches/jax/families_math.py), those measured, with this Python (one
+    /// with jax and numpy; scripts/setup-jax makes one) and append their compile times and
+    /// us/step
     #[arg(long, value_name = "PYTHON")]
     jax: Option<PathBuf>,
 }

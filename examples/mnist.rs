@@ -10,6 +10,8 @@
 
 #[path = "common/cli.rs"]
 mod cli;
+#[path = "common/epoch.rs"]
+mod epoch;
 
 use std::io::{IsTerminal, Write};
 
@@ -17,6 +19,7 @@ use clap::Parser;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use epoch::{classifier_inputs, train_epoch, Sgd};
 use rand::seq::SliceRandom;
 use rand::{rngs::StdRng, SeedableRng};
 use tapejit::checkpoint::Checkpoint;
@@ -105,21 +108,6 @@ fn backend(opt: &str, fast_math: bool, g: &Graph) -> Result<Box<dyn Program>, St
     Ok(Box::new(jit))
 }
 
-/// An example (its pixels and label) in `Classifier`'s input layout: the pixels scaled to
-/// [0, 1], then the label one-hot over the 10 digits.
-fn classifier_inputs(pixels: &[u8], label: u8, inputs: &mut [f64]) -> mnist::Result<()> {
-    let (npix, got) = (pixels.len(), inputs.len());
-    let (scaled, one_hot) = inputs
-        .split_at_mut_checked(npix)
-        .ok_or(mnist::Error::WrongLength {
-            what: "classifier inputs (pixels + one-hot label)",
-            expected: npix + 10,
-            got,
-        })?;
-    mnist::write_normalized(pixels, scaled)?;
-    mnist::write_one_hot(label, one_hot)
-}
-
 fn accuracy(program: &mut dyn Program, data: &Dataset, inputs: &mut [f64]) -> f64 {
     let mut correct = 0;
     for i in 0..data.images.len() {
@@ -133,30 +121,6 @@ fn accuracy(program: &mut dyn Program, data: &Dataset, inputs: &mut [f64]) -> f6
         correct += (guess == data.label(i) as usize) as usize;
     }
     correct as f64 / data.images.len() as f64
-}
-
-/// The samples `chunk` of `train` in `Classifier`'s input layout, side by side in `batch`
-/// (`width` numbers each).
-fn stage(
-    train: &Dataset,
-    chunk: &[usize],
-    staged: &mut Vec<u8>,
-    batch: &mut [f64],
-    width: usize,
-) -> Result<(), String> {
-    // The shuffled images' bytes copied side by side first: each copy's cache misses
-    // overlap the next ones', where normalizing image by image waited on each line (a sixth
-    // of an epoch's time went there).
-    let npix = train.images.pixels_per_image();
-    staged.clear();
-    for &i in chunk {
-        staged.extend_from_slice(train.pixels(i));
-    }
-    let batch = &mut batch[..chunk.len() * width];
-    for ((x, pixels), &i) in batch.chunks_mut(width).zip(staged.chunks(npix)).zip(chunk) {
-        classifier_inputs(pixels, train.label(i), x).map_err(|e| e.to_string())?;
-    }
-    Ok(())
 }
 
 /// Live progress: one updating line on a terminal, a plain line every 10% when piped.
@@ -202,11 +166,6 @@ fn threads(n: usize) -> usize {
         n => n,
     }
 }
-
-/// Samples per `Program::train` call.
-const BATCH: usize = 500;
-/// About how many samples one `train_minibatches` call takes.
-const MINIBATCH_CALL: usize = 6000;
 
 fn run(o: Options) -> Result<(), String> {
     let (train, test) = mnist::load_mnist(&o.data).map_err(|e| {
@@ -292,52 +251,13 @@ fn run(o: Options) -> Result<(), String> {
     for epoch in (1..=o.epochs).filter(|_| n > 0) {
         order.shuffle(&mut shuffle_rng);
         let start = Instant::now();
-        let mut loss_sum = 0.0;
-        // `train` on batches of samples (one `step` each, in order): the JIT runs a batch in
-        // one call; batches keep the progress line moving.
-        // With minibatches, a whole number of them per call, and more samples: each call
-        // sets up its threads and their buffers.
-        let per_call = match o.batch {
-            1 => BATCH,
-            b => (MINIBATCH_CALL / b).max(1) * b,
+        let sgd = Sgd {
+            lr: o.lr,
+            batch: o.batch,
+            threads: o.threads,
         };
-        let width = inputs.len();
-        let chunks: Vec<&[usize]> = order[..n].chunks(per_call).collect();
-        // A second thread stages and converts the next chunk while this one trains (two
-        // buffers passed back and forth): the data path off the kernel's critical path.
-        std::thread::scope(|scope| -> Result<(), String> {
-            let (filled_tx, filled) = std::sync::mpsc::sync_channel(1);
-            let (empty_tx, empty) = std::sync::mpsc::channel::<Vec<f64>>();
-            for _ in 0..2 {
-                let _ = empty_tx.send(vec![0.0; per_call * width]);
-            }
-            let chunks = &chunks;
-            let train = &train;
-            scope.spawn(move || {
-                let mut staged = Vec::with_capacity(per_call * npix);
-                for chunk in chunks {
-                    let Ok(mut batch) = empty.recv() else { return };
-                    let converted = stage(train, chunk, &mut staged, &mut batch, width);
-                    if filled_tx.send(converted.map(|()| batch)).is_err() {
-                        return;
-                    }
-                }
-            });
-            for (b, chunk) in chunks.iter().enumerate() {
-                let full = filled.recv().map_err(|_| "the staging thread stopped")??;
-                let batch = &full[..chunk.len() * width];
-                let losses = if o.batch == 1 {
-                    program.train(batch, o.lr)
-                } else {
-                    program.train_minibatches(batch, o.batch, o.lr, o.threads)
-                };
-                for loss in losses.map_err(|e| e.to_string())? {
-                    loss_sum += loss;
-                }
-                let _ = empty_tx.send(full);
-                progress.show(epoch, b * per_call + chunk.len(), start, loss_sum);
-            }
-            Ok(())
+        let loss_sum = train_epoch(program.as_mut(), &train, &order[..n], sgd, |done, loss| {
+            progress.show(epoch, done, start, loss)
         })?;
         let train_secs = start.elapsed().as_secs_f64();
         mean_loss = loss_sum / n as f64;

@@ -3,14 +3,16 @@
 //! and in two hand-written Rust versions, as one markdown table; then the graph families
 //! (issue #10: micrograd's moons demo, minibatch MNIST as copies, an RNN and a mass-spring
 //! rollout unrolled over steps, a random DAG) at `examples/families`' quick sizes, each
-//! beside the interpreter and its hand-written yardstick (and JAX's moons step with `--jax`).
+//! beside the interpreter and its hand-written yardstick (and JAX's steps with `--jax`).
 //!
 //! Then graphs built anew (issue #40): irregular graphs and rollouts timed from an empty graph
 //! to the last iteration on the JIT and the interpreter, beside a yardstick tape interpreter
-//! (`report/anew.rs`).
+//! (`report/anew.rs`). Then the trainer end to end (issue #41): an epoch of
+//! `examples/mnist.rs` by SGD, Adam and minibatches, beside hand-written C
+//! (`report/trainer.rs`).
 //!
 //! cargo run --release --example report -- [--data DIR] [--quick] [--samples N] [--out DIR]
-//!     [--no-families] [--section all|mnist|families|anew] [--jax PYTHON]
+//!     [--no-families] [--section all|mnist|families|anew|trainer] [--jax PYTHON]
 //!
 //! Prints the table (and writes it to `target/report.md`) and plots compile time against
 //! epoch time (`target/report.svg`). Every number is a median of repeated runs: each mode is
@@ -30,6 +32,8 @@ mod anew;
 #[path = "common/cli.rs"]
 #[allow(dead_code)]
 mod cli;
+#[path = "common/epoch.rs"]
+mod epoch;
 #[path = "../benches/common/families.rs"]
 mod families;
 #[path = "common/families_bench.rs"]
@@ -44,6 +48,8 @@ mod svg;
 mod table;
 #[path = "../benches/common/tape_interp.rs"]
 mod tape_interp;
+#[path = "report/trainer.rs"]
+mod trainer;
 #[path = "../benches/common/workload.rs"]
 mod workload;
 #[path = "../benches/common/yardsticks.rs"]
@@ -86,11 +92,12 @@ struct Args {
     /// Leave out the graph families
     #[arg(long)]
     no_families: bool,
-    /// Only this section (`mnist`: the MNIST and minibatch tables)
+    /// Only this section (`mnist`: the MNIST and minibatch tables; `trainer`: an epoch of
+    /// the trainer end to end)
     #[arg(long, value_enum, default_value_t = Section::All)]
     section: Section,
-    /// JAX's moons step beside the families (a Python with jax and numpy; scripts/setup-jax
-    /// makes one)
+    /// JAX's steps beside the families, moons and the math families (a Python with jax and
+    /// numpy; scripts/setup-jax makes one)
     #[arg(long, value_name = "PYTHON")]
     jax: Option<PathBuf>,
     /// Runs per row of the graphs-built-anew section (default 3, `--quick` 1), at its full
@@ -106,6 +113,7 @@ enum Section {
     Mnist,
     Families,
     Anew,
+    Trainer,
 }
 
 struct Options {
@@ -119,6 +127,7 @@ struct Options {
     families: bool,
     anew: bool,
     anew_runs: Option<usize>,
+    trainer: bool,
     jax: Option<PathBuf>,
 }
 
@@ -138,6 +147,7 @@ fn parse_options() -> Options {
         families: shows(Section::Families) && !(a.no_families && a.section == Section::All),
         anew: shows(Section::Anew),
         anew_runs: a.anew_runs,
+        trainer: shows(Section::Trainer),
         jax: a.jax,
     }
 }
@@ -665,6 +675,23 @@ fn run(o: Options) -> Result<(), String> {
              (`benches/common/tape_interp.rs`); {}, tapejit {}.\n\n{table}",
             cpu(),
             code_version().unwrap_or_else(|| "(no git)".into()),
+        );
+    }
+    if o.trainer {
+        let settings = trainer::Settings {
+            data: o.data.clone(),
+            scratch: o.out.join("trainer-c"),
+            runs: if o.quick { 1 } else { 3 },
+            quick: o.quick,
+        };
+        let _ = write!(
+            report,
+            "\n## The trainer, end to end\n\nAn epoch of MNIST as `examples/mnist.rs` trains \
+             it (issue #41), beside the hand-written C of `../shared/baselines`; {}, tapejit \
+             {}.\n\n{}",
+            cpu(),
+            code_version().unwrap_or_else(|| "(no git)".into()),
+            trainer::report(&settings)?
         );
     }
 

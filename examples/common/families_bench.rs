@@ -45,7 +45,8 @@ pub struct Settings {
     pub data: PathBuf,
     /// Timed runs per row.
     pub runs: usize,
-    /// A Python with jax and numpy, to run JAX's moons step beside the table.
+    /// A Python with jax and numpy, to run JAX's steps beside the table (moons and the math
+    /// families, those measured).
     pub jax: Option<PathBuf>,
 }
 
@@ -81,7 +82,14 @@ pub fn report(o: &Settings) -> (String, bool) {
         thousands(o.straight_max)
     );
     if let Some(python) = &o.jax {
-        let _ = writeln!(report, "\n{}", jax_moons(python));
+        if o.families.iter().any(|f| f == "moons") {
+            let _ = writeln!(report, "\n{}", jax_moons(python));
+        }
+        for name in ["attention", "lstm", "nbody"] {
+            if o.families.iter().any(|f| f == name) {
+                let _ = writeln!(report, "\n{}", jax_math_family(python, name));
+            }
+        }
     }
     (report, measured.iter().all(|r| r.jit_agrees))
 }
@@ -388,13 +396,33 @@ fn table(rows: &[Row]) -> String {
 /// JAX's jitted moons step measured now, on this machine (its own output line), or why not.
 fn jax_moons(python: &Path) -> String {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/baselines/jax_moons.py");
-    eprintln!("jax: {} {}", python.display(), script.display());
-    match std::process::Command::new(python).arg(&script).output() {
+    jax_line(python, &script, None)
+}
+
+/// JAX's step of math family `name` (`benches/jax/families_math.py`, the same computation
+/// from the same numbers), as one line for the report.
+fn jax_math_family(python: &Path, name: &str) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/jax/families_math.py");
+    jax_line(python, &script, Some(name))
+}
+
+/// The last line `script` (with argument `arg`) prints, run by `python`.
+fn jax_line(python: &Path, script: &Path, arg: Option<&str>) -> String {
+    eprintln!(
+        "jax: {} {} {}",
+        python.display(),
+        script.display(),
+        arg.unwrap_or("")
+    );
+    let mut command = std::process::Command::new(python);
+    command.arg(script).args(arg);
+    match command.output() {
         Ok(out) if out.status.success() => {
             let text = String::from_utf8_lossy(&out.stdout);
             let last = text.lines().last().unwrap_or("(no output)");
+            let what = arg.map_or(String::new(), |a| format!(" {a}"));
             format!(
-                "JAX beside it, same machine, same run (`{}`): {last}",
+                "JAX beside it, same machine, same run (`{}{what}`): {last}",
                 script.display()
             )
         }
