@@ -2,7 +2,8 @@
 //! [`crate::op::Op::local_grads_into`] over [`F64`], which adds each operand's contribution
 //! straight into its destination). The run's op is fixed through the loop, so
 //! the branch inside the formula that picks it goes the same way every time; operands are
-//! gathered into a small array by the arity the op has.
+//! gathered into a small array by the arity the op has (in backward, only where the op's
+//! derivative reads them: not a sum's).
 
 use std::array::from_fn;
 use std::ops::Range;
@@ -160,7 +161,9 @@ impl<const PULLS: bool> PerOp for Backward<'_, PULLS> {
             ops,
             wide,
         } = self;
-        // (Operands by the op's arity, as in forward: a sum's gathered.)
+        // (Operands by the op's arity, as in forward: a sum's gathered. Only where the
+        // derivative reads them: a sum's, a difference's is `g` or `-g` alone.)
+        let reads = !op().derivative_ignores_operands();
         let pulls = &k.pull[ops.start..ops.end + 1];
         let at = |j: usize| j - ops.start;
         let grad = |grads: &mut [f64], j: usize| match PULLS {
@@ -176,7 +179,11 @@ impl<const PULLS: bool> PerOp for Backward<'_, PULLS> {
                 let dst = &k.dst[fixed(k, &ops, 1)];
                 for j in ops.clone().rev() {
                     let g = grad(grads, j);
-                    let (x, out) = ([values[args[at(j)] as usize]], values[k.first_op + j]);
+                    let x = match reads {
+                        true => [values[args[at(j)] as usize]],
+                        false => [0.0],
+                    };
+                    let out = values[k.first_op + j];
                     let dst = &dst[at(j)..][..1];
                     op().local_grads_into(&mut F64, &x, out, g, &mut AddInto { grads, dst });
                 }
@@ -187,7 +194,10 @@ impl<const PULLS: bool> PerOp for Backward<'_, PULLS> {
                 for j in ops.clone().rev() {
                     let g = grad(grads, j);
                     let (a, d) = (&args[2 * at(j)..][..2], &dst[2 * at(j)..][..2]);
-                    let x = [values[a[0] as usize], values[a[1] as usize]];
+                    let x = match reads {
+                        true => [values[a[0] as usize], values[a[1] as usize]],
+                        false => [0.0; 2],
+                    };
                     let out = values[k.first_op + j];
                     op().local_grads_into(&mut F64, &x, out, g, &mut AddInto { grads, dst: d });
                 }
@@ -196,7 +206,10 @@ impl<const PULLS: bool> PerOp for Backward<'_, PULLS> {
                 let mut inline = [0.0; INLINE];
                 for j in ops.clone().rev() {
                     let g = grad(grads, j);
-                    let x = gather(k, values, j, &mut inline, wide);
+                    let x = match reads {
+                        true => gather(k, values, j, &mut inline, wide),
+                        false => unread(k, j, &inline, wide),
+                    };
                     let dst = &k.dst[k.arg_start[j] as usize..k.arg_start[j + 1] as usize];
                     let out = values[k.first_op + j];
                     op().local_grads_into(&mut F64, x, out, g, &mut AddInto { grads, dst });
@@ -258,6 +271,25 @@ fn gather<'w>(
         wide.extend(args.iter().map(|&a| values[a as usize]));
         wide
     }
+}
+
+/// Operation `j`'s operands where its derivative does not read them: as many numbers,
+/// whatever they hold (`inline`'s zeros, or what `wide` last held, grown with zeros).
+#[inline(always)]
+fn unread<'w>(
+    k: &Kernels,
+    j: usize,
+    inline: &'w [f64; INLINE],
+    wide: &'w mut Vec<f64>,
+) -> &'w [f64] {
+    let n = (k.arg_start[j + 1] - k.arg_start[j]) as usize;
+    if n <= INLINE {
+        return &inline[..n];
+    }
+    if wide.len() < n {
+        wide.resize(n, 0.0);
+    }
+    &wide[..n]
 }
 
 #[cfg(test)]

@@ -86,6 +86,18 @@ impl Op {
     }
 }
 
+impl Op {
+    /// Whether this op's derivatives read no operand's value, each operand receiving `g` or
+    /// `-g` (a sum, a difference, a negation), so a caller need not gather the operands (the
+    /// kernel tier's runs). A constant-time answer a caller specialized to the op folds away;
+    /// `tests::operands_ignored_as_traced` holds it to [`Op::backward_reads`] (it may say
+    /// no where the trace says yes, never the other way).
+    #[inline(always)]
+    pub fn derivative_ignores_operands(self) -> bool {
+        matches!(self, Op::Add | Op::Sub | Op::Neg | Op::Sum)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,6 +105,18 @@ mod tests {
     fn reads(op: Op, arity: usize) -> (Vec<bool>, bool) {
         let r = op.backward_reads(&vec![true; arity]);
         (r.operands, r.out)
+    }
+
+    #[test]
+    fn operands_ignored_as_traced() {
+        use strum::IntoEnumIterator;
+        let ops = Op::iter().chain([Op::Powf(0.5), Op::Powf(1.5), Op::Powf(-1.5)]);
+        for op in ops.filter(|op| op.derivative_ignores_operands()) {
+            for arity in [1, 2, 5] {
+                let arity = op.arity().unwrap_or(arity);
+                assert_eq!(reads(op, arity).0, vec![false; arity], "{op:?}");
+            }
+        }
     }
 
     #[test]
