@@ -422,6 +422,43 @@ fn bad_exports_are_typed_errors() {
         assert!(problem.contains("CPU named \"nonesuchcpu\""), "{problem}");
     }
 
+    // A failed export leaves what the paths held as it was, and creates nothing.
+    let (object, header) = (dir.join("kept.o"), dir.join("kept.h"));
+    jit.export(&object, &ExportOptions::new("m")).unwrap();
+    let before = (
+        std::fs::read(&object).unwrap(),
+        std::fs::read(&header).unwrap(),
+    );
+    assert!(!before.0.is_empty() && !before.1.is_empty());
+    let unknown_cpu = ExportTarget::Named {
+        triple: "x86_64-unknown-linux-gnu".into(),
+        cpu: "nonesuchcpu".into(),
+    };
+    let options = ExportOptions::new("m").target(unknown_cpu);
+    export_error(&jit, &object, &options);
+    let after = (
+        std::fs::read(&object).unwrap(),
+        std::fs::read(&header).unwrap(),
+    );
+    assert!(
+        after == before,
+        "a failed export changed the files it would have replaced"
+    );
+    let fresh = dir.join("fresh.o");
+    export_error(&jit, &fresh, &options);
+    assert!(!fresh.exists() && !fresh.with_extension("h").exists());
+    let names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(
+        names
+            .iter()
+            .all(|n| !n.to_string_lossy().contains(".partial-")),
+        "{names:?}"
+    );
+
     // Training a program without params, or without a loss.
     let g = Graph::new();
     let x = g.input();

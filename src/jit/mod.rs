@@ -495,7 +495,9 @@ impl Jit {
     ///
     /// Frozen params are those of the moment of the call. Bad requests are
     /// [`Error::Export`]: a target LLVM lacks, a path that cannot be written, a prefix that
-    /// is not a C identifier, training without params or a loss.
+    /// is not a C identifier, training without params or a loss. A failed export leaves the
+    /// files at both paths as they were (none where there was none); a successful one
+    /// replaces each whole (written beside it, then renamed).
     ///
     /// ```no_run
     /// # use tapejit::{ExportOptions, Graph, Jit};

@@ -243,9 +243,39 @@ pub(super) fn export(
         );
         return Err(Error::Export { problem });
     }
+    // Writable, asked before compiling (without touching what the paths hold); a failed
+    // export removes what this probe created, and leaves a file it found as it was.
+    let mut created = Vec::new();
     for p in [path, header_path.as_path()] {
-        std::fs::write(p, b"").map_err(|e| cannot_write(p, &e))?;
+        let existed = p.exists();
+        let probe = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(p);
+        probe.map_err(|e| cannot_write(p, &e))?;
+        if !existed {
+            created.push(p.to_path_buf());
+        }
     }
+    let exported = compile_and_write(start, tape, builder, program, path, &header_path, options);
+    if exported.is_err() {
+        for p in created {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+    exported
+}
+
+/// [`export`]'s work once the paths are known to be writable.
+fn compile_and_write(
+    start: Instant,
+    tape: &Tape,
+    builder: &JitBuilder,
+    program: &Snapshot,
+    path: &Path,
+    header_path: &Path,
+    options: &ExportOptions,
+) -> Result<Exported> {
     super::engine::initialize_llvm()?;
     let machine = target_machine(&options.target, builder.codegen_level())?;
     let cpu = HostCpu {
@@ -299,7 +329,7 @@ pub(super) fn export(
     let object = machine
         .write_to_memory_buffer(&module, FileType::Object)
         .map_err(|e| super::compiler::llvm_error("code generation", e))?;
-    std::fs::write(path, object.as_slice()).map_err(|e| cannot_write(path, &e))?;
+    write_replacing(path, object.as_slice())?;
     let header = header::text(
         &options.prefix,
         &layout,
@@ -308,13 +338,26 @@ pub(super) fn export(
         built,
         (&machine.get_triple().as_str().to_string_lossy(), &cpu.name),
     );
-    std::fs::write(&header_path, header).map_err(|e| cannot_write(&header_path, &e))?;
+    write_replacing(header_path, header.as_bytes())?;
     Ok(Exported {
         object: path.to_path_buf(),
-        header: header_path,
+        header: header_path.to_path_buf(),
         workspace_doubles: layout.workspace_doubles(),
         object_bytes: object.get_size() as u64,
         secs: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// `bytes` written beside `path`, then renamed over it: a reader (a build linking the
+/// object) sees the old file or the new one whole, never a part.
+fn write_replacing(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(format!(".partial-{}", std::process::id()));
+    let partial = std::path::PathBuf::from(partial);
+    let written = std::fs::write(&partial, bytes).and_then(|()| std::fs::rename(&partial, path));
+    written.map_err(|e| {
+        let _ = std::fs::remove_file(&partial);
+        cannot_write(path, &e)
     })
 }
 
