@@ -75,7 +75,12 @@ struct Options {
     export: Option<String>,
 }
 
-fn backend(opt: &str, fast_math: bool, g: &Graph) -> Result<Box<dyn Program>, String> {
+fn backend(
+    opt: &str,
+    fast_math: bool,
+    training: bool,
+    g: &Graph,
+) -> Result<Box<dyn Program>, String> {
     let level = match opt {
         "interp" => return Ok(Box::new(Interpreter::new(g).map_err(|e| e.to_string())?)),
         "O0" => OptLevel::O0,
@@ -84,14 +89,15 @@ fn backend(opt: &str, fast_math: bool, g: &Graph) -> Result<Box<dyn Program>, St
         "O3" => OptLevel::O3,
         other => return Err(format!("--opt {other}: expected O0, O1, O2, O3 or interp")),
     };
-    // Native code from the first sample (an epoch runs long, and the stats below are its);
-    // tiered, so that `train`'s merged layer compiles beside the first samples, which step.
-    let mut jit = Jit::builder()
+    // Native code from the first sample (an epoch runs long, and the stats below are its),
+    // with what `train` and minibatches run compiled beside the rest: no call waits for LLVM.
+    let jit = Jit::builder()
         .opt_level(level)
         .fast_math(fast_math)
+        .tiering(Tiering::Off)
+        .compile_ahead(training)
         .compile(g)
         .map_err(|e| e.to_string())?;
-    jit.wait_for_native().map_err(|e| e.to_string())?;
     let s = jit.stats();
     println!(
         "compiled at {level} in {:.2} s: IR build {:.2} s, optimize {:.2} s, codegen {:.2} s \
@@ -213,7 +219,7 @@ fn run(o: Options) -> Result<(), String> {
         ),
         None => None,
     };
-    let mut program = backend(&o.opt, o.fast_math, &g)?;
+    let mut program = backend(&o.opt, o.fast_math, o.epochs > 0, &g)?;
     println!("tape: {} nodes", program.tape().len());
     if let (Some(params), Some(path)) = (loaded, &o.load) {
         program.set_params(&params).map_err(|e| e.to_string())?;

@@ -348,6 +348,40 @@ fn minibatches_and_train_compile_their_code_on_first_use() {
     assert_eq!(bits(&jit.params()), bits(&reference.params()));
 }
 
+/// `JitBuilder::compile_ahead`: both lazy modules compiled and linked with the rest, tiered
+/// or not, so no call compiles; the same bits.
+#[test]
+fn compile_ahead_links_train_and_accumulate_with_the_rest() {
+    let g = Graph::new();
+    classifier(&g);
+    let inputs = samples(40, 29);
+    let lazy = tapejit::Jit::builder()
+        .tiering(Tiering::Off)
+        .compile(&g)
+        .unwrap();
+    for tiering in [Tiering::Off, Tiering::Auto] {
+        let mut jit = tapejit::Jit::builder()
+            .tiering(tiering)
+            .compile_ahead(true)
+            .compile(&g)
+            .unwrap();
+        jit.wait_for_native().unwrap();
+        let compiled = jit.stats().clone();
+        assert_eq!(compiled.modules, lazy.stats().modules + 2, "{tiering:?}");
+        let mut reference = Interpreter::new(&g).unwrap();
+        let losses = jit.train_minibatches(&inputs, 8, 0.1, 2).unwrap();
+        let want = reference.train_minibatches(&inputs, 8, 0.1, 1).unwrap();
+        assert_eq!(bits(&losses), bits(&want), "{tiering:?}");
+        let losses = jit.train(&inputs, 0.05).unwrap();
+        let want = reference.train(&inputs, 0.05).unwrap();
+        assert_eq!(bits(&losses), bits(&want), "{tiering:?}");
+        assert_eq!(bits(&jit.params()), bits(&reference.params()));
+        let stats = jit.stats();
+        assert_eq!(stats.first_use_compile_secs, 0.0, "{tiering:?}: {stats:?}");
+        assert_eq!(stats.modules, compiled.modules, "nothing compiled on use");
+    }
+}
+
 /// A non-finite number in a later minibatch, in a chunk of either thread, stops every thread
 /// at that minibatch: the error names the first such number, and params, values and
 /// gradients are as before the call (the threads train copies, written back only at the end).

@@ -46,8 +46,32 @@ pub(super) fn compile_modules(
     options: &JitBuilder,
     threads: usize,
 ) -> Result<Vec<Object>> {
+    let roles: Vec<ModuleRole> = (0..plan.modules.len()).map(ModuleRole::Plan).collect();
+    compile_roles(tape, plan, options, &roles, threads)
+}
+
+/// The module of a lazy entry point ([`ModuleRole::Lazy`]), compiled on this thread.
+pub(super) fn compile_lazy(
+    tape: &Tape,
+    plan: &Plan,
+    options: &JitBuilder,
+    entry: LazyEntry,
+) -> Result<Object> {
+    let mut objects = compile_roles(tape, plan, options, &[ModuleRole::Lazy(entry)], 1)?;
+    Ok(objects.pop().expect("one module"))
+}
+
+/// Compiles the modules `roles` of `plan` on up to `threads` threads; the objects in the
+/// order of `roles`, or the first one's error.
+pub(super) fn compile_roles(
+    tape: &Tape,
+    plan: &Plan,
+    options: &JitBuilder,
+    roles: &[ModuleRole],
+    threads: usize,
+) -> Result<Vec<Object>> {
     let cpu = host_cpu();
-    let count = plan.modules.len();
+    let count = roles.len();
     let next = AtomicUsize::new(0);
     // Each thread takes the next module not yet taken, so a slow module does not hold
     // up the others.
@@ -63,10 +87,7 @@ pub(super) fn compile_modules(
                 done.push((m, Err(llvm_error("compile", "called off"))));
                 return done;
             }
-            done.push((
-                m,
-                compile_module(tape, plan, options, &cpu, ModuleRole::Plan(m)),
-            ));
+            done.push((m, compile_module(tape, plan, options, &cpu, roles[m])));
         }
     };
     let mut results = std::thread::scope(|scope| {
@@ -87,18 +108,6 @@ pub(super) fn compile_modules(
     let objects: Result<Vec<Object>> = results.into_iter().map(|(_, object)| object).collect();
     evict_after(options, objects.iter().flatten());
     objects
-}
-
-/// The module of a lazy entry point ([`ModuleRole::Lazy`]), compiled on this thread.
-pub(super) fn compile_lazy(
-    tape: &Tape,
-    plan: &Plan,
-    options: &JitBuilder,
-    entry: LazyEntry,
-) -> Result<Object> {
-    let object = compile_module(tape, plan, options, &host_cpu(), ModuleRole::Lazy(entry));
-    evict_after(options, object.iter());
-    object
 }
 
 /// Keeps the cache within its bound once a compile stored modules in it.

@@ -85,6 +85,12 @@ impl JitBuilder {
             return Err(called_off());
         }
         let mut compiled = keyed.compile_schedule(tape, schedule, start)?;
+        if self.compile_ahead && !self.cancelled() {
+            for module in compiled.link_ahead(self.threads())? {
+                compiled.stats.add_lazy_module(&module);
+            }
+            compiled.stats.compile_secs = start.elapsed().as_secs_f64();
+        }
         // Param k sat in slot built[k] as built, and sits in param_slots()[k] now.
         let now = compiled.tape.param_slots();
         if now != built.as_slice() {

@@ -336,6 +336,7 @@ pub struct JitBuilder {
     pub(super) zero_skipping: ZeroSkipping,
     pub(super) optimizer: Optimizer,
     pub(super) tiering: Tiering,
+    pub(super) compile_ahead: bool,
     pub(super) cache: Cache,
     pub(super) cache_size: Option<u64>,
     /// The cache of the compile this builder runs: set on the copy `compile_tape` compiles
@@ -461,6 +462,7 @@ impl Default for JitBuilder {
             zero_skipping: ZeroSkipping::Auto,
             optimizer: Optimizer::default(),
             tiering: Tiering::Auto,
+            compile_ahead: false,
             background: None,
             cache: Cache::Default,
             cache_size: None,
@@ -558,6 +560,16 @@ impl JitBuilder {
         self
     }
 
+    /// Whether native code compiles what only `train` and `train_minibatches` run (their
+    /// modules: `train`'s merged first layer, `accumulate`) with the rest, side by side on the
+    /// compile threads (default off: each compiles when its method is first called, so that
+    /// a program that only steps never pays for it). On, for a program that will train, no
+    /// call waits for LLVM once native code runs ([`JitStats::compile_secs`] counts them).
+    pub fn compile_ahead(mut self, on: bool) -> Self {
+        self.compile_ahead = on;
+        self
+    }
+
     /// How `compile` gets the program running (default [`Tiering::Auto`]: the kernel tier at
     /// once, native code when it is ready). Every tier computes the same bits.
     pub fn tiering(mut self, tiering: Tiering) -> Self {
@@ -622,6 +634,7 @@ impl JitBuilder {
             zero_skipping,
             optimizer: _,
             tiering: _,
+            compile_ahead: _,
             background: _,
             cache: _,
             cache_size: _,

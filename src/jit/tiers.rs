@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use inkwell::OptimizationLevel;
 
 use super::compiler::Object;
-use super::emit::LazyEntry;
+use super::emit::{LazyEntry, ModuleRole};
 use super::engine::Native;
 use super::options::{CompileState, JitBuilder, JitStats, OptLevel};
 use crate::error::Result;
@@ -102,6 +102,28 @@ impl Compiled {
         let module = object.stats.clone();
         self.link_object(entry, object)?;
         Ok(Some(module))
+    }
+
+    /// Compiles the modules of every lazy entry point this code has (side by side on up to
+    /// `threads` threads) and links them: [`JitBuilder::compile_ahead`]. What compiling them
+    /// measured, each.
+    pub fn link_ahead(&mut self, threads: usize) -> Result<Vec<JitStats>> {
+        let entries: Vec<LazyEntry> = LazyEntry::ALL
+            .into_iter()
+            .filter(|&e| self.needs(e))
+            .collect();
+        let Some(unlinked) = self.unlinked.clone() else {
+            return Ok(Vec::new());
+        };
+        let (plan, options) = &*unlinked;
+        let roles: Vec<ModuleRole> = entries.iter().map(|&e| ModuleRole::Lazy(e)).collect();
+        let objects = super::compiler::compile_roles(&self.tape, plan, options, &roles, threads)?;
+        let mut modules = Vec::new();
+        for (entry, object) in entries.into_iter().zip(objects) {
+            modules.push(object.stats.clone());
+            self.link_object(entry, object)?;
+        }
+        Ok(modules)
     }
 
     /// Starts compiling `entry`'s module on a thread of its own, if this code has that entry
