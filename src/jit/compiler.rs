@@ -252,12 +252,11 @@ pub(super) fn all_cached(plan: &Plan, options: &JitBuilder) -> bool {
     (0..plan.modules.len()).all(|m| source.contains(&cache_key(source, &cpu, ModuleRole::Plan(m))))
 }
 
-/// Whether the host packs a vector's chosen lanes together in a register quickly: AVX-512
-/// VL's `vpcompressd` ([`crate::plan::tactics::Tactics::compress_steps`]).
+/// Whether the host has AVX-512 F and VL ([`crate::plan::PlanOptions::host_avx512`]).
 /// (Asked once per process: a background compile reads it before it may enter LLVM.)
-pub(super) fn host_compresses() -> bool {
-    static COMPRESSES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *COMPRESSES.get_or_init(|| host_cpu().compresses())
+pub(super) fn host_avx512() -> bool {
+    static AVX512: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVX512.get_or_init(|| host_cpu().has_avx512())
 }
 
 /// The host's target machine at `level`, for both the pass pipeline (whose cost models must

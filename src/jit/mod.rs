@@ -56,7 +56,7 @@ impl JitBuilder {
         }
         // The compile starts first, so that it runs beside the first tier's preparation.
         // (What it asks LLVM before it may enter it is asked here.)
-        compiler::host_compresses();
+        compiler::host_avx512();
         let background = match self.tiering {
             Tiering::FirstTierOnly => None,
             _ => match Background::start(self, tape.clone(), start) {
@@ -118,14 +118,13 @@ impl JitBuilder {
         layout::apply(tape, schedule)
     }
 
-    /// The plan's options from this builder's, for a CPU that can (`compresses`) or cannot
-    /// pack a vector's chosen lanes quickly.
-    fn plan_options(&self, compresses: bool) -> PlanOptions {
+    /// The plan's options from this builder's, for a CPU with or without AVX-512.
+    fn plan_options(&self, avx512: bool) -> PlanOptions {
         PlanOptions {
             chunk_size: self.chunk_size,
             fast_math: self.fast_math,
             zero_skipping: self.zero_skipping,
-            host_compresses: compresses,
+            host_avx512: avx512,
         }
     }
 
@@ -138,11 +137,7 @@ impl JitBuilder {
             op_nodes: tape.op_nodes(),
             ..JitStats::default()
         };
-        let plan = Plan::new(
-            &tape,
-            &schedule,
-            self.plan_options(compiler::host_compresses()),
-        )?;
+        let plan = Plan::new(&tape, &schedule, self.plan_options(compiler::host_avx512()))?;
         stats.schedule_secs = start.elapsed().as_secs_f64();
         stats.loops = plan.loops;
         stats.loop_nodes = plan.loop_nodes;
@@ -861,7 +856,7 @@ mod tests {
                 chunk_size: 40,
                 fast_math: false,
                 zero_skipping: ZeroSkipping::Auto,
-                host_compresses: false,
+                host_avx512: false,
             },
         )
         .unwrap();

@@ -26,7 +26,7 @@ fn planned(g: &Graph, recover: bool, chunk_size: usize) -> (Tape, Plan) {
         chunk_size,
         fast_math: false,
         zero_skipping: ZeroSkipping::Auto,
-        host_compresses: false,
+        host_avx512: false,
     };
     let plan = Plan::new(&tape, &s, options).unwrap();
     (tape, plan)
@@ -589,7 +589,7 @@ fn time_the_grad_placement_check() {
             chunk_size: 4000,
             fast_math: false,
             zero_skipping: ZeroSkipping::Auto,
-            host_compresses: false,
+            host_avx512: false,
         };
         // The fastest of 9 runs each (a shared machine).
         let (mut plan_secs, mut check_secs, mut memory_secs) = (f64::MAX, f64::MAX, f64::MAX);

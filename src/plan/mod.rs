@@ -116,9 +116,9 @@ pub struct PlanOptions {
     pub chunk_size: usize,
     pub fast_math: bool,
     pub zero_skipping: ZeroSkipping,
-    /// Whether the host packs a vector's chosen lanes together in a register quickly
-    /// (AVX-512 VL), which [`tactics::Tactics::compress_steps`] uses.
-    pub host_compresses: bool,
+    /// Whether the host has AVX-512 (F and VL): 32 vector registers of 8 `f64`, and
+    /// `vpcompressd` in its quick register form ([`tactics::Tactics`] shapes code by it).
+    pub host_avx512: bool,
 }
 
 impl Plan {
@@ -180,7 +180,7 @@ impl Plan {
             grads,
             step,
             fast_math: options.fast_math,
-            tactics: tactics::Tactics::new(options.host_compresses),
+            tactics: tactics::Tactics::new(options.host_avx512),
             loops: items.iter().map(Item::loops).sum(),
             loop_nodes: items.iter().map(Item::loop_nodes).sum(),
             nest_depth: items.iter().map(Item::depth).max().unwrap_or(0),

@@ -26,18 +26,24 @@ pub struct Tactics {
     /// it; else the list is built branch-free, without a compress-store, which AVX-512
     /// machines run slowly.
     pub compress_steps: bool,
+    /// Zero-skipping: how many of `train`'s merged dot's vectors (of 8 sums) one pass over
+    /// the list of steps carries. Each carries its sums and the gradients it updates by in
+    /// registers across the pass: MNIST's 7 take 28 of AVX2's 16 registers and spilled every
+    /// step, so there the list is walked once per vector (docs/benchmarks.md: 4-5% of
+    /// `train`'s time on Zen 4; two per pass ran slower than one). AVX-512's 32 hold them.
+    pub merged_vectors_per_pass: usize,
 }
 
 impl Tactics {
-    /// The tactics for a host that can (`host_compresses`) or cannot pack a vector's chosen
-    /// lanes together in a register quickly.
-    pub fn new(host_compresses: bool) -> Tactics {
+    /// The tactics for a host with or without AVX-512 (`host_avx512`).
+    pub fn new(host_avx512: bool) -> Tactics {
         Tactics {
             inline_zeros: 128,
             unrolled_iterations: 4,
             finite_sums: 4,
             dense_wait: 8,
-            compress_steps: host_compresses,
+            compress_steps: host_avx512,
+            merged_vectors_per_pass: if host_avx512 { usize::MAX } else { 1 },
         }
     }
 }

@@ -89,7 +89,7 @@ fn planned_recovering(g: &Graph, zero_skipping: ZeroSkipping, recover: bool) -> 
         chunk_size: 250,
         fast_math: false,
         zero_skipping,
-        host_compresses: false,
+        host_avx512: false,
     };
     let plan = Plan::new(&tape, &s, options).unwrap();
     plan.verify(&tape).unwrap();
@@ -1173,7 +1173,7 @@ fn copies_stored_once_plan_as_storing_every_slot() {
         chunk_size: 250,
         fast_math: false,
         zero_skipping: ZeroSkipping::Auto,
-        host_compresses: false,
+        host_avx512: false,
     };
     for (name, build, runs_alike) in builders {
         let g = Graph::new();

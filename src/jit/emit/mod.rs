@@ -58,9 +58,8 @@ pub struct HostCpu {
 }
 
 impl HostCpu {
-    /// Whether this CPU packs a vector's chosen lanes together in a register quickly:
-    /// AVX-512 VL's `vpcompressd` ([`crate::plan::tactics::Tactics::compress_steps`]).
-    pub fn compresses(&self) -> bool {
+    /// Whether this CPU has AVX-512 F and VL ([`crate::plan::PlanOptions::host_avx512`]).
+    pub fn has_avx512(&self) -> bool {
         ["+avx512f", "+avx512vl"]
             .iter()
             .all(|f| self.features.split(',').any(|g| g == *f))
@@ -247,6 +246,20 @@ pub(super) struct MergedDot<'a, 'ctx, V> {
 }
 
 impl<'a, 'ctx, V: Clone> MergedDot<'a, 'ctx, V> {
+    /// The same dot restricted to its vectors `range` (of `reps.vectors`): the columns one
+    /// pass over the steps computes.
+    fn columns(&self, range: std::ops::Range<usize>) -> Self {
+        let mut reps = self.reps.clone();
+        reps.vectors = reps.vectors[range.clone()].to_vec();
+        MergedDot {
+            frame: self.frame,
+            dot: self.dot,
+            reps,
+            samples: self.samples,
+            g_products: self.g_products[range].to_vec(),
+        }
+    }
+
     /// The same dot in the skipping loop that runs without -0 weights.
     fn with_plain_updates(&self) -> Self {
         let Pass::TrainBackward { lr, samples, .. } = self.frame.pass else {

@@ -289,7 +289,7 @@ fn compile_and_write(
     };
     let built = tape;
     let (tape, schedule) = builder.schedule_native(built.clone())?;
-    let plan = Plan::new(&tape, &schedule, builder.plan_options(cpu.compresses()))?;
+    let plan = Plan::new(&tape, &schedule, builder.plan_options(cpu.has_avx512()))?;
     let layout = Layout::of(&tape, &plan, program, options);
     let optimizer = program.optimizer;
     let functions = || plan.functions.iter();

@@ -123,11 +123,20 @@ impl<'ctx> Emitter<'ctx, '_> {
         let mut arms = Vec::new();
         for (start, m) in [(plain_loop, &m.with_plain_updates()), (fresh_loop, m)] {
             self.builder.position_at_end(start);
-            let sums = self.counted_loop(n, biases, |this, k, sums| {
-                this.prefetch_sample_line(m.samples.ahead, k)?;
-                let t = this.load_step(steps, k)?;
-                this.merged_step(m, t, sums)
-            })?;
+            // (The list walked once per group of vectors, the first pass prefetching.)
+            let mut sums = Vec::with_capacity(biases.len());
+            let per_pass = self.plan.tactics.merged_vectors_per_pass.max(1);
+            for first in (0..biases.len()).step_by(per_pass) {
+                let group = first..(first + per_pass).min(biases.len());
+                let columns = m.columns(group.clone());
+                sums.extend(self.counted_loop(n, &biases[group], |this, k, sums| {
+                    if first == 0 {
+                        this.prefetch_sample_line(m.samples.ahead, k)?;
+                    }
+                    let t = this.load_step(steps, k)?;
+                    this.merged_step(&columns, t, sums)
+                })?);
+            }
             arms.push((sums, self.block()));
             self.builder.build_unconditional_branch(looped)?;
         }
