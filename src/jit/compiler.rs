@@ -183,9 +183,7 @@ fn build(
     let mut stats = JitStats::default();
     let start = Instant::now();
     let functions = || role.functions(plan).into_iter().map(|f| &plan.functions[f]);
-    let loop_code = crate::plan::functions::loop_code(functions());
-    let slp_pays = crate::plan::functions::slp_pays(tape, functions());
-    let (pipeline, scalar_lanes) = options.module_pipeline(loop_code, slp_pays);
+    let (pipeline, scalar_lanes) = options.module_pipeline(tape, functions);
     let Lowered { module } = Emitter::new(ctx, tape, plan, cpu, role, scalar_lanes)
         .emit()
         .map_err(|e| llvm_error("IR emission", e))?;

@@ -666,16 +666,22 @@ impl JitBuilder {
             .or_else(|| self.opt_level.pipeline().map(String::from))
     }
 
-    /// A module's pipeline, and whether its lanes touch slots one at a time: at O2 and O3 a
-    /// module of `loop_code` gets [`OptLevel::pipeline_without_slp`] and lanes slot by slot
-    /// (at O0 and O1 the level's pipeline and masked lanes); a module of straight-line code
-    /// SLP would find nothing in (not `slp_pays`) that pipeline only; unless the builder has
-    /// a pipeline of its own.
-    pub(super) fn module_pipeline(
+    /// The pipeline of a module of `tape`'s plan functions `functions`, and whether its lanes
+    /// touch slots one at a time: at O2 and O3 a module of loop code
+    /// (`plan::functions::loop_code`) gets [`OptLevel::pipeline_without_slp`] and lanes slot
+    /// by slot (at O0 and O1 the level's pipeline and masked lanes); a module of
+    /// straight-line code SLP would find nothing in (not `plan::functions::slp_pays`) that
+    /// pipeline only; unless the builder has a pipeline of its own.
+    pub(super) fn module_pipeline<'p, I>(
         &self,
-        loop_code: bool,
-        slp_pays: bool,
-    ) -> (Option<String>, bool) {
+        tape: &Tape,
+        functions: impl Fn() -> I,
+    ) -> (Option<String>, bool)
+    where
+        I: Iterator<Item = &'p Vec<crate::passes::schedule::Item>>,
+    {
+        let loop_code = crate::plan::functions::loop_code(functions());
+        let slp_pays = crate::plan::functions::slp_pays(tape, functions());
         let lanes_by_slot = loop_code && matches!(self.opt_level, OptLevel::O2 | OptLevel::O3);
         let without_slp = (lanes_by_slot || (!loop_code && !slp_pays))
             .then(|| self.opt_level.pipeline_without_slp())

@@ -175,10 +175,9 @@ pub fn pow_minus_three_halves<A: Arith>(ar: &mut A, a: A::V) -> A::V {
             );
             let one = ar.constant(1.0);
             // a = a' 4^j: a' within 2^+-600 (exactly: powers of two).
-            let (down, up) = (ar.constant(1.0 / TWO_600), ar.constant(TWO_600));
             let (back_down, back_up) = (ar.constant(1.0 / TWO_900), ar.constant(TWO_900));
-            let small_in = ar.select_gt(near, a, up, one);
-            let scale_in = ar.select_gt(a, far, down, small_in);
+            let small_in = ar.select_gt(near, a, far, one);
+            let scale_in = ar.select_gt(a, far, near, small_in);
             let small_out = ar.select_gt(near, a, back_up, one);
             let scale_out = ar.select_gt(a, far, back_down, small_out);
             let a = ar.mul(a, scale_in);

@@ -292,10 +292,7 @@ fn compile_and_write(
     let plan = Plan::new(&tape, &schedule, builder.plan_options(cpu.has_avx512()))?;
     let layout = Layout::of(&tape, &plan, program, options);
     let optimizer = program.optimizer;
-    let functions = || plan.functions.iter();
-    let loop_code = crate::plan::functions::loop_code(functions());
-    let slp_pays = crate::plan::functions::slp_pays(&tape, functions());
-    let (pipeline, scalar_lanes) = builder.module_pipeline(loop_code, slp_pays);
+    let (pipeline, scalar_lanes) = builder.module_pipeline(&tape, || plan.functions.iter());
 
     let context = Context::create();
     let module = link_plan(&context, &tape, &plan, &cpu, scalar_lanes)?;
