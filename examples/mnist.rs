@@ -19,7 +19,7 @@ use clap::Parser;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use epoch::{classifier_inputs, train_epoch, Sgd};
+use epoch::{classifier_samples, train_epoch, Sgd};
 use rand::seq::SliceRandom;
 use rand::{rngs::StdRng, SeedableRng};
 use tapejit::checkpoint::Checkpoint;
@@ -116,8 +116,9 @@ fn backend(
 
 fn accuracy(program: &mut dyn Program, data: &Dataset, inputs: &mut [f64]) -> f64 {
     let mut correct = 0;
+    let samples = classifier_samples(data).expect("labels are digits");
     for i in 0..data.images.len() {
-        classifier_inputs(data.pixels(i), data.label(i), inputs).expect("sized for 10 classes");
+        samples.convert(i..i + 1, inputs);
         program
             .set_inputs(inputs)
             .expect("inputs are finite and sized");

@@ -52,6 +52,11 @@ pub enum Error {
         "the learning rate is not finite ({value}): the update would make params NaN or infinite"
     )]
     NonFiniteLearningRate { value: f64 },
+    /// [`crate::Samples`] that cannot be samples: fields of different numbers of rows, a
+    /// row order naming a row they lack, a label beyond its classes, a byte conversion
+    /// that makes a non-finite number.
+    #[error("samples: {problem}")]
+    Samples { problem: String },
     /// `Program::train_minibatches` with minibatches of 0 samples.
     #[error("a minibatch must hold at least one sample")]
     EmptyMinibatch,

@@ -76,12 +76,12 @@ impl Backend for Interpreter {
 
     fn run_minibatches(
         &mut self,
-        inputs: &[f64],
+        samples: &crate::Samples<'_>,
         batch: usize,
         lr: f64,
         threads: usize,
     ) -> Result<Vec<f64>> {
-        crate::minibatch::train(self, inputs, batch, lr, threads)
+        crate::minibatch::train(self, samples, batch, lr, threads)
     }
 
     fn stepper(&self) -> &Stepper {

@@ -23,6 +23,7 @@ pub mod optim;
 pub(crate) mod passes;
 pub(crate) mod plan;
 pub mod program;
+pub mod samples;
 pub mod tape;
 
 pub use error::{Error, Result};
@@ -30,6 +31,7 @@ pub use graph::{Graph, Value};
 pub use interp::Interpreter;
 pub use op::Op;
 pub use program::Program;
+pub use samples::Samples;
 pub use tape::{Slot, Tape, TapeNodeView};
 pub mod jit;
 pub mod nn;

@@ -176,11 +176,12 @@ mod backend {
         fn prepare_train(&mut self) -> crate::Result<()> {
             Ok(())
         }
-        /// `train_minibatches` on checked arguments (`threads >= 1`): the backend's
-        /// `crate::minibatch::train`, which builds what the replicas run first.
+        /// `train_minibatches` on checked arguments (`threads >= 1`; samples of the tape's
+        /// width, at least one): the backend's `crate::minibatch::train`, which builds what
+        /// the replicas run first.
         fn run_minibatches(
             &mut self,
-            inputs: &[f64],
+            samples: &crate::Samples<'_>,
             batch: usize,
             lr: f64,
             threads: usize,
@@ -316,6 +317,27 @@ pub trait Program: backend::Sealed {
         threads: usize,
     ) -> Result<Vec<f64>>;
 
+    /// `train` on samples as they are stored ([`crate::Samples`]: bytes, `f32`, labels, a
+    /// row order over a dataset), converted to the graph's inputs inside the call a few
+    /// samples at a time, each right before its step reads it: no converted copy of the
+    /// epoch, and the same steps and bits as `train` on the converted numbers. Samples of
+    /// another width than the graph's inputs, or none, are [`Error::WrongLength`]; a
+    /// non-finite `f64` or `f32` input is [`Error::NonFinite`] (its index among the
+    /// converted numbers), found before the first step; a failed call changes nothing.
+    fn train_from(&mut self, samples: &crate::Samples<'_>, lr: f64) -> Result<Vec<f64>>;
+
+    /// `train_minibatches` on samples as they are stored, converted inside the call by the
+    /// thread that reads them (each thread converts the inputs it runs); checked as
+    /// [`Program::train_from`] is, with the same bits as `train_minibatches` on the
+    /// converted numbers.
+    fn train_minibatches_from(
+        &mut self,
+        samples: &crate::Samples<'_>,
+        batch: usize,
+        lr: f64,
+        threads: usize,
+    ) -> Result<Vec<f64>>;
+
     /// The params, in the order they were created.
     fn params(&self) -> Vec<f64>;
 
@@ -422,40 +444,7 @@ impl<B: Backend> Program for B {
         self.tape().loss().ok_or(Error::NoLoss)?;
         check_samples(self.tape(), inputs)?;
         check_learning_rate(lr)?;
-        if self.anomaly_mode() {
-            check_finite("input", inputs)?;
-            let width = self.tape().num_inputs();
-            let steps = inputs.chunks_exact(width);
-            return steps
-                .map(|x| step_checking_anomalies(self, x, lr))
-                .collect();
-        }
-        if !self.stepper().optimizer.is_plain() {
-            // A backend's own `train` updates by plain SGD.
-            check_finite("input", inputs)?;
-            return Ok(step_per_sample(self, inputs, lr));
-        }
-        self.prepare_train()?;
-        // Values and gradients, laid out alike.
-        let state = 2 * self.value_buffer().len();
-        let width = self.tape().num_inputs();
-        if inputs.len() < CHECK_AS_YOU_GO_FROM * state || self.may_change_tier() {
-            // Checked first: cheap while the inputs are few (and so in cache).
-            check_finite("input", inputs)?;
-            return self
-                .run_train(inputs, lr)
-                .map_err(|sample| Error::non_finite_input(inputs, sample * width));
-        }
-        // Checked as the steps reach them, and the buffers put back if one is not finite:
-        // one pass over the inputs instead of two. (A 60,000-sample epoch of MNIST is 376 MB
-        // of inputs: the separate check cost 0.4-0.8 us per sample to stream them twice.)
-        let before = (self.value_buffer().to_vec(), self.grad_buffer().to_vec());
-        self.run_train(inputs, lr).map_err(|sample| {
-            let (values, grads) = self.buffers_mut();
-            values.copy_from_slice(&before.0);
-            grads.copy_from_slice(&before.1);
-            Error::non_finite_input(inputs, sample * width)
-        })
+        train_inputs(self, inputs, lr, false)
     }
 
     fn train_minibatches(
@@ -467,15 +456,47 @@ impl<B: Backend> Program for B {
     ) -> Result<Vec<f64>> {
         self.tape().loss().ok_or(Error::NoLoss)?;
         check_samples(self.tape(), inputs)?;
-        if batch == 0 {
-            return Err(Error::EmptyMinibatch);
+        let width = self.tape().num_inputs();
+        let samples = crate::Samples::new().numbers(inputs, width)?;
+        minibatches(self, &samples, batch, lr, threads)
+    }
+
+    fn train_from(&mut self, samples: &crate::Samples<'_>, lr: f64) -> Result<Vec<f64>> {
+        self.tape().loss().ok_or(Error::NoLoss)?;
+        check_sample_width(self.tape(), samples)?;
+        if let Some(inputs) = samples.as_numbers() {
+            return self.train(inputs, lr);
         }
         check_learning_rate(lr)?;
-        let threads = match threads {
-            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-            n => n,
-        };
-        self.run_minibatches(inputs, batch, lr, threads)
+        samples.check_finite()?;
+        // A chunk converted, then trained on while in cache.
+        let (n, width) = (samples.len(), samples.width());
+        let per_chunk = (CONVERTED_CHUNK_NUMBERS / width).max(1);
+        let mut converted = vec![0.0; per_chunk.min(n) * width];
+        let mut losses = Vec::with_capacity(n);
+        for start in (0..n).step_by(per_chunk) {
+            let chunk = start..(start + per_chunk).min(n);
+            let inputs = &mut converted[..chunk.len() * width];
+            samples.convert(chunk, inputs);
+            losses.extend(train_inputs(self, inputs, lr, true)?);
+        }
+        Ok(losses)
+    }
+
+    fn train_minibatches_from(
+        &mut self,
+        samples: &crate::Samples<'_>,
+        batch: usize,
+        lr: f64,
+        threads: usize,
+    ) -> Result<Vec<f64>> {
+        self.tape().loss().ok_or(Error::NoLoss)?;
+        check_sample_width(self.tape(), samples)?;
+        if samples.as_numbers().is_none() {
+            // (The threads check the numbers they read; converted ones, here.)
+            samples.check_finite()?;
+        }
+        minibatches(self, samples, batch, lr, threads)
     }
 
     fn set_optimizer(&mut self, optimizer: crate::optim::Optimizer) -> Result<()> {
@@ -601,6 +622,65 @@ impl<B: Backend> Program for B {
             Err(Error::NotKept { node: v.id() })
         }
     }
+}
+
+/// `train` on checked samples `inputs` (a tape with a loss, a finite `lr`), known to be
+/// finite or not.
+fn train_inputs<B: Backend>(b: &mut B, inputs: &[f64], lr: f64, finite: bool) -> Result<Vec<f64>> {
+    let width = b.program_tape().num_inputs();
+    let check = |inputs: &[f64]| match finite {
+        true => Ok(()),
+        false => check_finite("input", inputs),
+    };
+    if b.anomaly_mode() {
+        check(inputs)?;
+        let steps = inputs.chunks_exact(width);
+        return steps.map(|x| step_checking_anomalies(b, x, lr)).collect();
+    }
+    if !b.stepper().optimizer.is_plain() {
+        // A backend's own `train` updates by plain SGD.
+        check(inputs)?;
+        return Ok(step_per_sample(b, inputs, lr));
+    }
+    b.prepare_train()?;
+    // Values and gradients, laid out alike.
+    let state = 2 * b.value_buffer().len();
+    if finite || inputs.len() < CHECK_AS_YOU_GO_FROM * state || b.may_change_tier() {
+        // Checked first: cheap while the inputs are few (and so in cache).
+        check(inputs)?;
+        return b
+            .run_train(inputs, lr)
+            .map_err(|sample| Error::non_finite_input(inputs, sample * width));
+    }
+    // Checked as the steps reach them, and the buffers put back if one is not finite:
+    // one pass over the inputs instead of two. (A 60,000-sample epoch of MNIST is 376 MB
+    // of inputs: the separate check cost 0.4-0.8 us per sample to stream them twice.)
+    let before = (b.value_buffer().to_vec(), b.grad_buffer().to_vec());
+    b.run_train(inputs, lr).map_err(|sample| {
+        let (values, grads) = b.buffers_mut();
+        values.copy_from_slice(&before.0);
+        grads.copy_from_slice(&before.1);
+        Error::non_finite_input(inputs, sample * width)
+    })
+}
+
+/// `train_minibatches` on `samples` of the tape's width (a tape with a loss).
+fn minibatches<B: Backend>(
+    b: &mut B,
+    samples: &crate::Samples<'_>,
+    batch: usize,
+    lr: f64,
+    threads: usize,
+) -> Result<Vec<f64>> {
+    if batch == 0 {
+        return Err(Error::EmptyMinibatch);
+    }
+    check_learning_rate(lr)?;
+    let threads = match threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    b.run_minibatches(samples, batch, lr, threads)
 }
 
 /// [`Backend::run_train`] as a backend that trains sample by sample runs it: each chunk of
@@ -738,6 +818,24 @@ const CHECK_AS_YOU_GO_FROM: usize = 4;
 /// About how many input numbers a backend that checks as it goes checks, then trains on
 /// ([`train_checking_chunks`]; 512 KB, which stay in cache from the check to the steps).
 const CHECKED_CHUNK_NUMBERS: usize = 1 << 16;
+
+/// About how many inputs `train_from` converts before training on them (512 KB: they stay
+/// in L2 from the conversion to the steps; chunks of 256 KB and 1 MB ran MNIST's
+/// per-sample SGD about as fast, of 64 KB 0.2 us per sample slower).
+const CONVERTED_CHUNK_NUMBERS: usize = 1 << 16;
+
+/// That `samples` are at least one, each as wide as `tape`'s inputs.
+fn check_sample_width(tape: &Tape, samples: &crate::Samples<'_>) -> Result<()> {
+    let width = tape.num_inputs();
+    if samples.width() != width || samples.is_empty() || width == 0 {
+        return Err(Error::WrongLength {
+            what: "inputs per sample (at least one sample)",
+            expected: width.max(1),
+            got: samples.width(),
+        });
+    }
+    Ok(())
+}
 
 /// That `inputs` is a whole number, at least one, of samples of `tape`'s width.
 fn check_samples(tape: &Tape, inputs: &[f64]) -> Result<()> {

@@ -17,7 +17,7 @@ const LAYERS: &[&[&str]] = &[
     &["graph"],
     &["nn", "datasets"],
     &["tape"],
-    &["anomaly", "optim"],
+    &["anomaly", "optim", "samples"],
     // Running a tape: what users call, what backends supply, minibatches over any backend.
     &["program"],
     &["minibatch"],

@@ -665,31 +665,30 @@ impl Backend for Jit {
     }
     fn run_minibatches(
         &mut self,
-        inputs: &[f64],
+        samples: &crate::Samples<'_>,
         batch: usize,
         lr: f64,
         threads: usize,
     ) -> Result<Vec<f64>> {
         self.begin_call();
         let mut losses = Vec::new();
-        let mut done = 0;
+        let (mut done, n) = (0, samples.len());
         // On the first tier with native code coming, and every input finite (else the one
         // call below finds the first that is not, changing nothing): a minibatch at a time,
         // native code taking over between two (the same numbers as separate calls).
-        let step = batch * self.tape.num_inputs();
-        if self.background.is_some() && step > 0 && crate::program::all_finite(inputs) {
-            while self.background.is_some() && done < inputs.len() {
-                let minibatch = &inputs[done..(done + step).min(inputs.len())];
+        if self.background.is_some() && samples.check_finite().is_ok() {
+            while self.background.is_some() && done < n {
+                let minibatch = samples.part(done..(done + batch).min(n));
                 losses.extend(crate::minibatch::train(
-                    self, minibatch, batch, lr, threads,
+                    self, &minibatch, batch, lr, threads,
                 )?);
                 done += minibatch.len();
                 self.poll();
             }
         }
-        if done < inputs.len() {
-            let rest = &inputs[done..];
-            losses.extend(crate::minibatch::train(self, rest, batch, lr, threads)?);
+        if done < n {
+            let rest = samples.part(done..n);
+            losses.extend(crate::minibatch::train(self, &rest, batch, lr, threads)?);
         }
         Ok(losses)
     }

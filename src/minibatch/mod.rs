@@ -50,9 +50,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, RwLock};
 
 use crate::aligned::{AlignedBuf, Spares};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::optim::{self, Optimizer, Scalars};
 use crate::program::{all_finite, Backend};
+use crate::samples::Samples;
 
 /// What a backend supplies for minibatches, beside its [`Backend`] hooks.
 pub(crate) trait Replicas: Backend {
@@ -92,7 +93,7 @@ pub(crate) trait Replica: Send {
 /// Samples per chunk: the unit of work a thread takes, and of the order of additions.
 pub const CHUNK: usize = 16;
 
-/// Minibatch SGD on `inputs` (a whole number, at least one, of samples), `batch >= 1`
+/// Minibatch SGD on `samples` (at least one, of the tape's width), `batch >= 1`
 /// samples at a time, a finite `lr`, a tape with a loss, on `threads >= 1` threads. Returns
 /// each sample's loss (before its minibatch's update). Afterwards the buffers hold the last
 /// sample's values and gradients, but params' gradients hold the last minibatch's mean
@@ -100,24 +101,28 @@ pub const CHUNK: usize = 16;
 /// side by side); if a minibatch holds a non-finite number, every thread stops at its
 /// barrier, the error is the first sample of the first chunk holding one (every number
 /// before it is finite) and the buffers are as they were (the threads work on copies,
-/// written back only at the end).
+/// written back only at the end). Samples not stored as `train`'s numbers are converted by
+/// the thread that reads them, into a buffer of its own.
 pub(crate) fn train<B: Replicas + ?Sized>(
     b: &mut B,
-    inputs: &[f64],
+    samples: &Samples<'_>,
     batch: usize,
     lr: f64,
     threads: usize,
 ) -> Result<Vec<f64>> {
     b.prepare_replicas()?;
-    let width = b.program_tape().num_inputs();
-    train_prepared(b, inputs, batch, lr, threads)
-        .map_err(|sample| Error::non_finite_input(inputs, sample * width))
+    train_prepared(b, samples, batch, lr, threads).map_err(|sample| {
+        match samples.check_finite_from(sample) {
+            Err(e) => e,
+            Ok(()) => unreachable!("the threads stop at a non-finite input"),
+        }
+    })
 }
 
 /// [`train`], its replicas' code built; the error is the sample the threads stopped at.
 fn train_prepared<B: Replicas + ?Sized>(
     b: &mut B,
-    inputs: &[f64],
+    samples: &Samples<'_>,
     batch: usize,
     lr: f64,
     threads: usize,
@@ -126,7 +131,7 @@ fn train_prepared<B: Replicas + ?Sized>(
     if tape.loss().is_none() {
         return Ok(Vec::new());
     }
-    let shape = Shape::of(b, inputs, batch);
+    let shape = Shape::of(b, samples, batch);
     // (The stages update the params every thread keeps in every copy alike: by plain SGD,
     // which keeps no state.)
     let mut stepper = b.stepper().clone();
@@ -135,7 +140,6 @@ fn train_prepared<B: Replicas + ?Sized>(
     }
     let Shape {
         minibatches,
-        width,
         samples,
         buffer_len,
         params,
@@ -182,13 +186,14 @@ fn train_prepared<B: Replicas + ?Sized>(
                 buffers: &mut Vec<&mut [f64]>| {
         let mut losses = Vec::new();
         let mut first = 0;
+        let mut converted = Vec::new();
         for (n, minibatch) in minibatches.iter().enumerate() {
-            let m = minibatch.len() / width;
+            let m = minibatch.len();
             let chunks = m.div_ceil(CHUNK);
             let per = chunks.div_ceil(workers);
             for c in (w * per..(w + 1) * per).take_while(|&c| c < chunks) {
                 let samples = c * CHUNK..((c + 1) * CHUNK).min(m);
-                let x = &minibatch[samples.start * width..samples.end * width];
+                let x = numbers(minibatch, samples.clone(), &mut converted);
                 if !all_finite(x) {
                     non_finite.fetch_min(first + samples.start, Ordering::Relaxed);
                     break;
@@ -240,7 +245,7 @@ fn train_prepared<B: Replicas + ?Sized>(
     if !optimizer.is_plain() {
         stepper.steps += minibatches.len() as u64;
     }
-    let (chunks, last) = last_chunk(&minibatches, width, workers);
+    let (chunks, last) = last_chunk(&minibatches, workers);
     let vals = replicas.swap_remove(last).into_values();
     drop(replicas);
     let mut chunk_grads: Vec<AlignedBuf> = chunk_grads.into_iter().map(into_inner).collect();
@@ -269,10 +274,26 @@ fn keep(spares: &Spares, bufs: impl IntoIterator<Item = AlignedBuf>) {
     }
 }
 
+/// Samples `part` of `samples` as `train`'s numbers: where they are stored so, or else
+/// converted into `converted`.
+fn numbers<'a>(
+    samples: &'a Samples<'_>,
+    part: Range<usize>,
+    converted: &'a mut Vec<f64>,
+) -> &'a [f64] {
+    let width = samples.width();
+    if let Some(numbers) = samples.as_numbers() {
+        return &numbers[part.start * width..part.end * width];
+    }
+    converted.resize(part.len() * width, 0.0);
+    samples.convert(part, converted);
+    converted
+}
+
 /// What both ways of sharing out the work start from.
 struct Shape<'i> {
-    /// The inputs cut into minibatches of `batch` samples (the last maybe shorter).
-    minibatches: Vec<&'i [f64]>,
+    /// The samples cut into minibatches of `batch` samples (the last maybe shorter).
+    minibatches: Vec<Samples<'i>>,
     /// Numbers per sample; samples in all; samples per minibatch (at most `samples`).
     width: usize,
     samples: usize,
@@ -285,11 +306,14 @@ struct Shape<'i> {
 }
 
 impl<'i> Shape<'i> {
-    fn of<B: Backend + ?Sized>(b: &B, inputs: &'i [f64], batch: usize) -> Shape<'i> {
+    fn of<B: Backend + ?Sized>(b: &B, all: &Samples<'i>, batch: usize) -> Shape<'i> {
         let width = b.program_tape().num_inputs();
-        let samples = inputs.len() / width;
+        let samples = all.len();
+        let starts = (0..samples).step_by(batch);
         Shape {
-            minibatches: inputs.chunks(batch * width).collect(),
+            minibatches: starts
+                .map(|s| all.part(s..(s + batch).min(samples)))
+                .collect(),
             width,
             samples,
             batch: batch.min(samples),
@@ -318,11 +342,8 @@ fn in_order(
 
 /// How many chunks the last minibatch has, and which of `workers` ran its last chunk (the
 /// last sample).
-fn last_chunk(minibatches: &[&[f64]], width: usize, workers: usize) -> (usize, usize) {
-    let chunks = minibatches
-        .last()
-        .map_or(1, |m| m.len() / width)
-        .div_ceil(CHUNK);
+fn last_chunk(minibatches: &[Samples<'_>], workers: usize) -> (usize, usize) {
+    let chunks = minibatches.last().map_or(1, Samples::len).div_ceil(CHUNK);
     (chunks, (chunks - 1) / chunks.div_ceil(workers))
 }
 

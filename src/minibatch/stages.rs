@@ -36,6 +36,7 @@ use super::{
 use super::{Replica, Replicas};
 use crate::aligned::AlignedBuf;
 use crate::program::all_finite;
+use crate::samples::Samples;
 
 /// Where `train`'s dot lies, which a split minibatch relies on (addresses in the buffers).
 #[derive(Clone, Debug, PartialEq)]
@@ -151,10 +152,20 @@ impl Handoff {
 }
 
 /// The rows of `split` cut into `stages` ranges holding about as many non-zero inputs of
-/// `inputs` (some samples of `width` numbers) each.
-fn cut_rows(split: &SplitRows, inputs: &[f64], width: usize, stages: usize) -> Vec<usize> {
+/// `samples`' first 256 each.
+fn cut_rows(split: &SplitRows, samples: &Samples<'_>, stages: usize) -> Vec<usize> {
     let mut nonzero = vec![1usize; split.rows];
-    for sample in inputs.chunks_exact(width).take(256) {
+    let (width, probe) = (samples.width(), samples.len().min(256));
+    let rows = split.first_input..split.first_input + split.rows;
+    let inputs = match samples.as_numbers() {
+        Some(numbers) => numbers[..probe * width].to_vec(),
+        None => {
+            let mut converted = vec![0.0; probe * width];
+            samples.convert_columns(0..probe, rows, &mut converted);
+            converted
+        }
+    };
+    for sample in inputs.chunks_exact(width) {
         let x = &sample[split.first_input..split.first_input + split.rows];
         for (n, &x) in nonzero.iter_mut().zip(x) {
             *n += (x != 0.0) as usize;
@@ -175,6 +186,30 @@ fn cut_rows(split: &SplitRows, inputs: &[f64], width: usize, stages: usize) -> V
     bounds
 }
 
+/// What a thread with the split's `rows` and the chunks `mine` reads of minibatch `part`,
+/// converted into `out` (whole samples; the rest left as it was): those rows' inputs of every
+/// sample (`head`, `tail`), and the inputs outside the split's rows of its chunks' samples
+/// (`rest`). Each input is converted by one thread.
+fn convert_read(
+    part: &Samples<'_>,
+    split: &SplitRows,
+    rows: Range<usize>,
+    mine: impl Iterator<Item = usize>,
+    out: &mut [f64],
+) {
+    let (m, width) = (part.len(), part.width());
+    let read = split.first_input..split.first_input + split.rows;
+    part.convert_columns(0..m, read.start + rows.start..read.start + rows.end, out);
+    for c in mine {
+        let chunk = c * CHUNK..((c + 1) * CHUNK).min(m);
+        let out = &mut out[chunk.start * width..chunk.end * width];
+        let samples = part.part(chunk.clone());
+        for unread in [0..read.start, read.end..width] {
+            samples.convert_columns(0..chunk.len(), unread, out);
+        }
+    }
+}
+
 /// [`super::train`] on `threads >= 1` threads in stages, for a backend whose replicas have
 /// them ([`Stages`]). The same contract and the same bits.
 pub(super) fn train<B: Replicas + ?Sized>(
@@ -192,6 +227,7 @@ pub(super) fn train<B: Replicas + ?Sized>(
         params,
     } = *shape;
     let chunks_per_batch = batch.div_ceil(CHUNK);
+    let stored = minibatches[0].as_numbers().is_some();
     let workspace = b.workspace();
     let spares = &workspace.spares;
     let mut replicas: Vec<Box<dyn Replica + '_>> = (0..threads).map(|_| b.replica()).collect();
@@ -200,7 +236,7 @@ pub(super) fn train<B: Replicas + ?Sized>(
         None => unreachable!("called for a backend with stages"),
     };
     let sums = split.sums.len();
-    let bounds = cut_rows(&split, minibatches[0], width, threads);
+    let bounds = cut_rows(&split, &minibatches[0], threads);
     let block = split.weights(0..split.rows);
     let others = [0..block.start, block.end..params];
     // Where each range of `others` lies in a chunk's gradients of them: the params with the
@@ -234,8 +270,22 @@ pub(super) fn train<B: Replicas + ?Sized>(
         // A chunk's finished sums, and the minibatch's gradients of the sums.
         let (mut chunk_sums, mut all_grads) = (vec![0.0; CHUNK * sums], vec![0.0; batch * sums]);
         let mut first = 0;
-        for (n, minibatch) in minibatches.iter().enumerate() {
-            let (generation, m) = (n + 1, minibatch.len() / width);
+        // Samples not stored as numbers, converted: this thread's rows of every sample (for
+        // `head` and `tail`), the rest of its chunks' samples (for `rest`).
+        let mut converted = vec![0.0; if stored { 0 } else { batch * width }];
+        for (n, part) in minibatches.iter().enumerate() {
+            let (generation, m) = (n + 1, part.len());
+            let chunks = m.div_ceil(CHUNK);
+            let per = chunks.div_ceil(threads);
+            let mine = (w * per..(w + 1) * per).take_while(|&c| c < chunks);
+            let minibatch = match part.as_numbers() {
+                Some(numbers) => numbers,
+                None => {
+                    let converted = &mut converted[..m * width];
+                    convert_read(part, &split, rows.clone(), mine.clone(), converted);
+                    converted
+                }
+            };
             let non_finite = &non_finite[n % 2];
             let sample = |s: usize| &minibatch[s * width..(s + 1) * width];
             let stages = replica.stages().expect("every replica has stages");
@@ -257,9 +307,7 @@ pub(super) fn train<B: Replicas + ?Sized>(
                     non_finite.fetch_min(first + s / CHUNK * CHUNK, Ordering::Relaxed);
                 }
             }
-            let chunks = m.div_ceil(CHUNK);
-            let per = chunks.div_ceil(threads);
-            for c in (w * per..(w + 1) * per).take_while(|&c| c < chunks) {
+            for c in mine {
                 let in_chunk = c * CHUNK..((c + 1) * CHUNK).min(m);
                 let read = split.first_input..split.first_input + split.rows;
                 let unread = |s| [&sample(s)[..read.start], &sample(s)[read.end..]];
@@ -334,7 +382,7 @@ pub(super) fn train<B: Replicas + ?Sized>(
     let losses = in_order(done, even.min(odd), samples)?;
     // The last sample ran on the thread of the last minibatch's last chunk; each thread's
     // own rows are the new ones.
-    let (_, last) = last_chunk(minibatches, width, threads);
+    let (_, last) = last_chunk(minibatches, threads);
     let mut values: Vec<AlignedBuf> = replicas.into_iter().map(|r| r.into_values()).collect();
     let mut vals = std::mem::take(&mut values[last]);
     for (w, of_thread) in values.iter().enumerate().filter(|&(w, _)| w != last) {
@@ -343,8 +391,9 @@ pub(super) fn train<B: Replicas + ?Sized>(
     }
     // (`acc_rest` copies only the inputs the first layer does not read; they lie side by
     // side after the params.)
-    let last_sample = minibatches.last().map(|m| &m[m.len() - width..]);
-    vals[params..params + width].copy_from_slice(last_sample.expect("at least one sample"));
+    let final_part = minibatches.last().expect("at least one minibatch");
+    let final_sample = final_part.len() - 1..final_part.len();
+    final_part.convert(final_sample, &mut vals[params..params + width]);
     let mean = mean.into_inner().unwrap_or_else(|e| e.into_inner());
     write_back(b, &vals, &mut grads[last], &mean);
     let kept = chunk_grads
