@@ -7,9 +7,11 @@ use tapejit_mnist::Dataset;
 
 /// Samples per `Program::train` call (per-sample SGD).
 pub const BATCH: usize = 500;
-/// About how many samples one `train_minibatches` call takes: enough that setting up its
-/// threads is little, few enough that the progress line moves.
-pub const MINIBATCH_CALL: usize = 1024;
+/// About how many samples one `train_minibatches_from` call takes: enough that setting up its
+/// threads and their copies is little (`--batch 32`, three runs of three epochs each, on 1 / 2
+/// threads: calls of 1,024 samples 2.9-3.0 / 1.7-2.0 us per sample, of 4,096 to 60,000
+/// 2.8-2.9 / 1.6-1.7), few enough that the progress line moves.
+pub const MINIBATCH_CALL: usize = 8192;
 
 /// How an epoch updates the params.
 #[derive(Clone, Copy, Debug)]
