@@ -20,6 +20,7 @@ use tapejit::{
 };
 
 use crate::drop_in::{error, graph_of, linearize, position};
+use crate::samples::Stored;
 use crate::tiers::{self, DropsWithoutGil};
 use crate::value::{flag, Value};
 
@@ -531,22 +532,62 @@ impl Compiled {
 
     /// `step` on each sample of `X` (one row per sample, or the samples one after another),
     /// natively in one call, at `lr` (the optimizer's if not given). Returns each sample's
-    /// loss.
-    #[pyo3(signature = (samples, lr = None))]
+    /// loss. `X` as it is stored: float64, float32 (widened), or uint8 (as it is, or divided
+    /// by `divide`: `divide=255.0` scales pixels to [0, 1]); `labels` (integers below
+    /// `classes`) one-hot after each row's inputs; `order`: the rows to train on, in order
+    /// (a shuffled epoch without a shuffled copy). The call converts each sample where it
+    /// trains on it, giving the bits of `train` on the same numbers as float64.
+    #[pyo3(signature = (samples, lr = None, *, divide = None, labels = None, classes = None, order = None))]
+    #[allow(clippy::too_many_arguments)]
     fn train<'py>(
         &mut self,
         py: Python<'py>,
         samples: &Bound<'py, PyAny>,
         lr: Option<f64>,
+        divide: Option<f64>,
+        labels: Option<&Bound<'py, PyAny>>,
+        classes: Option<usize>,
+        order: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyArray1<f64>>> {
         let lr = self.rate(py, lr)?;
-        let x = numbers(samples)?;
-        let x = x
-            .as_slice()
-            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let stored = Stored::extract(samples, divide, labels, classes, order)?;
+        let inputs = self.program().tape().num_inputs();
+        let samples = stored.samples(inputs)?;
         let program = self.program.get_mut().unwrap_or_else(|e| e.into_inner());
         program.detect_anomaly(crate::anomaly::on());
-        let done = py.detach(|| program.train(x, lr));
+        let numbers = stored.as_numbers();
+        let done = py.detach(|| match numbers {
+            Some(x) => program.train(x, lr),
+            None => program.train_from(&samples, lr),
+        });
+        let losses = done.map_err(|e| self.in_terms_of_values(py, e))?;
+        Ok(PyArray1::from_vec(py, losses))
+    }
+
+    /// Minibatch SGD on the samples (taken as `train` takes them): minibatches of `batch`
+    /// samples, each moving every param by `lr` times their mean gradient, on `threads`
+    /// threads (0: one per core). The same bits on every thread count. Returns each sample's
+    /// loss.
+    #[pyo3(signature = (samples, batch, lr = None, threads = 0, *, divide = None, labels = None, classes = None, order = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn train_minibatches<'py>(
+        &mut self,
+        py: Python<'py>,
+        samples: &Bound<'py, PyAny>,
+        batch: usize,
+        lr: Option<f64>,
+        threads: usize,
+        divide: Option<f64>,
+        labels: Option<&Bound<'py, PyAny>>,
+        classes: Option<usize>,
+        order: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyArray1<f64>>> {
+        let lr = self.rate(py, lr)?;
+        let stored = Stored::extract(samples, divide, labels, classes, order)?;
+        let inputs = self.program().tape().num_inputs();
+        let samples = stored.samples(inputs)?;
+        let program = self.program.get_mut().unwrap_or_else(|e| e.into_inner());
+        let done = py.detach(|| program.train_minibatches_from(&samples, batch, lr, threads));
         let losses = done.map_err(|e| self.in_terms_of_values(py, e))?;
         Ok(PyArray1::from_vec(py, losses))
     }

@@ -13,6 +13,7 @@ mod number;
 mod params;
 mod pickle;
 mod release;
+mod samples;
 mod tiers;
 mod value;
 
