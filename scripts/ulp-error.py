@@ -10,6 +10,7 @@ Needs the Python package built (`bash scripts/test` builds it into .venv) and mp
     .venv/bin/python scripts/ulp-error.py exp 1000000
     .venv/bin/python scripts/ulp-error.py tanh 1000000
     .venv/bin/python scripts/ulp-error.py pow-1.5 1000000    # powf(-1.5)
+    .venv/bin/python scripts/ulp-error.py log 1000000
 
 tapejit's numbers are the interpreter's (`Value(x).exp().data`), which every backend gives.
 """
@@ -43,6 +44,22 @@ def points(name, n):
                 x = rng.uniform(lo, hi)
                 xs.append(x if x > 0 else 1.0)
         return xs[:n]
+    if name == "log":
+        # Positive numbers of every binade (subnormals too), around 1 (the near-1 window's
+        # edges at 1 +- 1/16), and plain ranges.
+        special = [1.0, 2.0, 0.5, 5e-324, 2.0**-1022, 1.7976931348623157e308, 1.0625, 0.9375,
+                   1.0 + 2.0**-52, 1.0 - 2.0**-53, 0.6875, 1.375, math.e]
+        ranges = [(0.5, 2.0), (0.9, 1.1), (1.0 - 1e-6, 1.0 + 1e-6), (1e-3, 1e3)]
+        xs = list(special)
+        while len(xs) < n:
+            i = len(xs)
+            if i % 5 == 4:
+                xs.append(2.0 ** rng.uniform(-1074, 1024) if rng.random() < 0.95
+                          else rng.uniform(5e-324, 2.0**-1022))
+            else:
+                lo, hi = ranges[i % 5]
+                xs.append(rng.uniform(lo, hi))
+        return [x for x in xs[:n] if x > 0]
     if name == "exp":
         special += [709.782712893384, 709.78, -745.1332191019411, -708.4, -745.0]
         ranges = [(-745.2, 709.8), (-1.0, 1.0), (-20.0, 20.0), (-745.2, -708.0)]
@@ -82,9 +99,12 @@ def main():
         "exp": lambda x: Value(x).exp().data,
         "tanh": lambda x: Value(x).tanh().data,
         "pow-1.5": lambda x: (Value(x) ** -1.5).data,
+        "log": lambda x: Value(x).log().data,
     }[name]
-    libm = {"exp": math.exp, "tanh": math.tanh, "pow-1.5": lambda x: math.pow(x, -1.5)}[name]
-    true_fn = {"exp": mp.exp, "tanh": mp.tanh, "pow-1.5": lambda x: x ** mp.mpf(-1.5)}[name]
+    libm = {"exp": math.exp, "tanh": math.tanh, "pow-1.5": lambda x: math.pow(x, -1.5),
+            "log": math.log}[name]
+    true_fn = {"exp": mp.exp, "tanh": mp.tanh, "pow-1.5": lambda x: x ** mp.mpf(-1.5),
+               "log": mp.log}[name]
     # Per function: max error, its x, total, not correctly rounded, max over normal results.
     stats = {who: [mp.mpf(0), None, mp.mpf(0), 0, mp.mpf(0)] for who in ("tapejit", "libm")}
     smallest_normal = mp.mpf(2) ** -1022

@@ -7,6 +7,7 @@
 //! the same order. A new op is one new arm in [`Op::forward`] and one in [`Op::local_grads`].
 
 mod formulas;
+mod log_table;
 mod reads;
 
 pub(crate) use formulas::{pow2, ROUNDER};
@@ -71,7 +72,47 @@ pub trait Arith {
     /// `(bits(k + 1.5 * 2^52) + 1023) << 52` in wrapping integer arithmetic, for any `k`,
     /// so that backends agree on every input. What the math formulas scale by.
     fn pow2(&mut self, k: Self::V) -> Self::V;
+    /// A positive normal `x` as `2^k z`, `z` in `[0.6875, 1.375)`, and which of 128
+    /// subintervals `z` lies in (`i`: `[0.6875 + i/256, +1/256)` below 1,
+    /// `[1 + (i - 80)/128, +1/128)` from 1): `[k, z, i]`, the reduction of a table-driven
+    /// logarithm, read off the bits (exactly [`log_split`] in wrapping integer arithmetic,
+    /// for any `x`, so that backends agree on every input).
+    fn log_split(&mut self, x: Self::V) -> [Self::V; 3];
+    /// `table`'s entry `i` (an integral `i` in `0..128`, as [`Arith::log_split`] gives).
+    fn lookup(&mut self, table: &'static Table, i: Self::V) -> Self::V;
 }
+
+/// 128 numbers a formula looks up ([`Arith::lookup`]), by their bits, and the name the JIT's
+/// IR gives them.
+pub struct Table {
+    pub name: &'static str,
+    bits: [u64; 128],
+}
+
+impl Table {
+    const fn of_bits(name: &'static str, bits: [u64; 128]) -> Table {
+        Table { name, bits }
+    }
+
+    /// Entry `i` (taken modulo 128).
+    pub fn value(&self, i: usize) -> f64 {
+        f64::from_bits(self.bits[i % 128])
+    }
+}
+
+/// The interpreter's [`Arith::log_split`]: with `t = bits(x) - bits(0.6875)`, `k = t >> 52`
+/// (arithmetic), `i = (t >> 45) mod 128`, `z = from_bits(bits(x) - (t & 0xfff << 52))`.
+pub fn log_split(x: f64) -> [f64; 3] {
+    let bits = x.to_bits();
+    let t = bits.wrapping_sub(LOG_OFFSET);
+    let k = (t as i64) >> 52;
+    let i = (t >> 45) % 128;
+    let z = f64::from_bits(bits.wrapping_sub(t & (0xfff << 52)));
+    [k as f64, z, i as f64]
+}
+
+/// The bits of 0.6875, where [`Arith::log_split`]'s `z` starts.
+pub const LOG_OFFSET: u64 = 0x3fe6_0000_0000_0000;
 
 /// An operation of the graph. Leaves (`Input`, `Param`, `Const`) have no operands; `Sum` has
 /// one or more; the others have the arity [`Op::arity`] gives. `Op::iter()` lists every
@@ -558,7 +599,7 @@ pub enum Domain {
 /// agree bit for bit and LLVM cannot recognize and rewrite them (it would turn `pow(x, 2.0)`
 /// into `x * x`, which can differ in the last bit; where an op wants `x * x` it says so
 /// itself, for both backends: see `power`). Those that are [`Arith`] formulas of ours
-/// ([`MathFn::formula`]: `tanh`, `exp`) the JIT's vector code computes inline, every lane at once;
+/// ([`MathFn::formula`]: `tanh`, `exp`, `log`) the JIT's vector code computes inline, every lane at once;
 /// the others are libm's. A new function is one variant and one arm in each `match` below;
 /// `MathFn::iter()` lists them all.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, strum::EnumIter)]
@@ -629,12 +670,11 @@ impl MathFn {
     /// intrinsic nor a formula of ours: what exported code calls.
     pub fn libm(self) -> Option<&'static str> {
         match self {
-            MathFn::Log => Some("log"),
             MathFn::Pow => Some("pow"),
             MathFn::Log1p => Some("log1p"),
             MathFn::Sin => Some("sin"),
             MathFn::Cos => Some("cos"),
-            MathFn::Exp | MathFn::Tanh | MathFn::Sqrt => None,
+            MathFn::Exp | MathFn::Log | MathFn::Tanh | MathFn::Sqrt => None,
         }
     }
 
@@ -644,6 +684,7 @@ impl MathFn {
         match (self, args) {
             (MathFn::Tanh, &[x]) => Some(formulas::tanh(ar, x)),
             (MathFn::Exp, &[x]) => Some(formulas::exp(ar, x)),
+            (MathFn::Log, &[x]) => Some(formulas::log(ar, x)),
             _ => None,
         }
     }
@@ -671,6 +712,12 @@ pub fn tanh(x: f64) -> f64 {
     formulas::tanh(&mut F64, x)
 }
 
+/// `log(x)` as [`Op::Log`] computes it on every backend (a formula of ours, written once over
+/// [`Arith`], docs/numerics.md), for code that wants the very same numbers.
+pub fn log(x: f64) -> f64 {
+    formulas::log(&mut F64, x)
+}
+
 /// `e^x` as [`Op::Exp`] computes it on every backend (a formula of ours, written once over
 /// [`Arith`]; within 0.81 ULP of the true value, docs/numerics.md), for code that wants the
 /// very same numbers, such as hand-written yardsticks.
@@ -691,7 +738,7 @@ mod math {
         super::exp(x)
     }
     pub extern "C" fn log(x: f64) -> f64 {
-        x.ln()
+        super::log(x)
     }
     pub extern "C" fn tanh(x: f64) -> f64 {
         super::tanh(x)
@@ -836,5 +883,11 @@ impl Arith for F64 {
     }
     fn pow2(&mut self, k: f64) -> f64 {
         formulas::pow2(k)
+    }
+    fn log_split(&mut self, x: f64) -> [f64; 3] {
+        log_split(x)
+    }
+    fn lookup(&mut self, table: &'static Table, i: f64) -> f64 {
+        table.value(i as usize)
     }
 }

@@ -701,6 +701,71 @@ fn tanh_in_vector_lanes_is_the_interpreters_on_every_kind_of_input() {
     );
 }
 
+/// log is a formula of ours too (a table's entries looked up lane by lane): a map of
+/// `log(x_i / y_i)` over 64 inputs, on values from every range it picks between (around 1,
+/// within the window of 1/16 and at its edges, each subinterval's edges, subnormals, the
+/// largest, zeros of both signs, negatives, infinities and NaN divided out of finite
+/// inputs), in vectors whose lanes all take the window, none, or a mix: values and gradients
+/// bit for bit against the interpreter at every level.
+#[test]
+fn log_in_vector_lanes_is_the_interpreters_on_every_kind_of_input() {
+    const N: usize = 64;
+    let g = Graph::new();
+    let (x, y) = (g.inputs_without_grad(N), g.inputs_without_grad(N));
+    let outs: Vec<Value> = x.iter().zip(&y).map(|(&a, &b)| (a / b).log()).collect();
+    g.set_loss(g.sum(outs.iter().map(|&o| o * 0.5))).unwrap();
+    let mut pairs = vec![(1.0, 0.0), (-1.0, 0.0), (0.0, 0.0), (1e300, 1e-300)];
+    pairs.extend(
+        [
+            1.0,
+            0.0,
+            -0.0,
+            5e-324,
+            2.2e-308,
+            f64::MAX,
+            -1.0,
+            -5e-324,
+            1.0625,
+            0.9375,
+            1.0 + f64::EPSILON,
+            1.0 - f64::EPSILON / 2.0,
+            0.6875,
+            1.375,
+            0.99609375,
+            1.0078125,
+            2.0,
+            0.5,
+        ]
+        .map(|x| (x, 1.0)),
+    );
+    let mut rng = StdRng::seed_from_u64(29);
+    let mut random_up_to = |pairs: &mut Vec<(f64, f64)>, len: usize, range: Range<f64>| {
+        while pairs.len() < len {
+            pairs.push((rng.gen_range(range.clone()), 1.0));
+        }
+    };
+    // Vectors of lanes that all take the window around 1, none, and a mix.
+    random_up_to(&mut pairs, 32, 0.95..1.05);
+    random_up_to(&mut pairs, 40, 2.0..1e6);
+    random_up_to(&mut pairs, N, 0.5..1.5);
+    let inputs = pairs.iter().map(|p| p.0).chain(pairs.iter().map(|p| p.1));
+    let script = [
+        Action::SetInputs(inputs.collect()),
+        Action::Forward,
+        Action::Backward,
+    ];
+    let mut backends = interpreter_and_every_jit_level(&g);
+    backends.push(common::first_tier(&g));
+    common::assert_backends_agree_on("log of special values", &mut backends, &script);
+    let jit = Jit::builder().tiering(Tiering::Off).compile(&g).unwrap();
+    let stats = jit.stats();
+    assert!(
+        (stats.nests.iter()).any(|n| n.lanes && n.backward_lanes),
+        "the log map runs in no lanes: {:?}",
+        stats.nests
+    );
+}
+
 /// The ops that call libm (`softplus`, `log1p`, `sin`, `cos`: lane by lane in vector code)
 /// and those built of selects (`abs`, `min`, `max`) or an instruction (`sqrt`): a map of
 /// `op(x_i / y_i)` over 64 inputs, in lanes where loops are recovered, on values from every

@@ -2,7 +2,7 @@
 
 use inkwell::builder::{Builder, BuilderError};
 use inkwell::intrinsics::Intrinsic;
-use inkwell::module::Module;
+use inkwell::module::{Linkage, Module};
 use inkwell::types::{BasicTypeEnum, FloatType, VectorType};
 use inkwell::values::{
     BasicValue, BasicValueEnum, FastMathFlags, FloatMathValue, FloatValue, FunctionValue,
@@ -10,7 +10,7 @@ use inkwell::values::{
 };
 use inkwell::FloatPredicate;
 
-use crate::op::{Arith, MathFn, ROUNDER};
+use crate::op::{Arith, MathFn, Table, LOG_OFFSET, ROUNDER};
 
 /// What emitting IR returns: inkwell's builder fails only on misuse.
 pub(super) type Emit<T> = Result<T, BuilderError>;
@@ -22,7 +22,7 @@ pub(super) trait ScalarOrVector<'ctx>: FloatMathValue<'ctx> + Copy {
     /// The IR type of a value.
     type Ty: Copy + inkwell::types::BasicType<'ctx>;
     /// An `i64` per lane, for building numbers from bits.
-    type Int: IntMathValue<'ctx> + BasicValue<'ctx>;
+    type Int: IntMathValue<'ctx> + BasicValue<'ctx> + Copy;
     /// Whether [`MathFn::formula`]s are emitted inline by default (on vectors: one formula
     /// computes every lane) rather than called (on scalars: a formula is some 50
     /// instructions, and straight-line code may use it thousands of times; loop code asks
@@ -267,6 +267,73 @@ impl<'a, 'ctx, V: ScalarOrVector<'ctx>> IrArith<'a, 'ctx, V> {
             .ok_or(BuilderError::UnsetPosition)
     }
 
+    /// [`Arith::log_split`] in integer operations on the bits, lane by lane. The integers
+    /// `k` and `i` become `f64`s as `pow2` reads them: `from_bits(bits(1.5 * 2^52) + n) -
+    /// 1.5 * 2^52` is `n` exactly for `|n| < 2^51`.
+    fn emit_log_split(&mut self, x: V) -> Emit<[V; 3]> {
+        let (b, ty) = (self.builder, self.ty);
+        let float_ty = x.as_basic_value_enum().get_type();
+        let int = |c: u64| V::int_splat(ty, c);
+        let bits = V::int_from_basic(b.build_bit_cast(x, V::int_ty(ty), "")?);
+        let t = b.build_int_sub(bits, int(LOG_OFFSET), "")?;
+        let k = b.build_right_shift(t, int(52), true, "")?;
+        let i = b.build_right_shift(t, int(45), false, "")?;
+        let i = b.build_and(i, int(127), "")?;
+        let top = b.build_and(t, int(0xfff << 52), "")?;
+        let z = b.build_int_sub(bits, top, "")?;
+        let z = V::from_basic(b.build_bit_cast(z, float_ty, "")?);
+        let as_float = |n: V::Int| -> Emit<V> {
+            let biased = b.build_int_add(n, int(ROUNDER.to_bits()), "")?;
+            let f = V::from_basic(b.build_bit_cast(biased, float_ty, "")?);
+            b.build_float_sub(f, V::splat(ty, ROUNDER), "")
+        };
+        Ok([as_float(k)?, z, as_float(i)?])
+    }
+
+    /// [`Arith::lookup`]: the table a private constant of the module, each lane's entry
+    /// loaded (the index read back from `i + 1.5 * 2^52`'s low bits).
+    fn emit_lookup(&mut self, table: &'static Table, i: V) -> Emit<V> {
+        let (b, ty) = (self.builder, self.ty);
+        let context = self.module.get_context();
+        let f64t = context.f64_type();
+        let global = match self.module.get_global(table.name) {
+            Some(made) => made,
+            None => {
+                let values: Vec<_> = (0..128).map(|i| f64t.const_float(table.value(i))).collect();
+                let init = f64t.const_array(&values);
+                let g = self.module.add_global(init.get_type(), None, table.name);
+                g.set_initializer(&init);
+                g.set_constant(true);
+                g.set_linkage(Linkage::Private);
+                g.set_unnamed_addr(true);
+                g
+            }
+        };
+        let biased = b.build_float_add(i, V::splat(ty, ROUNDER), "")?;
+        let index = V::int_from_basic(b.build_bit_cast(biased, V::int_ty(ty), "")?);
+        let index = b.build_and(index, V::int_splat(ty, 127), "")?;
+        let load = |at: IntValue<'ctx>| -> Emit<FloatValue<'ctx>> {
+            // SAFETY: (of the GEP, not of Rust code) `at` is masked to 0..128, the table's
+            // length.
+            let ptr = unsafe { b.build_in_bounds_gep(f64t, global.as_pointer_value(), &[at], "")? };
+            Ok(b.build_load(f64t, ptr, "")?.into_float_value())
+        };
+        match index.as_basic_value_enum() {
+            BasicValueEnum::IntValue(at) => Ok(V::from_basic(load(at)?.into())),
+            BasicValueEnum::VectorValue(lanes) => {
+                let i32t = context.i32_type();
+                let mut out = V::undef(ty).as_basic_value_enum().into_vector_value();
+                for lane in 0..lanes.get_type().get_size() {
+                    let k = i32t.const_int(lane as u64, false);
+                    let at = b.build_extract_element(lanes, k, "")?.into_int_value();
+                    out = b.build_insert_element(out, load(at)?, k, "")?;
+                }
+                Ok(V::from_basic(out.into()))
+            }
+            _ => unreachable!("an index is an integer or a vector of them"),
+        }
+    }
+
     fn emit(&mut self, r: Emit<V>) -> V {
         if let (Ok(v), Some(flags)) = (&r, self.flags) {
             if let Some(inst) = v.as_instruction_value() {
@@ -394,6 +461,20 @@ impl<'ctx, V: ScalarOrVector<'ctx>> Arith for IrArith<'_, 'ctx, V> {
             .and_then(|biased| b.build_left_shift(biased, V::int_splat(self.ty, 52), ""))
             .and_then(|exponent| b.build_bit_cast(exponent, float_ty, ""))
             .map(V::from_basic);
+        r.unwrap_or_else(|e| {
+            self.error.get_or_insert(e);
+            V::undef(self.ty)
+        })
+    }
+    fn log_split(&mut self, x: V) -> [V; 3] {
+        let r = self.emit_log_split(x);
+        r.unwrap_or_else(|e| {
+            self.error.get_or_insert(e);
+            [V::undef(self.ty); 3]
+        })
+    }
+    fn lookup(&mut self, table: &'static Table, i: V) -> V {
+        let r = self.emit_lookup(table, i);
         r.unwrap_or_else(|e| {
             self.error.get_or_insert(e);
             V::undef(self.ty)

@@ -1,13 +1,13 @@
 //! [`Lanes`]: [`Arith`] on `LANES` operations of one run at once, each lane the very IEEE
 //! operations [`F64`](crate::op::F64) performs on one, so the bits are the interpreter's.
-//! What it buys is the math formulas of ours ([`MathFn::formula`]: `tanh`, `exp`), which become
+//! What it buys is the math formulas of ours ([`MathFn::formula`]: `tanh`, `exp`, `log`), which become
 //! vector instructions (target-cpu=native: four or eight `f64` per instruction) where one
 //! value at a time they are a long chain of dependent fused multiply-adds; libm's functions
 //! are still called one lane at a time.
 
 use std::array::from_fn;
 
-use crate::op::{Arith, MathFn, Op, F64};
+use crate::op::{Arith, MathFn, Op, Table, F64};
 
 /// How many operations of a run [`Lanes`] computes at once: one AVX2 register. (Eight, two
 /// registers, measured no faster on the random DAGs and the RNN of `examples/tier1_bench`:
@@ -61,6 +61,10 @@ impl Arith for Probe {
     fn select_gt(&mut self, _: (), _: (), _: (), _: ()) {}
     fn mul_add(&mut self, _: (), _: (), _: ()) {}
     fn pow2(&mut self, _: ()) {}
+    fn log_split(&mut self, _: ()) -> [(); 3] {
+        [(); 3]
+    }
+    fn lookup(&mut self, _: &'static Table, _: ()) {}
 }
 
 /// `LANES` values at once, lane by lane.
@@ -134,6 +138,15 @@ impl Arith for Lanes {
     fn pow2(&mut self, k: V) -> V {
         from_fn(|i| crate::op::pow2(k[i]))
     }
+    #[inline(always)]
+    fn log_split(&mut self, x: V) -> [V; 3] {
+        let split = x.map(crate::op::log_split);
+        from_fn(|j| from_fn(|i| split[i][j]))
+    }
+    #[inline(always)]
+    fn lookup(&mut self, table: &'static Table, i: V) -> V {
+        i.map(|i| F64.lookup(table, i))
+    }
 }
 
 #[cfg(test)]
@@ -149,7 +162,7 @@ mod tests {
     #[test]
     fn lanes_pay_for_formulas_of_ours() {
         let paying: Vec<Op> = Op::iter().filter(|&op| pays(op)).collect();
-        assert_eq!(paying, [Op::Exp, Op::Tanh, Op::Sigmoid, Op::Softplus]);
+        assert_eq!(paying, [Op::Exp, Op::Log, Op::Tanh, Op::Sigmoid, Op::Softplus]);
     }
 
     /// `each` over every length up to two chunks, padded lanes included: the bits of `F64`

@@ -7,7 +7,7 @@
 //! case its lanes agree on, where they do (a recurrent cell's pre-activations are mostly
 //! below 0.625: after 5,000 steps of the RNN benchmark, 93% of its vectors of eight).
 
-use super::{Arith, MathFn};
+use super::{log_table, Arith, MathFn};
 
 /// `tanh(x)`: `x` itself where `|x| < 2^-28` (the true value rounds to it; this keeps -0
 /// and subnormals as they are) and for NaN (the very NaN); `sign(x)` from 22 (where the true
@@ -215,6 +215,129 @@ pub fn pow_minus_three_halves<A: Arith>(ar: &mut A, a: A::V) -> A::V {
         },
     )
 }
+
+/// `log(x)`, table-driven: `x = 2^k z` ([`Arith::log_split`]), `z` in a subinterval of
+/// midpoint `c` (`1/c` and `log(c)` from [`log_table`]), so `log(x) = k ln2 + log(c) +
+/// log1p(r)` with `r = z/c - 1` one fused multiply-add (`|r| < 2^-8`) and `log1p(r) - r` a
+/// Taylor series to `r^7`. The first two sums are kept exactly (each `a + b` and its
+/// rounding error, `|a| >= |b|`), so one rounding counts, the last. Within `1/16` of 1,
+/// where `log(c)` would not dominate `r`, `log1p(x - 1)` by its series to `r^16`, `r - r^2/2`
+/// kept exactly the same way. Within 0.52 ULP of the true value (docs/numerics.md). The
+/// special values are C's: `-inf` at `+-0`, NaN below 0, `+inf` at `+inf`, a NaN itself.
+#[inline(always)]
+pub fn log<A: Arith>(ar: &mut A, x: A::V) -> A::V {
+    let zero = ar.constant(0.0);
+    ar.select_gt_with(
+        x,
+        zero,
+        |ar| {
+            let one = ar.constant(1.0);
+            let d = ar.sub(x, one);
+            let d2 = ar.mul(d, d);
+            let window = ar.constant(1.0 / 256.0);
+            let y = ar.branch_gt_with(window, d2, |ar| log_near_one(ar, d), |ar| log_far(ar, x));
+            let (largest, inf) = (ar.constant(f64::MAX), ar.constant(f64::INFINITY));
+            ar.select_gt(x, largest, inf, y)
+        },
+        // +-0 (-inf), below 0 (NaN), NaN (itself).
+        |ar| {
+            let (minus_one, minus_inf, nan) = (
+                ar.constant(-1.0),
+                ar.constant(f64::NEG_INFINITY),
+                ar.constant(f64::NAN),
+            );
+            let zero_or_nan = ar.select_gt(x, minus_one, minus_inf, x);
+            ar.select_gt(zero, x, nan, zero_or_nan)
+        },
+    )
+}
+
+/// [`log`] of a positive `x` at least `1/16` from 1 (and not `+inf`).
+#[inline(always)]
+fn log_far<A: Arith>(ar: &mut A, x: A::V) -> A::V {
+    // 1/n for n = 2..7, signs alternating: log1p(r) = r + r^2 * P(r).
+    const P: [u64; 6] = [
+        0xbfe0_0000_0000_0000,
+        0x3fd5_5555_5555_5555,
+        0xbfd0_0000_0000_0000,
+        0x3fc9_9999_9999_999a,
+        0xbfc5_5555_5555_5555,
+        0x3fc2_4924_9249_2492,
+    ];
+    // Subnormals scaled into the normals (exactly), their exponent taken back.
+    let (smallest, scale) = (ar.constant(f64::MIN_POSITIVE), ar.constant(TWO_52));
+    let scaled = ar.mul(x, scale);
+    let normal = ar.select_gt(smallest, x, scaled, x);
+    let (minus_52, zero) = (ar.constant(-52.0), ar.constant(0.0));
+    let k_shift = ar.select_gt(smallest, x, minus_52, zero);
+    let [k, z, i] = ar.log_split(normal);
+    let k = ar.add(k, k_shift);
+    let invc = ar.lookup(&log_table::LOG_INVC, i);
+    let logc_hi = ar.lookup(&log_table::LOG_C_HI, i);
+    let logc_lo = ar.lookup(&log_table::LOG_C_LO, i);
+    let minus_one = ar.constant(-1.0);
+    let r = ar.mul_add(z, invc, minus_one);
+    // k ln2 + log(c) + r = hi + lo, exactly but lo's last roundings: k ln2_hi is exact
+    // (k has at most 11 bits); |k ln2_hi| >= 0.69 > |log c| unless k = 0, and then
+    // |log c| >= 0.06 > |r| (x is 1/16 from 1): each sum's error recovered.
+    let bits = |ar: &mut A, b: u64| ar.constant(f64::from_bits(b));
+    let (ln2_hi, ln2_lo) = (bits(ar, LN2_HI), bits(ar, LN2_LO));
+    let a = ar.mul(k, ln2_hi);
+    let w = ar.add(a, logc_hi);
+    let w_back = ar.sub(w, a);
+    let w_err = ar.sub(logc_hi, w_back);
+    let hi = ar.add(w, r);
+    let hi_back = ar.sub(w, hi);
+    let hi_err = ar.add(hi_back, r);
+    let k_lo = ar.mul_add(k, ln2_lo, logc_lo);
+    let errs = ar.add(hi_err, w_err);
+    let lo = ar.add(errs, k_lo);
+    let r2 = ar.mul(r, r);
+    let p = estrin(ar, r, &P);
+    let tail = ar.mul_add(r2, p, lo);
+    ar.add(hi, tail)
+}
+
+/// [`log`] of `1 + r` for `|r| < 1/16` (`r = x - 1`, exact).
+#[inline(always)]
+fn log_near_one<A: Arith>(ar: &mut A, r: A::V) -> A::V {
+    // (-1)^(n+1) / n for n = 3..16: log1p(r) = r - r^2/2 + r^3 * Q(r).
+    const Q: [u64; 14] = [
+        0x3fd5_5555_5555_5555,
+        0xbfd0_0000_0000_0000,
+        0x3fc9_9999_9999_999a,
+        0xbfc5_5555_5555_5555,
+        0x3fc2_4924_9249_2492,
+        0xbfc0_0000_0000_0000,
+        0x3fbc_71c7_1c71_c71c,
+        0xbfb9_9999_9999_999a,
+        0x3fb7_45d1_745d_1746,
+        0xbfb5_5555_5555_5555,
+        0x3fb3_b13b_13b1_3b14,
+        0xbfb2_4924_9249_2492,
+        0x3fb1_1111_1111_1111,
+        0xbfb0_0000_0000_0000,
+    ];
+    // r - r^2/2 = hi + lo: -r/2 is exact, its product with r and that product's error
+    // (one fused multiply-add) exact, and |r| > r^2/2.
+    let minus_half = ar.constant(-0.5);
+    let h = ar.mul(minus_half, r);
+    let p = ar.mul(h, r);
+    let minus_p = ar.neg(p);
+    let p_err = ar.mul_add(h, r, minus_p);
+    let hi = ar.add(r, p);
+    let hi_back = ar.sub(r, hi);
+    let hi_err = ar.add(hi_back, p);
+    let lo = ar.add(hi_err, p_err);
+    let r2 = ar.mul(r, r);
+    let r3 = ar.mul(r2, r);
+    let q = estrin(ar, r, &Q);
+    let tail = ar.mul_add(r3, q, lo);
+    ar.add(hi, tail)
+}
+
+/// 2^52, which scales a subnormal into the normals exactly.
+const TWO_52: f64 = 4503599627370496.0;
 
 /// 2^600 and 2^900 (each the double these digits round to, exactly).
 const TWO_600: f64 = 4.149515568880993e180;
@@ -526,6 +649,59 @@ mod tests {
         same(0.25, 8.0);
         for a in [-1.0, -5e-324, f64::NEG_INFINITY] {
             assert!(pow_minus_three_halves(a).is_nan(), "{a}^-1.5");
+        }
+        for bits in [f64::NAN.to_bits(), 0x7ff0_0000_dead_beef] {
+            same(f64::from_bits(bits), f64::from_bits(bits));
+        }
+    }
+
+    fn log(x: f64) -> f64 {
+        super::log(&mut F64, x)
+    }
+
+    /// Against glibc's `log` (within 0.52 ULP of the true value, as ours: docs/numerics.md):
+    /// at most 1 ULP apart in every binade, subnormals and the window around 1 included, and
+    /// mostly equal; and monotone.
+    #[test]
+    fn log_is_libms_to_1_ulp_and_monotone() {
+        let mut rng = StdRng::seed_from_u64(11);
+        let mut differ = 0;
+        let n = 400_000;
+        for i in 0..n {
+            let x: f64 = match i % 5 {
+                0 => rng.gen_range(0.5..2.0),
+                1 => rng.gen_range(0.9..1.1),
+                2 => rng.gen_range(1.0 - 1e-6..1.0 + 1e-6),
+                3 => rng.gen_range(-1074.0..1024.0f64).exp2(),
+                _ => rng.gen_range(1e-3..1e3),
+            };
+            let (y, want) = (log(x), x.ln());
+            assert!(ulps(y, want) <= 1, "log({x:e}) = {y:e}, libm {want:e}");
+            differ += usize::from(y != want);
+        }
+        assert!(differ < n / 20, "{differ} of {n} differ from libm");
+        let mut x = 0.9;
+        let mut last = log(x);
+        while x < 1.1 {
+            x += 1e-5;
+            assert!(log(x) >= last, "log decreases at {x:e}");
+            last = log(x);
+        }
+    }
+
+    #[test]
+    fn log_of_special_values() {
+        let same = |x: f64, want: f64| same_bits("log", log, x, want);
+        same(1.0, 0.0);
+        same(0.0, f64::NEG_INFINITY);
+        same(-0.0, f64::NEG_INFINITY);
+        same(f64::INFINITY, f64::INFINITY);
+        same(2.0, std::f64::consts::LN_2);
+        same(std::f64::consts::E, 1.0);
+        same(5e-324, -744.4400719213812);
+        same(f64::MAX, 709.782712893384);
+        for x in [-1.0, -5e-324, f64::NEG_INFINITY] {
+            assert!(log(x).is_nan(), "log({x:e})");
         }
         for bits in [f64::NAN.to_bits(), 0x7ff0_0000_dead_beef] {
             same(f64::from_bits(bits), f64::from_bits(bits));

@@ -51,6 +51,12 @@ impl Arith for Tracer {
     fn pow2(&mut self, k: Reads) -> Reads {
         k
     }
+    fn log_split(&mut self, x: Reads) -> [Reads; 3] {
+        [x; 3]
+    }
+    fn lookup(&mut self, _: &'static super::Table, i: Reads) -> Reads {
+        i
+    }
 }
 
 /// What [`Op::local_grads`] of an op with `arity` operands reads besides the gradient.
