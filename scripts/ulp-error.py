@@ -11,6 +11,7 @@ Needs the Python package built (`bash scripts/test` builds it into .venv) and mp
     .venv/bin/python scripts/ulp-error.py tanh 1000000
     .venv/bin/python scripts/ulp-error.py pow-1.5 1000000    # powf(-1.5)
     .venv/bin/python scripts/ulp-error.py log 1000000
+    .venv/bin/python scripts/ulp-error.py log1p 1000000
 
 tapejit's numbers are the interpreter's (`Value(x).exp().data`), which every backend gives.
 """
@@ -60,6 +61,20 @@ def points(name, n):
                 lo, hi = ranges[i % 5]
                 xs.append(rng.uniform(lo, hi))
         return [x for x in xs[:n] if x > 0]
+    if name == "log1p":
+        special = [0.0, -0.0, 1.0, -0.5, 0.0625, -0.0625, 5e-324, -1e-300, 2.0**-30, -(2.0**-30),
+                   1.7976931348623157e308, -1.0 + 2.0**-53, 1e-8, 0.375, -0.3125]
+        ranges = [(-0.07, 0.07), (-1.0, 1.0), (-1.0, -0.9), (1.0, 1e6)]
+        xs = list(special)
+        while len(xs) < n:
+            i = len(xs)
+            if i % 5 == 4:
+                xs.append(rng.choice([1, -1]) * 2.0 ** rng.uniform(-60, 0) if rng.random() < 0.5
+                          else 2.0 ** rng.uniform(0, 1024))
+            else:
+                lo, hi = ranges[i % 5]
+                xs.append(rng.uniform(lo, hi))
+        return [x for x in xs[:n] if x > -1]
     if name == "exp":
         special += [709.782712893384, 709.78, -745.1332191019411, -708.4, -745.0]
         ranges = [(-745.2, 709.8), (-1.0, 1.0), (-20.0, 20.0), (-745.2, -708.0)]
@@ -100,11 +115,12 @@ def main():
         "tanh": lambda x: Value(x).tanh().data,
         "pow-1.5": lambda x: (Value(x) ** -1.5).data,
         "log": lambda x: Value(x).log().data,
+        "log1p": lambda x: Value(x).log1p().data,
     }[name]
     libm = {"exp": math.exp, "tanh": math.tanh, "pow-1.5": lambda x: math.pow(x, -1.5),
-            "log": math.log}[name]
+            "log": math.log, "log1p": math.log1p}[name]
     true_fn = {"exp": mp.exp, "tanh": mp.tanh, "pow-1.5": lambda x: x ** mp.mpf(-1.5),
-               "log": mp.log}[name]
+               "log": mp.log, "log1p": mp.log1p}[name]
     # Per function: max error, its x, total, not correctly rounded, max over normal results.
     stats = {who: [mp.mpf(0), None, mp.mpf(0), 0, mp.mpf(0)] for who in ("tapejit", "libm")}
     smallest_normal = mp.mpf(2) ** -1022

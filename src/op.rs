@@ -147,7 +147,7 @@ pub enum Op {
     /// PyTorch returns `x` from 20 on (off by up to e^-20, 2e-9); this needs no threshold.
     /// Derivative `sigmoid(x)`, 0 and 1 far out.
     Softplus,
-    /// `log(1 + x)`, libm's `log1p` (exact near 0, where `log(1 + x)` rounds `1 + x`).
+    /// `log(1 + x)`, a formula of ours (exact near 0, where `log(1 + x)` rounds `1 + x`).
     Log1p,
     /// `|x|` (`+0` for `-0`); derivative `sign(x)`, 0 at 0, as PyTorch's `sgn`.
     Abs,
@@ -599,7 +599,7 @@ pub enum Domain {
 /// agree bit for bit and LLVM cannot recognize and rewrite them (it would turn `pow(x, 2.0)`
 /// into `x * x`, which can differ in the last bit; where an op wants `x * x` it says so
 /// itself, for both backends: see `power`). Those that are [`Arith`] formulas of ours
-/// ([`MathFn::formula`]: `tanh`, `exp`, `log`) the JIT's vector code computes inline, every lane at once;
+/// ([`MathFn::formula`]: `tanh`, `exp`, `log`, `log1p`) the JIT's vector code computes inline, every lane at once;
 /// the others are libm's. A new function is one variant and one arm in each `match` below;
 /// `MathFn::iter()` lists them all.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, strum::EnumIter)]
@@ -671,10 +671,9 @@ impl MathFn {
     pub fn libm(self) -> Option<&'static str> {
         match self {
             MathFn::Pow => Some("pow"),
-            MathFn::Log1p => Some("log1p"),
             MathFn::Sin => Some("sin"),
             MathFn::Cos => Some("cos"),
-            MathFn::Exp | MathFn::Log | MathFn::Tanh | MathFn::Sqrt => None,
+            MathFn::Exp | MathFn::Log | MathFn::Log1p | MathFn::Tanh | MathFn::Sqrt => None,
         }
     }
 
@@ -685,6 +684,7 @@ impl MathFn {
             (MathFn::Tanh, &[x]) => Some(formulas::tanh(ar, x)),
             (MathFn::Exp, &[x]) => Some(formulas::exp(ar, x)),
             (MathFn::Log, &[x]) => Some(formulas::log(ar, x)),
+            (MathFn::Log1p, &[x]) => Some(formulas::log1p(ar, x)),
             _ => None,
         }
     }
@@ -716,6 +716,13 @@ pub fn tanh(x: f64) -> f64 {
 /// [`Arith`], docs/numerics.md), for code that wants the very same numbers.
 pub fn log(x: f64) -> f64 {
     formulas::log(&mut F64, x)
+}
+
+/// `log(1 + x)` as [`Op::Log1p`] (and `softplus`) computes it on every backend (a formula of
+/// ours, written once over [`Arith`], docs/numerics.md), for code that wants the very same
+/// numbers.
+pub fn log1p(x: f64) -> f64 {
+    formulas::log1p(&mut F64, x)
 }
 
 /// `e^x` as [`Op::Exp`] computes it on every backend (a formula of ours, written once over
@@ -750,7 +757,7 @@ mod math {
         x.sqrt()
     }
     pub extern "C" fn log1p(x: f64) -> f64 {
-        x.ln_1p()
+        super::log1p(x)
     }
     pub extern "C" fn sin(x: f64) -> f64 {
         x.sin()

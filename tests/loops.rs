@@ -766,7 +766,8 @@ fn log_in_vector_lanes_is_the_interpreters_on_every_kind_of_input() {
     );
 }
 
-/// The ops that call libm (`softplus`, `log1p`, `sin`, `cos`: lane by lane in vector code)
+/// The ops that call libm or a table (`softplus` and `log1p`, formulas of ours whose table
+/// lookups are lane by lane; `sin`, `cos`: libm, lane by lane in vector code)
 /// and those built of selects (`abs`, `min`, `max`) or an instruction (`sqrt`): a map of
 /// `op(x_i / y_i)` over 64 inputs, in lanes where loops are recovered, on values from every
 /// range that is special to one of them (signed zeros, subnormals, where softplus turns

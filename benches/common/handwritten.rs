@@ -88,7 +88,7 @@ fn softmax_ce(z: &[f64; CLASSES], label: usize, dz: &mut [f64; CLASSES]) -> f64 
     for &ek in &e[1..] {
         s += ek;
     }
-    let lse = m + s.ln();
+    let lse = m + tapejit::op::log(s);
     let loss = lse - z[label];
 
     let ds = 1.0 / s;

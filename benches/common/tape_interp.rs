@@ -343,16 +343,16 @@ impl TapeInterp {
                     unary!(|x| power(x, c))
                 }
                 Kind::Exp => unary!(|x| tapejit::op::exp(x)),
-                Kind::Log => unary!(|x| x.ln()),
+                Kind::Log => unary!(|x| tapejit::op::log(x)),
                 Kind::Tanh => unary!(|x| tapejit::op::tanh(x)),
                 Kind::Relu => unary!(|x| if 0.0 > x { 0.0 } else { x }),
                 Kind::Sigmoid => unary!(|x| sigmoid(x)),
                 // max(x, 0) + log1p(e^-|x|)
                 Kind::Softplus => unary!(|x| {
                     let positive_part = if x > 0.0 { x } else { 0.0 };
-                    positive_part + tapejit::op::exp(-abs(x)).ln_1p()
+                    positive_part + tapejit::op::log1p(tapejit::op::exp(-abs(x)))
                 }),
-                Kind::Log1p => unary!(|x| x.ln_1p()),
+                Kind::Log1p => unary!(|x| tapejit::op::log1p(x)),
                 Kind::Abs => unary!(|x| abs(x)),
                 Kind::Sin => unary!(|x| x.sin()),
                 Kind::Cos => unary!(|x| x.cos()),

@@ -726,15 +726,15 @@ impl Tier1 {
                         }
                     }
                     Kind::Exp => un!(|x| tapejit::op::exp(x)),
-                    Kind::Log => un!(|x| x.ln()),
+                    Kind::Log => un!(|x| tapejit::op::log(x)),
                     Kind::Tanh => un!(|x| tapejit::op::tanh(x)),
                     Kind::Relu => un!(|x| if 0.0 > x { 0.0 } else { x }),
                     Kind::Sigmoid => un!(|x| sigmoid(x)),
                     Kind::Softplus => un!(|x| {
                         let positive_part = if x > 0.0 { x } else { 0.0 };
-                        positive_part + tapejit::op::exp(-abs(x)).ln_1p()
+                        positive_part + tapejit::op::log1p(tapejit::op::exp(-abs(x)))
                     }),
-                    Kind::Log1p => un!(|x| x.ln_1p()),
+                    Kind::Log1p => un!(|x| tapejit::op::log1p(x)),
                     Kind::Abs => un!(|x| abs(x)),
                     Kind::Sin => un!(|x| x.sin()),
                     Kind::Cos => un!(|x| x.cos()),

@@ -374,7 +374,7 @@ fn softmax_ce(z: &[f64], t: &[f64], g: f64, dz: &mut [f64]) -> f64 {
         let e = tapejit::op::exp(z[k] - m);
         s = if k == 0 { e } else { s + e };
     }
-    let lse = m + s.ln();
+    let lse = m + tapejit::op::log(s);
     let mut picked = t[0] * z[0];
     for k in 1..z.len() {
         picked += t[k] * z[k];
