@@ -118,7 +118,9 @@ fn accuracy(program: &mut dyn Program, data: &Dataset, inputs: &mut [f64]) -> f6
     let mut correct = 0;
     let samples = classifier_samples(data).expect("labels are digits");
     for i in 0..data.images.len() {
-        samples.convert(i..i + 1, inputs);
+        samples
+            .convert(i..i + 1, inputs)
+            .expect("one sample, sized for the classifier");
         program
             .set_inputs(inputs)
             .expect("inputs are finite and sized");

@@ -477,7 +477,7 @@ impl<B: Backend> Program for B {
         for start in (0..n).step_by(per_chunk) {
             let chunk = start..(start + per_chunk).min(n);
             let inputs = &mut converted[..chunk.len() * width];
-            samples.convert(chunk, inputs);
+            samples.fill(chunk, inputs);
             losses.extend(train_inputs(self, inputs, lr, true)?);
         }
         Ok(losses)

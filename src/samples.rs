@@ -32,7 +32,7 @@ use crate::error::{Error, Result};
 ///     .in_order(&[1, 0, 1])?;
 /// assert_eq!((samples.len(), samples.width()), (3, 7));
 /// let mut first = [0.0; 7];
-/// samples.convert(0..1, &mut first);
+/// samples.convert(0..1, &mut first)?;
 /// assert_eq!(first, [10.0 / 255.0, 20.0 / 255.0, 30.0 / 255.0, 40.0 / 255.0, 1.0, 0.0, 0.0]);
 /// # Ok::<(), tapejit::Error>(())
 /// ```
@@ -184,15 +184,29 @@ impl<'a> Samples<'a> {
         self.width
     }
 
-    /// Samples `samples` as `f64` inputs into `out`, one after another (`width` each).
-    /// Panics unless `out` holds them exactly and they are samples of this set (the `Program`
-    /// calls check first).
-    pub fn convert(&self, samples: Range<usize>, out: &mut [f64]) {
-        assert_eq!(
-            out.len(),
-            samples.len() * self.width,
-            "one sample per width"
-        );
+    /// Samples `samples` as `f64` inputs into `out`, one after another (`width` each): the
+    /// numbers `train_from` trains on. Samples beyond [`Samples::len`] are
+    /// [`Error::Samples`], an `out` of another length [`Error::WrongLength`].
+    pub fn convert(&self, samples: Range<usize>, out: &mut [f64]) -> Result<()> {
+        if samples.start > samples.end || samples.end > self.len() {
+            return Err(problem(format!(
+                "samples {samples:?} of {} samples",
+                self.len()
+            )));
+        }
+        if out.len() != samples.len() * self.width {
+            return Err(Error::WrongLength {
+                what: "converted samples",
+                expected: samples.len() * self.width,
+                got: out.len(),
+            });
+        }
+        self.fill(samples, out);
+        Ok(())
+    }
+
+    /// [`Samples::convert`] of samples known to be there into an `out` of their length.
+    pub(crate) fn fill(&self, samples: Range<usize>, out: &mut [f64]) {
         self.convert_columns(samples, 0..self.width, out);
     }
 

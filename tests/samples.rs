@@ -103,7 +103,7 @@ fn converts_as_documented() {
     let samples = data.samples().in_order(&order).unwrap();
     assert_eq!((samples.len(), samples.width()), (3, WIDTH));
     let mut out = vec![0.0; 3 * WIDTH];
-    samples.convert(0..3, &mut out);
+    samples.convert(0..3, &mut out).unwrap();
     assert_eq!(bits(&out), bits(&by_hand(&data, &order)));
     // A table, and a scale.
     let bytes = [0u8, 1, 2, 255];
@@ -113,7 +113,7 @@ fn converts_as_documented() {
         .bytes_times(&bytes, 2, 0.5)
         .unwrap();
     let mut out = vec![0.0; 8];
-    mapped.convert(0..2, &mut out);
+    mapped.convert(0..2, &mut out).unwrap();
     let want = [0.0, 1.0, 0.0, 0.5, 2f64.sqrt(), 255f64.sqrt(), 1.0, 127.5];
     assert_eq!(bits(&out), bits(&want));
 }
@@ -239,6 +239,19 @@ fn bad_samples_are_typed_errors() {
     let p = samples_err(Samples::new().bytes_mapped(&bytes, 4, |b| 1.0 / (b as f64 - 7.0)));
     assert!(p.contains("byte 7"), "{p}");
     let three = Samples::new().bytes_over(&bytes, 4, 255.0).unwrap();
+    let mut out = [0.0; 8];
+    assert!(matches!(
+        three.convert(2..4, &mut out),
+        Err(Error::Samples { .. })
+    ));
+    assert!(matches!(
+        three.convert(0..1, &mut out),
+        Err(Error::WrongLength {
+            expected: 4,
+            got: 8,
+            ..
+        })
+    ));
     let p = samples_err(three.in_order(&[0, 3]));
     assert!(p.contains("order[1] is row 3"), "{p}");
     assert_eq!(Samples::new().len(), 0);

@@ -286,7 +286,7 @@ fn numbers<'a>(
         return &numbers[part.start * width..part.end * width];
     }
     converted.resize(part.len() * width, 0.0);
-    samples.convert(part, converted);
+    samples.fill(part, converted);
     converted
 }
 

@@ -393,7 +393,7 @@ pub(super) fn train<B: Replicas + ?Sized>(
     // side after the params.)
     let final_part = minibatches.last().expect("at least one minibatch");
     let final_sample = final_part.len() - 1..final_part.len();
-    final_part.convert(final_sample, &mut vals[params..params + width]);
+    final_part.fill(final_sample, &mut vals[params..params + width]);
     let mean = mean.into_inner().unwrap_or_else(|e| e.into_inner());
     write_back(b, &vals, &mut grads[last], &mean);
     let kept = chunk_grads
