@@ -14,6 +14,7 @@ pub mod checkpoint;
 pub mod datasets;
 pub mod dot;
 pub mod error;
+pub(crate) mod finite;
 pub mod graph;
 pub mod interp;
 pub(crate) mod kernels;

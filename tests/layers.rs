@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 /// The layers, lowest first. A module may use the modules of earlier layers only.
 const LAYERS: &[&[&str]] = &[
-    &["error", "aligned"],
+    &["error", "aligned", "finite"],
     &["op"],
     &["graph"],
     &["nn", "datasets"],

@@ -555,11 +555,7 @@ impl Compiled {
         let samples = stored.samples(inputs)?;
         let program = self.program.get_mut().unwrap_or_else(|e| e.into_inner());
         program.detect_anomaly(crate::anomaly::on());
-        let numbers = stored.as_numbers();
-        let done = py.detach(|| match numbers {
-            Some(x) => program.train(x, lr),
-            None => program.train_from(&samples, lr),
-        });
+        let done = py.detach(|| program.train_from(&samples, lr));
         let losses = done.map_err(|e| self.in_terms_of_values(py, e))?;
         Ok(PyArray1::from_vec(py, losses))
     }

@@ -79,14 +79,6 @@ impl<'py> Stored<'py> {
         })
     }
 
-    /// Whether these are `train`'s own numbers: float64 rows, nothing else.
-    pub(crate) fn as_numbers(&self) -> Option<&[f64]> {
-        match (&self.rows, &self.labels, &self.order) {
-            (Rows::F64(a), None, None) => a.as_slice().ok(),
-            _ => None,
-        }
-    }
-
     /// The samples of a program with `inputs` inputs per sample.
     pub(crate) fn samples(&self, inputs: usize) -> PyResult<Samples<'_>> {
         let classes = self.labels.as_ref().map_or(0, |(_, c)| *c);

@@ -38,11 +38,11 @@ use super::emit::LazyEntry;
 use super::options::{JitBuilder, JitStats};
 use crate::aligned::{AlignedBuf, Spares};
 use crate::error::Result;
+use crate::finite::finite_without_negative_zero;
 use crate::minibatch::SplitRows;
 use crate::minibatch::Workspace;
 use crate::op::MathFn;
 use crate::plan::{Buffers, Plan, GUARD_FINITE, GUARD_NO_NEGATIVE_ZERO};
-use crate::program::finite_without_negative_zero;
 use crate::tape::{Slot, Tape};
 use strum::IntoEnumIterator;
 

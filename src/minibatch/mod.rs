@@ -51,8 +51,9 @@ use std::sync::{Condvar, Mutex, RwLock};
 
 use crate::aligned::{AlignedBuf, Spares};
 use crate::error::Result;
+use crate::finite::all_finite;
 use crate::optim::{self, Optimizer, Scalars};
-use crate::program::{all_finite, Backend};
+use crate::program::Backend;
 use crate::samples::Samples;
 
 /// What a backend supplies for minibatches, beside its [`Backend`] hooks.

@@ -35,7 +35,7 @@ use super::{
 };
 use super::{Replica, Replicas};
 use crate::aligned::AlignedBuf;
-use crate::program::all_finite;
+use crate::finite::all_finite;
 use crate::samples::Samples;
 
 /// Where `train`'s dot lies, which a split minibatch relies on (addresses in the buffers).
