@@ -157,12 +157,16 @@ fn cut_rows(split: &SplitRows, samples: &Samples<'_>, stages: usize) -> Vec<usiz
     let mut nonzero = vec![1usize; split.rows];
     let (width, probe) = (samples.width(), samples.len().min(256));
     let rows = split.first_input..split.first_input + split.rows;
+    // (Stored numbers are read where they are: a copy of the probe cost a whole call's
+    // worth of page faults.)
+    let converted;
     let inputs = match samples.as_numbers() {
-        Some(numbers) => numbers[..probe * width].to_vec(),
+        Some(numbers) => &numbers[..probe * width],
         None => {
-            let mut converted = vec![0.0; probe * width];
-            samples.convert_columns(0..probe, rows, &mut converted);
-            converted
+            let mut into = vec![0.0; probe * width];
+            samples.convert_columns(0..probe, rows, &mut into);
+            converted = into;
+            &converted[..]
         }
     };
     for sample in inputs.chunks_exact(width) {
