@@ -12,6 +12,8 @@ Needs the Python package built (`bash scripts/test` builds it into .venv) and mp
     .venv/bin/python scripts/ulp-error.py pow-1.5 1000000    # powf(-1.5)
     .venv/bin/python scripts/ulp-error.py log 1000000
     .venv/bin/python scripts/ulp-error.py log1p 1000000
+    .venv/bin/python scripts/ulp-error.py sin 1000000
+    .venv/bin/python scripts/ulp-error.py cos 1000000
 
 tapejit's numbers are the interpreter's (`Value(x).exp().data`), which every backend gives.
 """
@@ -75,6 +77,31 @@ def points(name, n):
                 lo, hi = ranges[i % 5]
                 xs.append(rng.uniform(lo, hi))
         return [x for x in xs[:n] if x > -1]
+    if name in ("sin", "cos"):
+        # Every range the reduction covers (up to 2^20), points within a few ULP of multiples
+        # of pi/2 (where it cancels), tiny arguments, and beyond 2^20 (libm's, as a check).
+        special += [math.pi / 2, math.pi, 3 * math.pi / 2, 2 * math.pi, 1e5, 2.0**20 - 1,
+                    math.pi / 4, -math.pi / 4, 2.0**-27, 1e-300, 1e22]
+        xs = list(special)
+        while len(xs) < n:
+            i = len(xs)
+            k = i % 6
+            if k == 0:
+                xs.append(rng.uniform(-4.0, 4.0))
+            elif k == 1:
+                xs.append(rng.uniform(-2.0**20, 2.0**20))
+            elif k == 2:
+                xs.append(rng.uniform(-0.8, 0.8))
+            elif k == 3:
+                xs.append(rng.choice([1, -1]) * 2.0 ** rng.uniform(-60, 20))
+            elif k == 4:
+                near = float(rng.randrange(-600_000, 600_000) * mp.pi / 2)
+                for _ in range(rng.randrange(0, 4)):
+                    near = math.nextafter(near, rng.choice([-math.inf, math.inf]))
+                xs.append(near)
+            else:
+                xs.append(rng.uniform(-1e9, 1e9) if rng.random() < 0.1 else rng.uniform(-10.0, 10.0))
+        return xs[:n]
     if name == "exp":
         special += [709.782712893384, 709.78, -745.1332191019411, -708.4, -745.0]
         ranges = [(-745.2, 709.8), (-1.0, 1.0), (-20.0, 20.0), (-745.2, -708.0)]
@@ -116,11 +143,13 @@ def main():
         "pow-1.5": lambda x: (Value(x) ** -1.5).data,
         "log": lambda x: Value(x).log().data,
         "log1p": lambda x: Value(x).log1p().data,
+        "sin": lambda x: Value(x).sin().data,
+        "cos": lambda x: Value(x).cos().data,
     }[name]
     libm = {"exp": math.exp, "tanh": math.tanh, "pow-1.5": lambda x: math.pow(x, -1.5),
-            "log": math.log, "log1p": math.log1p}[name]
+            "log": math.log, "log1p": math.log1p, "sin": math.sin, "cos": math.cos}[name]
     true_fn = {"exp": mp.exp, "tanh": mp.tanh, "pow-1.5": lambda x: x ** mp.mpf(-1.5),
-               "log": mp.log, "log1p": mp.log1p}[name]
+               "log": mp.log, "log1p": mp.log1p, "sin": mp.sin, "cos": mp.cos}[name]
     # Per function: max error, its x, total, not correctly rounded, max over normal results.
     stats = {who: [mp.mpf(0), None, mp.mpf(0), 0, mp.mpf(0)] for who in ("tapejit", "libm")}
     smallest_normal = mp.mpf(2) ** -1022

@@ -9,6 +9,7 @@
 mod formulas;
 mod log_table;
 mod reads;
+mod trig;
 
 pub(crate) use formulas::{pow2, ROUNDER};
 pub use reads::BackwardReads;
@@ -151,9 +152,9 @@ pub enum Op {
     Log1p,
     /// `|x|` (`+0` for `-0`); derivative `sign(x)`, 0 at 0, as PyTorch's `sgn`.
     Abs,
-    /// libm's `sin`.
+    /// `sin(x)`: a formula of ours (libm's beyond `|x| < 2^20`).
     Sin,
-    /// libm's `cos`.
+    /// `cos(x)`: a formula of ours (libm's beyond `|x| < 2^20`).
     Cos,
     /// The square root: `x ** 0.5`'s very numbers, value and derivative (see `power`).
     Sqrt,
@@ -599,7 +600,7 @@ pub enum Domain {
 /// agree bit for bit and LLVM cannot recognize and rewrite them (it would turn `pow(x, 2.0)`
 /// into `x * x`, which can differ in the last bit; where an op wants `x * x` it says so
 /// itself, for both backends: see `power`). Those that are [`Arith`] formulas of ours
-/// ([`MathFn::formula`]: `tanh`, `exp`, `log`, `log1p`) the JIT's vector code computes inline, every lane at once;
+/// ([`MathFn::formula`]: `tanh`, `exp`, `log`, `log1p`, `sin`, `cos`) the JIT's vector code computes inline, every lane at once;
 /// the others are libm's. A new function is one variant and one arm in each `match` below;
 /// `MathFn::iter()` lists them all.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, strum::EnumIter)]
@@ -615,6 +616,10 @@ pub enum MathFn {
     Log1p,
     Sin,
     Cos,
+    /// libm's `sin`, which [`MathFn::Sin`] calls where its own reduction ends.
+    LibmSin,
+    /// libm's `cos`, likewise.
+    LibmCos,
 }
 
 impl MathFn {
@@ -629,6 +634,8 @@ impl MathFn {
             MathFn::Log1p => "tapejit_log1p",
             MathFn::Sin => "tapejit_sin",
             MathFn::Cos => "tapejit_cos",
+            MathFn::LibmSin => "tapejit_libm_sin",
+            MathFn::LibmCos => "tapejit_libm_cos",
         }
     }
 
@@ -640,6 +647,7 @@ impl MathFn {
             MathFn::Sqrt => Some("llvm.sqrt"),
             MathFn::Exp | MathFn::Log | MathFn::Tanh | MathFn::Pow => None,
             MathFn::Log1p | MathFn::Sin | MathFn::Cos => None,
+            MathFn::LibmSin | MathFn::LibmCos => None,
         }
     }
 
@@ -648,6 +656,7 @@ impl MathFn {
         match self {
             MathFn::Exp | MathFn::Log | MathFn::Tanh | MathFn::Sqrt => 1,
             MathFn::Log1p | MathFn::Sin | MathFn::Cos => 1,
+            MathFn::LibmSin | MathFn::LibmCos => 1,
             MathFn::Pow => 2,
         }
     }
@@ -663,6 +672,8 @@ impl MathFn {
             MathFn::Log1p => math::log1p as *const () as usize,
             MathFn::Sin => math::sin as *const () as usize,
             MathFn::Cos => math::cos as *const () as usize,
+            MathFn::LibmSin => math::libm_sin as *const () as usize,
+            MathFn::LibmCos => math::libm_cos as *const () as usize,
         }
     }
 
@@ -671,9 +682,10 @@ impl MathFn {
     pub fn libm(self) -> Option<&'static str> {
         match self {
             MathFn::Pow => Some("pow"),
-            MathFn::Sin => Some("sin"),
-            MathFn::Cos => Some("cos"),
+            MathFn::LibmSin => Some("sin"),
+            MathFn::LibmCos => Some("cos"),
             MathFn::Exp | MathFn::Log | MathFn::Log1p | MathFn::Tanh | MathFn::Sqrt => None,
+            MathFn::Sin | MathFn::Cos => None,
         }
     }
 
@@ -685,6 +697,8 @@ impl MathFn {
             (MathFn::Exp, &[x]) => Some(formulas::exp(ar, x)),
             (MathFn::Log, &[x]) => Some(formulas::log(ar, x)),
             (MathFn::Log1p, &[x]) => Some(formulas::log1p(ar, x)),
+            (MathFn::Sin, &[x]) => Some(trig::sin(ar, x)),
+            (MathFn::Cos, &[x]) => Some(trig::cos(ar, x)),
             _ => None,
         }
     }
@@ -701,6 +715,8 @@ impl MathFn {
             MathFn::Log1p => math::log1p(arg(0)),
             MathFn::Sin => math::sin(arg(0)),
             MathFn::Cos => math::cos(arg(0)),
+            MathFn::LibmSin => math::libm_sin(arg(0)),
+            MathFn::LibmCos => math::libm_cos(arg(0)),
         }
     }
 }
@@ -739,6 +755,17 @@ pub fn pow_minus_three_halves(a: f64) -> f64 {
     formulas::pow_minus_three_halves(&mut F64, a)
 }
 
+/// `sin(x)` as [`Op::Sin`] computes it on every backend (a formula of ours below `|x| <
+/// 2^20`, libm's beyond; docs/numerics.md), for code that wants the very same numbers.
+pub fn sin(x: f64) -> f64 {
+    trig::sin(&mut F64, x)
+}
+
+/// `cos(x)` as [`Op::Cos`] computes it on every backend, like [`sin`].
+pub fn cos(x: f64) -> f64 {
+    trig::cos(&mut F64, x)
+}
+
 /// The implementations behind [`MathFn`], with the C ABI the JIT calls them through.
 mod math {
     pub extern "C" fn exp(x: f64) -> f64 {
@@ -760,9 +787,15 @@ mod math {
         super::log1p(x)
     }
     pub extern "C" fn sin(x: f64) -> f64 {
-        x.sin()
+        super::sin(x)
     }
     pub extern "C" fn cos(x: f64) -> f64 {
+        super::cos(x)
+    }
+    pub extern "C" fn libm_sin(x: f64) -> f64 {
+        x.sin()
+    }
+    pub extern "C" fn libm_cos(x: f64) -> f64 {
         x.cos()
     }
 }

@@ -639,11 +639,6 @@ fn a_dot_after_a_term_that_others_read_too() {
 /// gradients bit for bit against the interpreter at every level.
 #[test]
 fn tanh_in_vector_lanes_is_the_interpreters_on_every_kind_of_input() {
-    const N: usize = 64;
-    let g = Graph::new();
-    let (x, y) = (g.inputs_without_grad(N), g.inputs_without_grad(N));
-    let outs: Vec<Value> = x.iter().zip(&y).map(|(&a, &b)| (a / b).tanh()).collect();
-    g.set_loss(g.sum(outs.iter().map(|&o| o * 0.5))).unwrap();
     // (x, y): y = 1 passes x through as it is.
     let mut pairs = vec![(1.0, 0.0), (-1.0, 0.0), (0.0, 0.0), (1e300, 1e-300)];
     pairs.extend(
@@ -682,21 +677,62 @@ fn tanh_in_vector_lanes_is_the_interpreters_on_every_kind_of_input() {
     random_up_to(&mut pairs, 24, -8.0..5.0);
     random_up_to(&mut pairs, 32, -8.0..-1.0);
     random_up_to(&mut pairs, 40, 0.0..4.0);
-    random_up_to(&mut pairs, N, -8.0..5.0);
-    let inputs = pairs.iter().map(|p| p.0).chain(pairs.iter().map(|p| p.1));
+    random_up_to(&mut pairs, MAP_LEN, -8.0..5.0);
+    assert_map_in_lanes_agrees("tanh", |x| x.tanh(), &pairs, true);
+}
+
+/// How many inputs a map of [`assert_map_in_lanes_agrees`] has.
+const MAP_LEN: usize = 64;
+
+/// `op(x_i / y_i)` over [`MAP_LEN`] pairs, its sum halved the loss: values and gradients
+/// bit for bit against the interpreter at every level and in the first tier, and a nest in
+/// vector lanes forward and backward (where loop recovery finds the map). Gradients where a
+/// quotient is no finite number only if `nan_grads_exact`: LLVM keeps no NaN's sign through
+/// a negation (see `new_ops_in_vector_lanes...`).
+fn assert_map_in_lanes_agrees(
+    name: &str,
+    op: for<'g> fn(Value<'g>) -> Value<'g>,
+    pairs: &[(f64, f64)],
+    nan_grads_exact: bool,
+) {
+    assert_eq!(pairs.len(), MAP_LEN);
+    let g = Graph::new();
+    let (x, y) = (
+        g.inputs_without_grad(MAP_LEN),
+        g.inputs_without_grad(MAP_LEN),
+    );
+    let outs: Vec<Value> = x.iter().zip(&y).map(|(&a, &b)| op(a / b)).collect();
+    g.set_loss(g.sum(outs.iter().map(|&o| o * 0.5))).unwrap();
+    let inputs = |pairs: &[(f64, f64)]| {
+        let inputs = pairs.iter().map(|p| p.0).chain(pairs.iter().map(|p| p.1));
+        Action::SetInputs(inputs.collect())
+    };
+    // (The pairs whose quotient is no finite number divided by 1 instead.)
+    let finite: Vec<(f64, f64)> = (pairs.iter())
+        .map(|&(x, y)| {
+            if (x / y).is_finite() {
+                (x, y)
+            } else {
+                (x, 1.0)
+            }
+        })
+        .collect();
+    let for_grads = if nan_grads_exact { pairs } else { &finite };
     let script = [
-        Action::SetInputs(inputs.collect()),
+        inputs(pairs),
+        Action::Forward,
+        inputs(for_grads),
         Action::Forward,
         Action::Backward,
     ];
     let mut backends = interpreter_and_every_jit_level(&g);
-    common::assert_backends_agree_on("tanh of special values", &mut backends, &script);
+    backends.push(common::first_tier(&g));
+    common::assert_backends_agree_on(&format!("{name} of special values"), &mut backends, &script);
     let jit = Jit::builder().tiering(Tiering::Off).compile(&g).unwrap();
     let stats = jit.stats();
-    assert!(stats.loops > 0, "the tanh map is no loop");
     assert!(
         (stats.nests.iter()).any(|n| n.lanes && n.backward_lanes),
-        "the tanh map runs in no lanes: {:?}",
+        "the {name} map runs in no lanes: {:?}",
         stats.nests
     );
 }
@@ -709,11 +745,6 @@ fn tanh_in_vector_lanes_is_the_interpreters_on_every_kind_of_input() {
 /// bit for bit against the interpreter at every level.
 #[test]
 fn log_in_vector_lanes_is_the_interpreters_on_every_kind_of_input() {
-    const N: usize = 64;
-    let g = Graph::new();
-    let (x, y) = (g.inputs_without_grad(N), g.inputs_without_grad(N));
-    let outs: Vec<Value> = x.iter().zip(&y).map(|(&a, &b)| (a / b).log()).collect();
-    g.set_loss(g.sum(outs.iter().map(|&o| o * 0.5))).unwrap();
     let mut pairs = vec![(1.0, 0.0), (-1.0, 0.0), (0.0, 0.0), (1e300, 1e-300)];
     pairs.extend(
         [
@@ -747,27 +778,60 @@ fn log_in_vector_lanes_is_the_interpreters_on_every_kind_of_input() {
     // Vectors of lanes that all take the window around 1, none, and a mix.
     random_up_to(&mut pairs, 32, 0.95..1.05);
     random_up_to(&mut pairs, 40, 2.0..1e6);
-    random_up_to(&mut pairs, N, 0.5..1.5);
-    let inputs = pairs.iter().map(|p| p.0).chain(pairs.iter().map(|p| p.1));
-    let script = [
-        Action::SetInputs(inputs.collect()),
-        Action::Forward,
-        Action::Backward,
-    ];
-    let mut backends = interpreter_and_every_jit_level(&g);
-    backends.push(common::first_tier(&g));
-    common::assert_backends_agree_on("log of special values", &mut backends, &script);
-    let jit = Jit::builder().tiering(Tiering::Off).compile(&g).unwrap();
-    let stats = jit.stats();
-    assert!(
-        (stats.nests.iter()).any(|n| n.lanes && n.backward_lanes),
-        "the log map runs in no lanes: {:?}",
-        stats.nests
-    );
+    random_up_to(&mut pairs, MAP_LEN, 0.5..1.5);
+    assert_map_in_lanes_agrees("log", |x| x.log(), &pairs, true);
 }
 
-/// The ops that call libm or a table (`softplus` and `log1p`, formulas of ours whose table
-/// lookups are lane by lane; `sin`, `cos`: libm, lane by lane in vector code)
+/// sin and cos are formulas of ours below 2^20 and libm's beyond (a branch: vector code
+/// calls libm only for vectors with a lane beyond): maps of `sin(x_i / y_i)` and of `cos`, on
+/// values from every range they pick between (tiny, signed zeros, subnormals, every
+/// quadrant, near multiples of pi/2 where the reduction cancels, at and beyond 2^20,
+/// infinities and NaN divided out of finite inputs), in vectors whose lanes are all within
+/// the reduction's range, all beyond, and a mix.
+#[test]
+fn sin_and_cos_in_vector_lanes_are_the_interpreters_on_every_kind_of_input() {
+    let mut pairs = vec![(1.0, 0.0), (-1.0, 0.0), (0.0, 0.0), (1e300, 1e-300)];
+    pairs.extend(
+        [
+            0.0,
+            -0.0,
+            5e-324,
+            -5e-324,
+            1e-9,
+            std::f64::consts::FRAC_PI_2,
+            std::f64::consts::PI,
+            -std::f64::consts::FRAC_PI_4,
+            667_000.0 * std::f64::consts::FRAC_PI_2,
+            1048575.9,
+            1048576.0,
+            -1048576.0,
+            1e22,
+            f64::MAX,
+        ]
+        .map(|x| (x, 1.0)),
+    );
+    let mut rng = StdRng::seed_from_u64(31);
+    let random_up_to =
+        |rng: &mut StdRng, pairs: &mut Vec<(f64, f64)>, len, exponents: Range<f64>| {
+            while pairs.len() < len {
+                let magnitude: f64 = rng.gen_range(exponents.clone()).exp2();
+                pairs.push((if rng.gen() { magnitude } else { -magnitude }, 1.0));
+            }
+        };
+    // Lanes all within range, near multiples of pi/2, all beyond 2^20, and a mix.
+    random_up_to(&mut rng, &mut pairs, 32, -3.0..19.0);
+    while pairs.len() < 40 {
+        let n = rng.gen_range(-600_000i32..600_000) as f64;
+        pairs.push((n * std::f64::consts::FRAC_PI_2, 1.0));
+    }
+    random_up_to(&mut rng, &mut pairs, 48, 20.5..60.0);
+    random_up_to(&mut rng, &mut pairs, MAP_LEN, -3.0..40.0);
+    assert_map_in_lanes_agrees("sin", |x| x.sin(), &pairs, false);
+    assert_map_in_lanes_agrees("cos", |x| x.cos(), &pairs, false);
+}
+
+/// The ops that call a formula of ours with a table or a branch to libm (`softplus` and
+/// `log1p`, whose table lookups are lane by lane; `sin`, `cos`, libm's beyond 2^20)
 /// and those built of selects (`abs`, `min`, `max`) or an instruction (`sqrt`): a map of
 /// `op(x_i / y_i)` over 64 inputs, in lanes where loops are recovered, on values from every
 /// range that is special to one of them (signed zeros, subnormals, where softplus turns

@@ -354,8 +354,8 @@ impl TapeInterp {
                 }),
                 Kind::Log1p => unary!(|x| tapejit::op::log1p(x)),
                 Kind::Abs => unary!(|x| abs(x)),
-                Kind::Sin => unary!(|x| x.sin()),
-                Kind::Cos => unary!(|x| x.cos()),
+                Kind::Sin => unary!(|x| tapejit::op::sin(x)),
+                Kind::Cos => unary!(|x| tapejit::op::cos(x)),
                 Kind::Sqrt => unary!(|x| sqrt(x)),
                 Kind::Sum => {
                     let n = unsafe { *sum_lens.get_unchecked(s) } as usize;
@@ -471,8 +471,8 @@ impl TapeInterp {
                     let below = if 0.0 > x { -1.0 } else { 0.0 };
                     (if x > 0.0 { 1.0 } else { below }) * g
                 }),
-                Kind::Sin => unary!(|x| x.cos() * g),
-                Kind::Cos => unary!(|x| -x.sin() * g),
+                Kind::Sin => unary!(|x| tapejit::op::cos(x) * g),
+                Kind::Cos => unary!(|x| -tapejit::op::sin(x) * g),
                 Kind::Sqrt => unary!(|_x| (0.5 / out) * g),
                 Kind::Sum => {
                     s -= 1;

@@ -736,8 +736,8 @@ impl Tier1 {
                     }),
                     Kind::Log1p => un!(|x| tapejit::op::log1p(x)),
                     Kind::Abs => un!(|x| abs(x)),
-                    Kind::Sin => un!(|x| x.sin()),
-                    Kind::Cos => un!(|x| x.cos()),
+                    Kind::Sin => un!(|x| tapejit::op::sin(x)),
+                    Kind::Cos => un!(|x| tapejit::op::cos(x)),
                     Kind::Sqrt => un!(|x| sqrt(x)),
                     Kind::Sum => {
                         for j in s..e {
@@ -860,8 +860,8 @@ impl Tier1 {
                         let below = if 0.0 > x { -1.0 } else { 0.0 };
                         (if x > 0.0 { 1.0 } else { below }) * g
                     }),
-                    Kind::Sin => un!(|x, _out, g| x.cos() * g),
-                    Kind::Cos => un!(|x, _out, g| -x.sin() * g),
+                    Kind::Sin => un!(|x, _out, g| tapejit::op::cos(x) * g),
+                    Kind::Cos => un!(|x, _out, g| -tapejit::op::sin(x) * g),
                     Kind::Sqrt => un!(|_x, out, g| (0.5 / out) * g),
                     Kind::Sum => {
                         for j in (s..e).rev() {

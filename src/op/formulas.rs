@@ -464,7 +464,7 @@ fn reduce<A: Arith>(ar: &mut A, y: A::V) -> Reduced<A::V> {
 /// `c[i] + c[i+1] x`, then pairs of those with `x^2`, `x^4`, ...: a chain of fused
 /// multiply-adds as long as the logarithm of the degree, where Horner's is the degree.
 #[inline(always)]
-fn estrin<A: Arith, const N: usize>(ar: &mut A, x: A::V, c: &[u64; N]) -> A::V {
+pub(super) fn estrin<A: Arith, const N: usize>(ar: &mut A, x: A::V, c: &[u64; N]) -> A::V {
     const { assert!(N >= 1 && N <= 16, "four levels") };
     let mut terms: [A::V; N] = std::array::from_fn(|i| ar.constant(f64::from_bits(c[i])));
     let (mut len, mut power) = (N, x);
