@@ -14,6 +14,7 @@ Needs the Python package built (`bash scripts/test` builds it into .venv) and mp
     .venv/bin/python scripts/ulp-error.py log1p 1000000
     .venv/bin/python scripts/ulp-error.py sin 1000000
     .venv/bin/python scripts/ulp-error.py cos 1000000
+    .venv/bin/python scripts/ulp-error.py pow 1000000        # x ** c for constants c of every kind
 
 tapejit's numbers are the interpreter's (`Value(x).exp().data`), which every backend gives.
 """
@@ -77,6 +78,25 @@ def points(name, n):
                 lo, hi = ranges[i % 5]
                 xs.append(rng.uniform(lo, hi))
         return [x for x in xs[:n] if x > -1]
+    if name == "pow":
+        # (x, c): exponents of every kind (odd, even, non-integral, either sign, small and
+        # large), bases over the range where the power is finite and non-zero, near 1, and
+        # negative ones for integral exponents.
+        exponents = [3.0, -3.0, 4.0, -2.0, 2.5, -0.75, 1 / 3, 0.25, 7.0, 1.1, -5.0, 1e-3, 151.0,
+                     -40.5, 1.5, 0.1]
+        pairs = [(2.0, 3.0), (3.0, 3.0), (10.0, 2.5), (0.5, 1.1), (1.0 + 2.0**-52, 1e3)]
+        while len(pairs) < n:
+            i = len(pairs)
+            c = exponents[i % len(exponents)]
+            bound = min(1000.0 / abs(c), 1000.0)
+            x = 2.0 ** rng.uniform(-bound, bound) if i % 3 else rng.uniform(0.9, 1.1)
+            if i % 7 == 0:
+                # Results subnormal, or overflowing.
+                x = 2.0 ** rng.uniform(-min(1080 / abs(c), 1074), min(1030 / abs(c), 1023))
+            if c == int(c) and rng.random() < 0.5:
+                x = -x
+            pairs.append((x, c))
+        return pairs[:n]
     if name in ("sin", "cos"):
         # Every range the reduction covers (up to 2^20), points within a few ULP of multiples
         # of pi/2 (where it cancels), tiny arguments, and beyond 2^20 (libm's, as a check).
@@ -145,22 +165,26 @@ def main():
         "log1p": lambda x: Value(x).log1p().data,
         "sin": lambda x: Value(x).sin().data,
         "cos": lambda x: Value(x).cos().data,
+        "pow": lambda x, c: (Value(x) ** c).data,
     }[name]
     libm = {"exp": math.exp, "tanh": math.tanh, "pow-1.5": lambda x: math.pow(x, -1.5),
-            "log": math.log, "log1p": math.log1p, "sin": math.sin, "cos": math.cos}[name]
+            "log": math.log, "log1p": math.log1p, "sin": math.sin, "cos": math.cos,
+            "pow": math.pow}[name]
     true_fn = {"exp": mp.exp, "tanh": mp.tanh, "pow-1.5": lambda x: x ** mp.mpf(-1.5),
-               "log": mp.log, "log1p": mp.log1p, "sin": mp.sin, "cos": mp.cos}[name]
+               "log": mp.log, "log1p": mp.log1p, "sin": mp.sin, "cos": mp.cos,
+               "pow": lambda x, c: mp.power(x, mp.mpf(c))}[name]
     # Per function: max error, its x, total, not correctly rounded, max over normal results.
     stats = {who: [mp.mpf(0), None, mp.mpf(0), 0, mp.mpf(0)] for who in ("tapejit", "libm")}
     smallest_normal = mp.mpf(2) ** -1022
     for x in points(name, n):
-        true = true_fn(mp.mpf(x))
+        args = x if isinstance(x, tuple) else (x,)
+        true = true_fn(mp.mpf(args[0]), *args[1:])
         rounded = float(true)
         for who, f in (("tapejit", ours), ("libm", libm)):
             try:
-                got = f(x)
+                got = f(*args)
             except OverflowError:
-                got = math.inf
+                got = math.copysign(math.inf, true)
             err = ulp_error(got, true)
             s = stats[who]
             s[2] += err

@@ -8,11 +8,14 @@
 
 mod formulas;
 mod log_table;
+mod power;
 mod reads;
 mod trig;
 
 pub(crate) use formulas::{pow2, ROUNDER};
 pub use reads::BackwardReads;
+
+use power::{power, sqrt, sqrt_derivative};
 
 /// The scalar operations a backend must provide to evaluate ops.
 ///
@@ -57,6 +60,7 @@ pub trait Arith {
     /// [`Arith::select_gt_with`] of two long computations: a backend of vector lanes may
     /// compute only the case every lane takes, where they agree (each lane's result is the
     /// same), and both otherwise. The same result on every backend.
+    #[inline(always)]
     fn branch_gt_with(
         &mut self,
         a: Self::V,
@@ -600,7 +604,7 @@ pub enum Domain {
 /// agree bit for bit and LLVM cannot recognize and rewrite them (it would turn `pow(x, 2.0)`
 /// into `x * x`, which can differ in the last bit; where an op wants `x * x` it says so
 /// itself, for both backends: see `power`). Those that are [`Arith`] formulas of ours
-/// ([`MathFn::formula`]: `tanh`, `exp`, `log`, `log1p`, `sin`, `cos`) the JIT's vector code computes inline, every lane at once;
+/// ([`MathFn::formula`]: `tanh`, `exp`, `log`, `log1p`, `pow`, `sin`, `cos`) the JIT's vector code computes inline, every lane at once;
 /// the others are libm's. A new function is one variant and one arm in each `match` below;
 /// `MathFn::iter()` lists them all.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, strum::EnumIter)]
@@ -608,7 +612,8 @@ pub enum MathFn {
     Exp,
     Log,
     Tanh,
-    /// `pow(x, c)`.
+    /// `x^c` for a positive finite `x` and a finite `c` (`Op::Powf`'s core: the special
+    /// values are built around it).
     Pow,
     /// The IEEE square root.
     Sqrt,
@@ -681,11 +686,10 @@ impl MathFn {
     /// intrinsic nor a formula of ours: what exported code calls.
     pub fn libm(self) -> Option<&'static str> {
         match self {
-            MathFn::Pow => Some("pow"),
             MathFn::LibmSin => Some("sin"),
             MathFn::LibmCos => Some("cos"),
             MathFn::Exp | MathFn::Log | MathFn::Log1p | MathFn::Tanh | MathFn::Sqrt => None,
-            MathFn::Sin | MathFn::Cos => None,
+            MathFn::Sin | MathFn::Cos | MathFn::Pow => None,
         }
     }
 
@@ -697,6 +701,7 @@ impl MathFn {
             (MathFn::Exp, &[x]) => Some(formulas::exp(ar, x)),
             (MathFn::Log, &[x]) => Some(formulas::log(ar, x)),
             (MathFn::Log1p, &[x]) => Some(formulas::log1p(ar, x)),
+            (MathFn::Pow, &[x, y]) => Some(formulas::pow(ar, x, y)),
             (MathFn::Sin, &[x]) => Some(trig::sin(ar, x)),
             (MathFn::Cos, &[x]) => Some(trig::cos(ar, x)),
             _ => None,
@@ -748,6 +753,13 @@ pub fn exp(x: f64) -> f64 {
     formulas::exp(&mut F64, x)
 }
 
+/// `a^c` as [`Op::Powf`]`(c)` computes it on every backend (exact where IEEE arithmetic is,
+/// formulas of ours elsewhere, C's special values; docs/numerics.md), for code that wants
+/// the very same numbers, such as hand-written yardsticks.
+pub fn powf(a: f64, c: f64) -> f64 {
+    power(&mut F64, a, c)
+}
+
 /// `a^-1.5` as [`Op::Powf`]`(-1.5)` computes it on every backend (a formula of ours,
 /// correctly rounded but for some subnormal results, docs/numerics.md), for code that wants
 /// the very same numbers, such as hand-written yardsticks.
@@ -778,7 +790,7 @@ mod math {
         super::tanh(x)
     }
     pub extern "C" fn pow(x: f64, c: f64) -> f64 {
-        x.powf(c)
+        super::formulas::pow(&mut super::F64, x, c)
     }
     pub extern "C" fn sqrt(x: f64) -> f64 {
         x.sqrt()
@@ -798,57 +810,6 @@ mod math {
     pub extern "C" fn libm_cos(x: f64) -> f64 {
         x.cos()
     }
-}
-
-/// `a^c` for a constant `c`: the correctly rounded power, as IEEE arithmetic computes it
-/// exactly where it can (`c` = 0, 1, 2, -1, 1/2: a constant, `a`, `a * a`, `1 / a`, the
-/// square root); at `c = -3/2` (gravity's) a formula of ours within 1 ULP
-/// ([`formulas::pow_minus_three_halves`], inline in vector lanes); libm's `pow` for any
-/// other `c`. On the special values the results are
-/// `pow`'s (C99 Annex F): `a^0 = 1` for every `a`, `(-0)^(1/2) = +0`, `(-inf)^(1/2) = +inf`.
-/// `pow` itself is correctly rounded but in rare cases (glibc bounds its error by 0.52 ULP,
-/// not 0.5), where these are the exact ones; and they cost a multiply or a square root
-/// instead of a call of a few dozen nanoseconds (micrograd's MSE squares every error, a
-/// spring's length is a square root). Both backends compute it through this function.
-fn power<A: Arith>(ar: &mut A, a: A::V, c: f64) -> A::V {
-    if c == 0.0 {
-        ar.constant(1.0)
-    } else if c == 1.0 {
-        a
-    } else if c == 2.0 {
-        ar.mul(a, a)
-    } else if c == -1.0 {
-        let one = ar.constant(1.0);
-        ar.div(one, a)
-    } else if c == 0.5 {
-        sqrt(ar, a)
-    } else if c == -1.5 {
-        formulas::pow_minus_three_halves(ar, a)
-    } else {
-        let c = ar.constant(c);
-        ar.call(MathFn::Pow, &[a, c])
-    }
-}
-
-/// `a^(1/2)` as `pow` gives it: the IEEE square root but at `-0` and `-inf`. [`Op::Sqrt`]
-/// and [`Op::Powf`]`(0.5)` both compute it.
-fn sqrt<A: Arith>(ar: &mut A, a: A::V) -> A::V {
-    // sqrt(-0) is -0 where pow gives +0: adding +0 turns -0 into +0 and leaves every other
-    // result (a NaN's payload too) as it is. sqrt(-inf) is NaN where pow gives +inf: only
-    // -inf lies below -f64::MAX.
-    let root = ar.call(MathFn::Sqrt, &[a]);
-    let zero = ar.constant(0.0);
-    let root = ar.add(root, zero);
-    let lowest = ar.constant(f64::MIN);
-    let inf = ar.constant(f64::INFINITY);
-    ar.select_gt(lowest, a, inf, root)
-}
-
-/// The derivative of [`sqrt`] from its value `out`: `0.5 / out`, as PyTorch writes it (see
-/// [`Op::local_grads`] of `Powf`).
-fn sqrt_derivative<A: Arith>(ar: &mut A, out: A::V) -> A::V {
-    let half = ar.constant(0.5);
-    ar.div(half, out)
 }
 
 /// `1 / (1 + e^-x)`: [`Op::Sigmoid`], and [`Op::Softplus`]'s derivative.
@@ -905,6 +866,7 @@ impl Arith for F64 {
             otherwise
         }
     }
+    #[inline(always)]
     fn select_gt_with(
         &mut self,
         a: f64,

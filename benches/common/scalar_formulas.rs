@@ -39,24 +39,11 @@ pub fn sqrt(x: f64) -> f64 {
     }
 }
 
-/// `a^c` as `op.rs`'s `power` computes it: exact where IEEE arithmetic is, our formula at
-/// -1.5, libm's `pow` elsewhere.
+/// `a^c` as `op.rs`'s `power` computes it (tapejit's own function: exact where IEEE
+/// arithmetic is, formulas of ours elsewhere).
+#[inline(always)]
 pub fn power(a: f64, c: f64) -> f64 {
-    if c == 0.0 {
-        1.0
-    } else if c == 1.0 {
-        a
-    } else if c == 2.0 {
-        a * a
-    } else if c == -1.0 {
-        1.0 / a
-    } else if c == 0.5 {
-        sqrt(a)
-    } else if c == -1.5 {
-        tapejit::op::pow_minus_three_halves(a)
-    } else {
-        a.powf(c)
-    }
+    tapejit::op::powf(a, c)
 }
 
 /// `d(a^c)/da` as `op.rs` computes it from `a` and the value `out`: `c * a^(c-1)`, but

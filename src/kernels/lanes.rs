@@ -1,6 +1,6 @@
 //! [`Lanes`]: [`Arith`] on `LANES` operations of one run at once, each lane the very IEEE
 //! operations [`F64`](crate::op::F64) performs on one, so the bits are the interpreter's.
-//! What it buys is the math formulas of ours ([`MathFn::formula`]: `tanh`, `exp`, `log`, `log1p`, `sin`, `cos`), which become
+//! What it buys is the math formulas of ours ([`MathFn::formula`]: `tanh`, `exp`, `log`, `log1p`, `pow`, `sin`, `cos`), which become
 //! vector instructions (target-cpu=native: four or eight `f64` per instruction) where one
 //! value at a time they are a long chain of dependent fused multiply-adds; libm's functions
 //! are still called one lane at a time.
