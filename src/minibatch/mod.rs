@@ -195,7 +195,8 @@ fn train_prepared<B: Replicas + ?Sized>(
             for c in (w * per..(w + 1) * per).take_while(|&c| c < chunks) {
                 let samples = c * CHUNK..((c + 1) * CHUNK).min(m);
                 let x = numbers(minibatch, samples.clone(), &mut converted);
-                if !all_finite(x) {
+                // (Converted samples were checked before the first step.)
+                if minibatch.as_numbers().is_some() && !all_finite(x) {
                     non_finite.fetch_min(first + samples.start, Ordering::Relaxed);
                     break;
                 }
@@ -380,26 +381,28 @@ fn step(
     const BLOCK: usize = 256;
     let (m, scale) = (m as f64, update.lr / m as f64);
     let mut finite = true;
-    let mut g = [0.0; BLOCK];
+    let mut total = [0.0; BLOCK];
     let mut g_mean = [0.0; BLOCK];
     for start in range.clone().step_by(BLOCK) {
         let end = (start + BLOCK).min(range.end);
-        let g = &mut g[..end - start];
-        match sums {
-            [only] => g.copy_from_slice(&only[start..end]),
-            [first, second, ..] => {
+        // (One sum is read where it lies: the stages' rows have one.)
+        let g: &[f64] = match sums {
+            [only] => &only[start..end],
+            [first, second, rest @ ..] => {
+                let total = &mut total[..end - start];
                 let (first, second) = (&first[start..end], &second[start..end]);
-                for ((g, a), b) in g.iter_mut().zip(first).zip(second) {
+                for ((g, a), b) in total.iter_mut().zip(first).zip(second) {
                     *g = a + b;
                 }
+                for sum in rest {
+                    for (g, x) in total.iter_mut().zip(&sum[start..end]) {
+                        *g += x;
+                    }
+                }
+                total
             }
             [] => unreachable!("a minibatch has a chunk"),
-        }
-        for sum in sums.iter().skip(2) {
-            for (g, x) in g.iter_mut().zip(&sum[start..end]) {
-                *g += x;
-            }
-        }
+        };
         let at = start - range.start..end - range.start;
         let g_mean = &mut g_mean[..end - start];
         if update.optimizer.is_some() || mean.is_some() {

@@ -306,8 +306,8 @@ pub(super) fn train<B: Replicas + ?Sized>(
                 let done = stages.head(sample(s), ahead, rows.clone(), start);
                 partial[w].put(s, generation, done);
                 // Each thread checks the inputs it read (in cache now), the chunk's owner
-                // the rest of them.
-                if !all_finite(&sample(s)[split.first_input..][rows.clone()]) {
+                // the rest of them. (Converted samples were checked before the first step.)
+                if stored && !all_finite(&sample(s)[split.first_input..][rows.clone()]) {
                     non_finite.fetch_min(first + s / CHUNK * CHUNK, Ordering::Relaxed);
                 }
             }
@@ -315,7 +315,7 @@ pub(super) fn train<B: Replicas + ?Sized>(
                 let in_chunk = c * CHUNK..((c + 1) * CHUNK).min(m);
                 let read = split.first_input..split.first_input + split.rows;
                 let unread = |s| [&sample(s)[..read.start], &sample(s)[read.end..]];
-                if !in_chunk.clone().flat_map(unread).all(all_finite) {
+                if stored && !in_chunk.clone().flat_map(unread).all(all_finite) {
                     non_finite.fetch_min(first + in_chunk.start, Ordering::Relaxed);
                 }
                 // (The minibatch stops at the barrier; every chunk's inputs are checked.)
