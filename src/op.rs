@@ -695,6 +695,7 @@ impl MathFn {
 
     /// Its value on `args` computed by `ar`, if it is an [`Arith`] formula (the very
     /// operations its compiled function performs; `None` for libm's).
+    #[inline(always)]
     pub fn formula<A: Arith>(self, ar: &mut A, args: &[A::V]) -> Option<A::V> {
         match (self, args) {
             (MathFn::Tanh, &[x]) => Some(formulas::tanh(ar, x)),
@@ -708,7 +709,9 @@ impl MathFn {
         }
     }
 
-    /// Calls it on `args` ([`MathFn::arity`] of them; missing ones read as NaN).
+    /// Calls it on `args` ([`MathFn::arity`] of them; missing ones read as NaN). Out of line:
+    /// the formulas inlined into the interpreter's loop made its every op slower.
+    #[inline(never)]
     pub fn eval(self, args: &[f64]) -> f64 {
         let arg = |i: usize| args.get(i).copied().unwrap_or(f64::NAN);
         match self {
@@ -813,6 +816,7 @@ mod math {
 }
 
 /// `1 / (1 + e^-x)`: [`Op::Sigmoid`], and [`Op::Softplus`]'s derivative.
+#[inline(always)]
 fn sigmoid<A: Arith>(ar: &mut A, x: A::V) -> A::V {
     let minus_x = ar.neg(x);
     let e = ar.call(MathFn::Exp, &[minus_x]);
