@@ -681,6 +681,19 @@ fn tanh_in_vector_lanes_is_the_interpreters_on_every_kind_of_input() {
     assert_map_in_lanes_agrees("tanh", |x| x.tanh(), &pairs, true);
 }
 
+/// `pairs` with each pair whose quotient is no finite number divided by 1 instead.
+fn finite_quotients(pairs: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    (pairs.iter())
+        .map(|&(x, y)| {
+            if (x / y).is_finite() {
+                (x, y)
+            } else {
+                (x, 1.0)
+            }
+        })
+        .collect()
+}
+
 /// How many inputs a map of [`assert_map_in_lanes_agrees`] has.
 const MAP_LEN: usize = 64;
 
@@ -707,16 +720,7 @@ fn assert_map_in_lanes_agrees(
         let inputs = pairs.iter().map(|p| p.0).chain(pairs.iter().map(|p| p.1));
         Action::SetInputs(inputs.collect())
     };
-    // (The pairs whose quotient is no finite number divided by 1 instead.)
-    let finite: Vec<(f64, f64)> = (pairs.iter())
-        .map(|&(x, y)| {
-            if (x / y).is_finite() {
-                (x, y)
-            } else {
-                (x, 1.0)
-            }
-        })
-        .collect();
+    let finite = finite_quotients(pairs);
     let for_grads = if nan_grads_exact { pairs } else { &finite };
     let script = [
         inputs(pairs),
@@ -958,17 +962,7 @@ fn new_ops_in_vector_lanes_are_the_interpreters_on_every_kind_of_input() {
             .chain(pairs.iter().map(|p| p.1))
             .collect()
     };
-    // The pairs whose quotient is no finite number, divided by 1 instead.
-    let finite: Vec<(f64, f64)> = pairs
-        .iter()
-        .map(|&(x, y)| {
-            if (x / y).is_finite() {
-                (x, y)
-            } else {
-                (x, 1.0)
-            }
-        })
-        .collect();
+    let finite = finite_quotients(&pairs);
     let script = [
         Action::SetInputs(inputs(&pairs)),
         Action::Forward,

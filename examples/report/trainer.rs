@@ -1,6 +1,6 @@
 //! The trainer end to end (issue #41): what `examples/mnist.rs` times, one epoch per run
-//! (`common/epoch.rs`: the samples shuffled, staged and converted on a second thread while
-//! the program trains), by per-sample SGD, per-sample Adam and minibatches of 32 on one
+//! (`common/epoch.rs`: the dataset's bytes and a shuffled order handed to `train_from`,
+//! which converts each chunk where it trains on it), by per-sample SGD, per-sample Adam and minibatches of 32 on one
 //! thread and on every core; beside the hand-written C of `../shared/baselines`
 //! (`handc_sparse.c`, which skips zero pixels as `train` does, and the dense `handc.c`),
 //! built with `cc -O3 -march=native` and run in the same sitting, the rows taking turns.
@@ -307,9 +307,9 @@ fn table(runs: &[Run], cs: &[C], per_sample: usize, cores: usize) -> String {
         "\nEach run builds the classifier (784-50-10, seed 0) and compiles it at O2 as \
          `examples/mnist.rs` does (native code, what `train` and minibatches run compiled \
          with the rest: `compile_ahead`; untimed), then trains one epoch as it does, timed from \
-         the first staged sample to the last update: the samples shuffled (seed 1), each \
-         batch's pixels converted to `f64` on a second thread while the previous batch \
-         trains. The C's clock is its own: it converts every pixel before it starts, and \
+         the epoch's start to the last update: the dataset's bytes and a shuffled order (seed 1) \
+         handed to `train_from` / `train_minibatches_from`, which convert the samples where \
+         they train on them (minibatch threads each the inputs they read). The C's clock is its own: it converts every pixel before it starts, and \
          trains in file order; its mean is its epoch's time per sample.",
     );
     if let (Some(one), Some(all)) = (minibatch(1), minibatch(cores)) {
