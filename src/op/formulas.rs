@@ -131,9 +131,7 @@ fn exp_of_sum<A: Arith>(ar: &mut A, x: A::V, lo: Option<A::V>) -> A::V {
                 Some(lo) => ar.mul_add(minus_k, ln2_lo, lo),
             };
             let p = ar.mul(r2, series);
-            let s = ar.add(one, r_hi);
-            let t = ar.sub(one, s);
-            let t = ar.add(t, r_hi);
+            let (s, t) = fast_two_sum(ar, one, r_hi);
             let rest = ar.add(r_lo, p);
             let tail = ar.add(t, rest);
             let e_r = ar.add(s, tail);
@@ -351,9 +349,7 @@ fn log_far_parts<A: Arith>(ar: &mut A, x: A::V, c: Option<A::V>) -> (A::V, A::V)
     let w = ar.add(a, logc_hi);
     let w_back = ar.sub(w, a);
     let w_err = ar.sub(logc_hi, w_back);
-    let hi = ar.add(w, r);
-    let hi_back = ar.sub(w, hi);
-    let hi_err = ar.add(hi_back, r);
+    let (hi, hi_err) = fast_two_sum(ar, w, r);
     let k_lo = ar.mul_add(k, ln2_lo, logc_lo);
     let errs = ar.add(hi_err, w_err);
     let mut lo = ar.add(errs, k_lo);
@@ -411,9 +407,7 @@ fn log_near_one_parts<A: Arith>(ar: &mut A, r: A::V) -> (A::V, A::V) {
     let p = ar.mul(h, r);
     let minus_p = ar.neg(p);
     let p_err = ar.mul_add(h, r, minus_p);
-    let hi = ar.add(r, p);
-    let hi_back = ar.sub(r, hi);
-    let hi_err = ar.add(hi_back, p);
+    let (hi, hi_err) = fast_two_sum(ar, r, p);
     let lo = ar.add(hi_err, p_err);
     let r2 = ar.mul(r, r);
     let r3 = ar.mul(r2, r);
@@ -455,14 +449,35 @@ pub fn pow<A: Arith>(ar: &mut A, x: A::V, y: A::V) -> A::V {
 /// as the rounded product plus the rest (one fused multiply-add each), [`exp_of_sum`] of it.
 #[inline(always)]
 fn exp_of_product<A: Arith>(ar: &mut A, y: A::V, hi: A::V, tail: A::V) -> A::V {
-    let h = ar.add(hi, tail);
-    let back = ar.sub(hi, h);
-    let t = ar.add(back, tail);
+    let (h, t) = fast_two_sum(ar, hi, tail);
     let p = ar.mul(y, h);
     let minus_p = ar.neg(p);
     let p_err = ar.mul_add(y, h, minus_p);
     let lo = ar.mul_add(y, t, p_err);
     exp_of_sum(ar, p, Some(lo))
+}
+
+/// `a + b` as the rounded sum `s` and its rounding error `(a - s) + b`, exact where
+/// `|a| >= |b|` (Dekker's fast two-sum; Knuth's [`two_sum`] for any magnitudes).
+#[inline(always)]
+pub(super) fn fast_two_sum<A: Arith>(ar: &mut A, a: A::V, b: A::V) -> (A::V, A::V) {
+    let s = ar.add(a, b);
+    let back = ar.sub(a, s);
+    let err = ar.add(back, b);
+    (s, err)
+}
+
+/// `a + b` as the rounded sum and its rounding error, exactly, whatever their magnitudes
+/// (Knuth's two-sum).
+#[inline(always)]
+pub(super) fn two_sum<A: Arith>(ar: &mut A, a: A::V, b: A::V) -> (A::V, A::V) {
+    let s = ar.add(a, b);
+    let b_virtual = ar.sub(s, a);
+    let a_virtual = ar.sub(s, b_virtual);
+    let b_err = ar.sub(b, b_virtual);
+    let a_err = ar.sub(a, a_virtual);
+    let err = ar.add(a_err, b_err);
+    (s, err)
 }
 
 /// 2^52, which scales a subnormal into the normals exactly.

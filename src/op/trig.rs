@@ -9,7 +9,7 @@
 //! would need more pieces, libm's `sin` and `cos` ([`MathFn::LibmSin`], `LibmCos`), as a
 //! branch: vector code calls them only for lanes that have such an `x` (and NaN, infinities).
 
-use super::formulas::{estrin, ROUNDER};
+use super::formulas::{estrin, fast_two_sum, two_sum, ROUNDER};
 use super::{Arith, MathFn};
 
 /// `|x|` below which the formulas reduce `x` themselves: `n < 2^20`, so `n` times each piece
@@ -82,9 +82,7 @@ fn reduced<A: Arith>(ar: &mut A, x: A::V, quarter: f64) -> A::V {
     let c = ar.mul(minus_n, p3t);
     let lo = ar.add(e, e2);
     let lo = ar.add(lo, c);
-    let r_hi = ar.add(s, lo);
-    let r_lo = ar.sub(s, r_hi);
-    let r_lo = ar.add(r_lo, lo);
+    let (r_hi, r_lo) = fast_two_sum(ar, s, lo);
     // q = m mod 4 for m = n + quarter: m - 4 floor(m/4), the floor the nearest integer to
     // m/4 - 3/8 (m/4's fraction is a multiple of 1/4: no ties); odd = q mod 2 alike.
     let quarter = ar.constant(quarter);
@@ -166,19 +164,6 @@ fn cos_kernel<A: Arith>(ar: &mut A, hi: A::V, lo: A::V) -> A::V {
     let tail = ar.mul_add(zz, c, minus_correction);
     let tail = ar.add(e, tail);
     ar.add(w, tail)
-}
-
-/// `a + b` as the rounded sum and its rounding error, exactly, whatever their magnitudes
-/// (Knuth's two-sum).
-#[inline(always)]
-fn two_sum<A: Arith>(ar: &mut A, a: A::V, b: A::V) -> (A::V, A::V) {
-    let s = ar.add(a, b);
-    let b_virtual = ar.sub(s, a);
-    let a_virtual = ar.sub(s, b_virtual);
-    let b_err = ar.sub(b, b_virtual);
-    let a_err = ar.sub(a, a_virtual);
-    let err = ar.add(a_err, b_err);
-    (s, err)
 }
 
 /// 2/pi rounded, and pi/2 as `PIO2_1 + PIO2_2 + PIO2_3 + PIO2_3T` (fdlibm's pieces: the
