@@ -549,6 +549,10 @@ pub(crate) trait PerOp {
 impl Op {
     /// `per_op.run` specialized to this op's variant (its field, if any, a runtime value).
     /// The one `match` outside the formulas that lists every op: a new op adds its arm here.
+    /// Inline in its caller's loop (the first tier's loop over runs): a call per run, its
+    /// registers saved and restored, cost the irregular graphs of `examples/tier1_bench`
+    /// 10-20% of their time, where most runs hold one or two operations.
+    #[inline(always)]
     pub(crate) fn specialize<P: PerOp>(self, per_op: P) -> P::Out {
         match self {
             Op::Input(n) => per_op.run(move || Op::Input(n)),
