@@ -164,15 +164,8 @@ impl<const PULLS: bool> PerOp for Backward<'_, PULLS> {
         // (Operands by the op's arity, as in forward: a sum's gathered. Only where the
         // derivative reads them: a sum's, a difference's is `g` or `-g` alone.)
         let reads = !op().derivative_ignores_operands();
-        let pulls = &k.pull[ops.start..ops.end + 1];
         let at = |j: usize| j - ops.start;
-        let grad = |grads: &mut [f64], j: usize| match PULLS {
-            true => {
-                let pulled = pulls[at(j)] as usize..pulls[at(j) + 1] as usize;
-                finished_grad(grads, k.first_op + j, pulled)
-            }
-            false => grads[k.first_op + j],
-        };
+        let grad = |grads: &mut [f64], j: usize| op_grad::<PULLS>(k, grads, j);
         match op().arity() {
             Some(1) => {
                 let args = &k.args[fixed(k, &ops, 1)];
@@ -202,20 +195,48 @@ impl<const PULLS: bool> PerOp for Backward<'_, PULLS> {
                     op().local_grads_into(&mut F64, &x, out, g, &mut AddInto { grads, dst: d });
                 }
             }
-            _ => {
-                let mut inline = [0.0; INLINE];
-                for j in ops.clone().rev() {
-                    let g = grad(grads, j);
-                    let x = match reads {
-                        true => gather(k, values, j, &mut inline, wide),
-                        false => unread(k, j, &inline, wide),
-                    };
-                    let dst = &k.dst[k.arg_start[j] as usize..k.arg_start[j + 1] as usize];
-                    let out = values[k.first_op + j];
-                    op().local_grads_into(&mut F64, x, out, g, &mut AddInto { grads, dst });
-                }
-            }
+            _ => wide_backward::<PULLS>(op, k, values, grads, ops, wide),
         }
+    }
+}
+
+/// [`Backward`]'s run of an op of no fixed arity (a sum's), out of line: its loop over each
+/// operation's operands keeps its numbers in registers, where inside the loop over runs
+/// (which holds every op's loops) it reloaded them from the stack at every operand (the
+/// RNN's first tier, `examples/tier1_bench`: 150 against 164 us per iteration).
+#[inline(never)]
+fn wide_backward<const PULLS: bool>(
+    op: impl Fn() -> Op + Copy,
+    k: &Kernels,
+    values: &[f64],
+    grads: &mut [f64],
+    ops: Range<usize>,
+    wide: &mut Vec<f64>,
+) {
+    let reads = !op().derivative_ignores_operands();
+    let mut inline = [0.0; INLINE];
+    for j in ops.rev() {
+        let g = op_grad::<PULLS>(k, grads, j);
+        let x = match reads {
+            true => gather(k, values, j, &mut inline, wide),
+            false => unread(k, j, &inline, wide),
+        };
+        let dst = &k.dst[k.arg_start[j] as usize..k.arg_start[j + 1] as usize];
+        let out = values[k.first_op + j];
+        op().local_grads_into(&mut F64, x, out, g, &mut AddInto { grads, dst });
+    }
+}
+
+/// Operation `j`'s gradient, finished: with its pulled contributions where it has any
+/// (`PULLS`, as its run does).
+#[inline(always)]
+fn op_grad<const PULLS: bool>(k: &Kernels, grads: &mut [f64], j: usize) -> f64 {
+    match PULLS {
+        true => {
+            let pulled = k.pull[j] as usize..k.pull[j + 1] as usize;
+            finished_grad(grads, k.first_op + j, pulled)
+        }
+        false => grads[k.first_op + j],
     }
 }
 
