@@ -203,7 +203,7 @@ impl<const PULLS: bool> PerOp for Backward<'_, PULLS> {
 /// [`Backward`]'s run of an op of no fixed arity (a sum's), out of line: its loop over each
 /// operation's operands keeps its numbers in registers, where inside the loop over runs
 /// (which holds every op's loops) it reloaded them from the stack at every operand (the
-/// RNN's first tier, `examples/tier1_bench`: 150 against 164 us per iteration).
+/// RNN's first tier, `examples/tier1_bench`: 148 against 164 us per iteration).
 #[inline(never)]
 fn wide_backward<const PULLS: bool>(
     op: impl Fn() -> Op + Copy,

@@ -22,7 +22,7 @@
 //! it would otherwise wait at the barrier for the last thread (which starts its step 1 a
 //! sample behind it), so that after step 3 it starts the sums at once; the others convert
 //! theirs after step 3, while the first makes the first sums they need. (On 2 threads,
-//! minibatches of 32 on MNIST: 1.79-1.82x one thread against 1.75-1.79x when every thread
+//! minibatches of 32 on MNIST: 1.78-1.82x one thread against 1.76-1.79x when every thread
 //! converted after step 3.)
 //!
 //! Every number is added as `super::train` adds it: a sum over its steps in order, a
