@@ -21,7 +21,7 @@ use std::array::from_fn;
 use std::ops::Range;
 
 use super::lanes;
-use super::run::{finished_grad, AddInto};
+use super::run::{op_grad, AddInto};
 use super::Kernels;
 use crate::op::{GradSink, Op, F64};
 use crate::tape::{Slot, Tape};
@@ -432,7 +432,7 @@ fn softmax_backward<const N: usize>(
         let (mut ge, mut gt) = ([0.0; N], 0.0);
         for i in (0..N).rev() {
             let Some(y) = l.division(i) else { continue };
-            let g = finished_grad(grads, f + y, k.pull[y] as usize..k.pull[y + 1] as usize);
+            let g = op_grad::<true>(k, grads, y);
             let mut d = Local([0.0; 2]);
             Op::Div.local_grads_into(&mut F64, &[e[i], t], v(y), g, &mut d);
             ge[i] += d.0[0];

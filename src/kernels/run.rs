@@ -230,7 +230,7 @@ fn wide_backward<const PULLS: bool>(
 /// Operation `j`'s gradient, finished: with its pulled contributions where it has any
 /// (`PULLS`, as its run does).
 #[inline(always)]
-fn op_grad<const PULLS: bool>(k: &Kernels, grads: &mut [f64], j: usize) -> f64 {
+pub(super) fn op_grad<const PULLS: bool>(k: &Kernels, grads: &mut [f64], j: usize) -> f64 {
     match PULLS {
         true => {
             let pulled = k.pull[j] as usize..k.pull[j + 1] as usize;

@@ -190,9 +190,7 @@ fn train_prepared<B: Replicas + ?Sized>(
         let mut converted = Vec::new();
         for (n, minibatch) in minibatches.iter().enumerate() {
             let m = minibatch.len();
-            let chunks = m.div_ceil(CHUNK);
-            let per = chunks.div_ceil(workers);
-            for c in (w * per..(w + 1) * per).take_while(|&c| c < chunks) {
+            for c in chunks_of(w, m, workers) {
                 let samples = c * CHUNK..((c + 1) * CHUNK).min(m);
                 let x = numbers(minibatch, samples.clone(), &mut converted);
                 // (Converted samples were checked before the first step.)
@@ -209,7 +207,7 @@ fn train_prepared<B: Replicas + ?Sized>(
             if non_finite.load(Ordering::Relaxed) != usize::MAX {
                 break;
             }
-            let guards: Vec<_> = chunk_grads[..chunks].iter().map(read).collect();
+            let guards: Vec<_> = chunk_grads[..m.div_ceil(CHUNK)].iter().map(read).collect();
             let sums: Vec<&[f64]> = guards.iter().map(|g| &g[..]).collect();
             let last = n + 1 == minibatches.len();
             let mean = last.then_some(&mut *mean);
@@ -340,6 +338,14 @@ fn in_order(
         losses[i] = l;
     }
     Ok(losses)
+}
+
+/// The chunks (of [`CHUNK`] samples) worker `w` of `workers` takes of a minibatch of `m`
+/// samples: the same number to each, in order, the last workers' fewer.
+fn chunks_of(w: usize, m: usize, workers: usize) -> impl Iterator<Item = usize> + Clone {
+    let chunks = m.div_ceil(CHUNK);
+    let per = chunks.div_ceil(workers);
+    (w * per..(w + 1) * per).take_while(move |&c| c < chunks)
 }
 
 /// How many chunks the last minibatch has, and which of `workers` ran its last chunk (the

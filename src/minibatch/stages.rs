@@ -38,8 +38,8 @@ use std::sync::{Mutex, RwLock};
 
 use super::Update;
 use super::{
-    in_order, into_inner, keep, last_chunk, read, step, write, write_back, Shape, SpinBarrier,
-    CHUNK, SPINS,
+    chunks_of, in_order, into_inner, keep, last_chunk, read, step, write, write_back, Shape,
+    SpinBarrier, CHUNK, SPINS,
 };
 use super::{Replica, Replicas};
 use crate::aligned::AlignedBuf;
@@ -269,12 +269,6 @@ pub(super) fn train<B: Replicas + ?Sized>(
     // with one barrier per minibatch, a thread may check the next minibatch's inputs while
     // another still reads this one's verdict after the barrier.
     let non_finite = [AtomicUsize::new(usize::MAX), AtomicUsize::new(usize::MAX)];
-    // Thread `w`'s chunks of a minibatch of `m` samples (`rest`'s).
-    let mine = |w: usize, m: usize| {
-        let chunks = m.div_ceil(CHUNK);
-        let per = chunks.div_ceil(threads);
-        (w * per..(w + 1) * per).take_while(move |&c| c < chunks)
-    };
     let work = |w: usize, replica: &mut Box<dyn Replica + '_>| {
         let rows = bounds[w]..bounds[w + 1];
         let own = split.weights(rows.clone());
@@ -300,7 +294,7 @@ pub(super) fn train<B: Replicas + ?Sized>(
         ];
         let convert = |n: usize, into: &mut Vec<f64>| {
             let part = &minibatches[n];
-            let mine = mine(w, part.len());
+            let mine = chunks_of(w, part.len(), threads);
             convert_read(
                 part,
                 &split,
@@ -314,7 +308,7 @@ pub(super) fn train<B: Replicas + ?Sized>(
         }
         for (n, part) in minibatches.iter().enumerate() {
             let (generation, m) = (n + 1, part.len());
-            let mine = mine(w, m);
+            let mine = chunks_of(w, m, threads);
             let [even, odd] = &mut converted;
             let (this, next) = match converts_ahead && n % 2 == 1 {
                 true => (odd, even),
