@@ -96,8 +96,15 @@ fn dots_fuse_everywhere(tape: &Tape, nest: &Item) -> bool {
     let consumers = tape.consumers();
     first_copy
         .try_for_each_flat(&mut |item, js| match item {
+            // (A chained sum's links but the last live in registers as the products do.)
             Item::Dot(d)
                 if (d.products.out.slots_in(js, d.products.len))
+                    .chain(
+                        d.sum
+                            .links
+                            .iter()
+                            .flat_map(|l| l.slots_in(js, d.sum.tail_len - 1)),
+                    )
                     .any(|s| consumers.uses(s) != 1 || consumers.read_after_the_copies(s)) =>
             {
                 Err(())

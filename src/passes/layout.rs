@@ -82,6 +82,11 @@ pub fn apply(tape: Tape, schedule: Schedule) -> Result<(Tape, Schedule)> {
 fn unrolled_nodes(item: &Item) -> Option<(Item, Option<&SumLoop>)> {
     let (map, sum) = match item {
         Item::Map(m) => (m, None),
+        // A dot added one `+` at a time: its products and links, node after node.
+        Item::Dot(d) if d.sum.links.is_some() => {
+            let (first, last) = (d.products.out.at(0).0, d.sum.slot.at(0).0);
+            return Some((Item::Straight(first..last + 1), None));
+        }
         Item::Dot(d) => (&d.products, Some(&d.sum)),
         _ => return straight_line(item).map(|s| (s, None)),
     };

@@ -47,7 +47,10 @@ pub(super) fn recovered(tape: &Tape, range: Range<u32>) -> Vec<Item> {
             s += 1;
             continue;
         }
-        let (item, next) = if let Some(run) = map_run_at(tape, slot, range.end) {
+        let (item, next) = if let Some(chain) = chained_dot_at(tape, slot, range.end) {
+            let next = chain.sum.slot.at(0).0 + 1;
+            (Item::Dot(Box::new(chain)), next)
+        } else if let Some(run) = map_run_at(tape, slot, range.end) {
             let next = run.out.at(run.len - 1).0 + 1;
             (Item::Map(run), next)
         } else if let Some(sum) = sum_loop_at(tape, slot) {
@@ -142,6 +145,101 @@ fn sum_loop_at(tape: &Tape, s: Slot) -> Option<SumLoop> {
         needs_grad: tape.takes_grad(s),
         grad_first: tape.takes_grad(args.get(0)),
         grad_tail,
+        links: None,
+    })
+}
+
+/// A dot added up one `add` at a time from `s` on, if at least [`MIN_RUN`] long: `p_t =
+/// a(t) * b(t)` then `s_t = s_(t-1) + p_t` (`s_(-1)` a value from before, the sum's first
+/// term), node after node, the products' and the links' slots affine, each product and
+/// each link but the last read by the next link only (no other node, output or loss).
+/// The same additions in the same order as the links: as a [`DotLoop`] whose sum has
+/// [`SumLoop::links`], none of the products and links kept.
+fn chained_dot_at(tape: &Tape, s: Slot, end: u32) -> Option<DotLoop> {
+    let consumers = tape.consumers();
+    // Product `p` then its link, the next node: `(p, link, the link's first operand)`.
+    let pair = |p: Slot| -> Option<(Slot, Slot, Slot)> {
+        let link = next_node(tape, p, end)?;
+        let args = tape.args(link);
+        let fits = tape.op(p) == Op::Mul
+            && tape.op(link) == Op::Add
+            && args.get(1) == p
+            && consumers.uses(p) == 1
+            && tape.takes_grad(link) == tape.takes_grad(s);
+        fits.then(|| (p, link, args.get(0)))
+    };
+    let (_, link0, first) = pair(s)?;
+    // (A quick no for most nodes: the next product must continue the chain.)
+    let (p1, link1, from) = pair(next_node(tape, link0, end)?)?;
+    if from != link0 || first.0 >= s.0 {
+        return None;
+    }
+    let products = map_at(tape, &[s, p1])?;
+    let links = Affine::through(link0, link1);
+    let mut len = 2;
+    let mut last = link1;
+    while let Some(p) = next_node(tape, last, end) {
+        let Some((p, link, from)) = pair(p) else {
+            break;
+        };
+        let fits = from == last
+            && consumers.uses(last) == 1
+            && map_at(tape, &[s, p]).is_some()
+            && p == products.out.at(len)
+            && link == links.at(len)
+            && tape
+                .args(p)
+                .iter()
+                .zip(&products.args)
+                .all(|(a, f)| a == f.at(len));
+        if !fits {
+            break;
+        }
+        last = link;
+        len += 1;
+    }
+    if len < MIN_RUN {
+        return None;
+    }
+    let products = MapLoop { len, ..products };
+    let grad_tail = products.needs_grad;
+    Some(DotLoop {
+        sum: SumLoop {
+            slot: Affine::fixed(last),
+            first: Affine::fixed(first),
+            tail: products.out,
+            tail_len: len,
+            needs_grad: tape.takes_grad(last),
+            grad_first: tape.takes_grad(first),
+            grad_tail,
+            links: Some(links),
+        },
+        products,
+    })
+}
+
+/// Nodes `nodes` (at least two, one op, operands of one kind) as a map of that length, its
+/// slots through the first two.
+fn map_at(tape: &Tape, nodes: &[Slot]) -> Option<MapLoop> {
+    let (s, second) = (nodes[0], nodes[1]);
+    let same = |n: Slot| {
+        tape.op(n) == tape.op(s)
+            && tape.takes_grad(n) == tape.takes_grad(s)
+            && (tape.args(n).iter().zip(tape.args(s)))
+                .all(|(a, b)| tape.takes_grad(a) == tape.takes_grad(b))
+    };
+    if !nodes.iter().all(|&n| same(n)) {
+        return None;
+    }
+    Some(MapLoop {
+        op: tape.op(s),
+        out: Affine::through(s, second),
+        args: (tape.args(s).iter().zip(tape.args(second)))
+            .map(|(a, b)| Affine::through(a, b))
+            .collect(),
+        len: nodes.len() as u32,
+        needs_grad: tape.takes_grad(s),
+        grad_args: tape.args(s).iter().map(|a| tape.takes_grad(a)).collect(),
     })
 }
 

@@ -695,6 +695,7 @@ fn hash_shape(item: &Item, h: &mut impl Hasher) {
     }
     fn sum(s: &SumLoop, h: &mut impl Hasher) {
         (s.tail_len, s.needs_grad, s.grad_first, s.grad_tail).hash(h);
+        s.links.is_some().hash(h);
     }
     variant_tag(item).hash(h);
     match item {
@@ -725,6 +726,7 @@ fn same_shape(a: &Item, b: &Item) -> bool {
         x.tail_len == y.tail_len
             && x.needs_grad == y.needs_grad
             && (x.grad_first, x.grad_tail) == (y.grad_first, y.grad_tail)
+            && x.links.is_some() == y.links.is_some()
     };
     match (a, b) {
         (Item::Map(x), Item::Map(y)) => maps(x, y),

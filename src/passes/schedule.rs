@@ -177,6 +177,21 @@ pub struct SumLoop {
     /// Whether `first`, and the tail, take gradients (an input may not).
     pub grad_first: bool,
     pub grad_tail: bool,
+    /// Where the tape adds the terms one `add` at a time (`s = s + w * x`, micrograd's
+    /// `sum(..., b)`): the partial sum after term `t` at `links.at(t)`, the last being
+    /// `slot`; each read by the next link only, so the loop keeps them in registers and
+    /// their slots are not kept, as a dot's products are not. `None`: one n-ary `sum` node.
+    pub links: Option<Affine>,
+}
+
+impl SumLoop {
+    /// Tape nodes that compute the sum: its links, or the one `sum`.
+    pub fn nodes(&self) -> u32 {
+        match self.links {
+            Some(_) => self.tail_len,
+            None => 1,
+        }
+    }
 }
 
 /// A sum over products that nothing else reads, fused: `sum.slot = first + a(0) * b(0) +
@@ -362,8 +377,8 @@ impl Item {
         match self {
             Item::Straight(_) | Item::SumPart { .. } => 0,
             Item::Map(m) => m.len as usize,
-            Item::Sum(_) => 1,
-            Item::Dot(d) => d.products.len as usize + 1,
+            Item::Sum(s) => s.nodes() as usize,
+            Item::Dot(d) => d.products.len as usize + d.sum.nodes() as usize,
             Item::Nest(n) => n.count as usize * n.body.iter().map(Item::loop_nodes).sum::<usize>(),
         }
     }
@@ -520,6 +535,7 @@ impl Item {
             f(&s.slot);
             f(&s.first);
             f(&s.tail);
+            s.links.iter().for_each(&mut *f);
         };
         match self {
             Item::Map(m) => map(m, f),
@@ -550,6 +566,7 @@ impl Item {
             slot: f(s.slot, 1),
             first: f(s.first, 1),
             tail: f(s.tail, s.tail_len),
+            links: s.links.map(|l| f(l, s.tail_len)),
             ..*s
         };
         match self {

@@ -54,6 +54,12 @@ pub fn kept(tape: &Tape, items: &[Item], copies: Option<&CopiesRunAlike>) -> Per
                 for s in d.products.out.slots_in(js, d.products.len) {
                     kept.set(s.index(), false);
                 }
+                // A chained sum's links but the last (its slot) live in registers too.
+                if let Some(links) = d.sum.links {
+                    for s in links.slots_in(js, d.sum.tail_len - 1) {
+                        kept.set(s.index(), false);
+                    }
+                }
             }
             Ok::<(), ()>(())
         });

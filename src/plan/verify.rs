@@ -339,11 +339,33 @@ impl Coverage<'_> {
     fn sum(&mut self, s: &SumLoop, js: &[u32]) -> std::result::Result<(), String> {
         let first = s.first.at_levels(0, js);
         let tail = s.tail.in_repetition(js);
+        if s.links.is_some() {
+            return (0..s.tail_len).try_for_each(|t| self.link(s, js, t));
+        }
         let args = (0..s.tail_len + 1).map(|t| match t {
             0 => first,
             t => tail.at(t - 1),
         });
         self.node(s.slot.at_levels(0, js), Op::Sum, args)
+    }
+
+    /// Covers link `t` of the chained sum `s`: the partial sum before it (the first term
+    /// for link 0) plus tail term `t`; the last link is the sum's slot.
+    fn link(&mut self, s: &SumLoop, js: &[u32], t: u32) -> std::result::Result<(), String> {
+        let links = s.links.expect("a chained sum").in_repetition(js);
+        let before = match t {
+            0 => s.first.at_levels(0, js),
+            t => links.at(t - 1),
+        };
+        let last = t + 1 == s.tail_len;
+        if last && links.at(t) != s.slot.at_levels(0, js) {
+            return Err(format!(
+                "a chained sum's last link is not its slot {}",
+                links.at(t).0
+            ));
+        }
+        let term = s.tail.in_repetition(js).at(t);
+        self.node(links.at(t), Op::Add, [before, term].into_iter())
     }
 
     /// Covers `item` in repetition `js` of the nests around it.
@@ -382,6 +404,19 @@ impl Coverage<'_> {
             }
             Item::Map(m) => self.map(m, js),
             Item::Sum(s) => self.sum(s, js),
+            // A chained dot's nodes interleave: each product, then the link adding it.
+            Item::Dot(d) if d.sum.links.is_some() => {
+                let m = &d.products;
+                let (out, args) = (
+                    m.out.in_repetition(js),
+                    m.args.iter().map(|a| a.in_repetition(js)),
+                );
+                let args: Vec<Affine> = args.collect();
+                (0..m.len).try_for_each(|t| {
+                    self.node(out.at(t), m.op, args.iter().map(|a| a.at(t)))?;
+                    self.link(&d.sum, js, t)
+                })
+            }
             Item::Dot(d) => {
                 self.map(&d.products, js)?;
                 self.sum(&d.sum, js)
