@@ -465,9 +465,11 @@ fn into_inner(lock: RwLock<AlignedBuf>) -> AlignedBuf {
 
 /// A barrier for `n` threads that spins for a while (a step's threads arrive within
 /// microseconds of each other when each has a core) and then sleeps (when they do not, as
-/// on a busy machine, spinning would keep the late thread from running).
+/// on a busy machine, spinning would keep the late thread from running); with more
+/// threads than cores it sleeps at once ([`spins_for`]).
 struct SpinBarrier {
     n: usize,
+    spins: u32,
     arrived: AtomicUsize,
     generation: AtomicUsize,
     sleepers: Mutex<()>,
@@ -477,10 +479,23 @@ struct SpinBarrier {
 /// How many times a waiting thread looks before it sleeps (some tens of microseconds).
 const SPINS: u32 = 1 << 15;
 
+/// How many times a thread of `threads` looks before it sleeps or yields: [`SPINS`] while
+/// each has a core, none when there are more threads than cores (a spinning thread would
+/// hold the core the one it waits for needs: 16 threads on 2 cores ran 100 times slower
+/// than 2). Any thread count gives the same bits.
+fn spins_for(threads: usize) -> u32 {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    match threads <= cores {
+        true => SPINS,
+        false => 0,
+    }
+}
+
 impl SpinBarrier {
     fn new(n: usize) -> SpinBarrier {
         SpinBarrier {
             n,
+            spins: spins_for(n),
             arrived: AtomicUsize::new(0),
             generation: AtomicUsize::new(0),
             sleepers: Mutex::new(()),
@@ -499,7 +514,7 @@ impl SpinBarrier {
             self.wake.notify_all();
             return;
         }
-        for _ in 0..SPINS {
+        for _ in 0..self.spins {
             if self.generation.load(Ordering::Acquire) != generation {
                 return;
             }

@@ -168,7 +168,7 @@ fn exp_of_sum<A: Arith>(ar: &mut A, x: A::V, lo: Option<A::V>) -> A::V {
 /// the true value (docs/numerics.md). Operands beyond `2^+-600` are scaled by `4^-+300`
 /// first, so that `a sqrt(a)` neither overflows nor loses bits as a subnormal (the result
 /// scaled back by `2^+-900`, exactly or in its last rounding). The special values are C's
-/// `pow(a, -1.5)`: `+inf` at `+-0`, `+0` at `+inf`, NaN below 0, a NaN itself.
+/// `pow(a, -1.5)`: `+inf` at `+-0`, `+0` at `+-inf`, NaN below 0 otherwise, a NaN itself.
 #[inline(always)]
 pub fn pow_minus_three_halves<A: Arith>(ar: &mut A, a: A::V) -> A::V {
     let zero = ar.constant(0.0);
@@ -211,15 +211,17 @@ pub fn pow_minus_three_halves<A: Arith>(ar: &mut A, a: A::V) -> A::V {
             // (+inf: its square root's residual is NaN.)
             ar.select_gt(a, largest, zero, value)
         },
-        // +-0 (+inf), below 0 (NaN), NaN (itself).
+        // +-0 (+inf), -inf (+0), below 0 otherwise (NaN), NaN (itself).
         |ar| {
-            let (one, inf, nan) = (
+            let (one, inf, nan, lowest) = (
                 ar.constant(1.0),
                 ar.constant(f64::INFINITY),
                 ar.constant(f64::NAN),
+                ar.constant(f64::MIN),
             );
             let zero_or_nan = ar.select_gt(one, a, inf, a);
-            ar.select_gt(zero, a, nan, zero_or_nan)
+            let below = ar.select_gt(zero, a, nan, zero_or_nan);
+            ar.select_gt(lowest, a, zero, below)
         },
     )
 }
@@ -795,7 +797,9 @@ mod tests {
         same(1.0, 1.0);
         same(4.0, 0.125);
         same(0.25, 8.0);
-        for a in [-1.0, -5e-324, f64::NEG_INFINITY] {
+        // C's `pow(-inf, y)` for `y < 0` not an odd integer.
+        same(f64::NEG_INFINITY, 0.0);
+        for a in [-1.0, -5e-324, f64::MIN] {
             assert!(pow_minus_three_halves(a).is_nan(), "{a}^-1.5");
         }
         for bits in [f64::NAN.to_bits(), 0x7ff0_0000_dead_beef] {
