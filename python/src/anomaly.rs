@@ -32,13 +32,23 @@ pub fn set_detect_anomaly(on: bool) -> bool {
     was
 }
 
-/// Records where the value `serial` is being made (the mode is on).
-pub fn record(py: Python<'_>, serial: u64) {
+/// Records where the value `serial` is being made (the mode is on); whether it did (the
+/// value then [`forget`]s it when dropped, so the record holds the living values only).
+pub fn record(py: Python<'_>, serial: u64) -> bool {
     let Ok(site) = caller(py) else {
-        return;
+        return false;
     };
     let mut sites = SITES.lock().unwrap_or_else(|e| e.into_inner());
     sites.get_or_insert_with(HashMap::new).insert(serial, site);
+    true
+}
+
+/// Forgets where the value `serial` was made (it is being dropped).
+pub fn forget(serial: u64) {
+    let mut sites = SITES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(sites) = sites.as_mut() {
+        sites.remove(&serial);
+    }
 }
 
 /// Where the value `serial` was made, if the mode recorded it.

@@ -98,14 +98,21 @@ pub fn backward(root: &Bound<'_, Value>) -> PyResult<()> {
 /// derivatives times its `grad`, added into its operands' `grad` (nothing for a leaf, or a
 /// node of the program's op it gave no `_backward`, as micrograd's `lambda: None`).
 fn local_backward(v: &Bound<'_, Value>) -> PyResult<()> {
-    let node = v.get();
-    if node.has(flag::USER_BACKWARD) {
+    if v.get().has(flag::USER_BACKWARD) {
         if let Some(f) = user_backward(v)? {
             f.call0()?;
         }
         return Ok(());
     }
-    let Some(op) = node.op else { return Ok(()) };
+    op_backward(v);
+    Ok(())
+}
+
+/// The node's own backward (micrograd's closure): its op's local derivatives times its
+/// `grad`, added into its operands' `grad`; nothing for a leaf.
+fn op_backward(v: &Bound<'_, Value>) {
+    let node = v.get();
+    let Some(op) = node.op else { return };
     let x: Vec<f64> = node.prev().map(|p| p.get().data.get()).collect();
     let mut local = Vec::with_capacity(x.len());
     op.local_grads(&mut F64, &x, node.data.get(), node.grad.get(), &mut local);
@@ -113,7 +120,6 @@ fn local_backward(v: &Bound<'_, Value>) -> PyResult<()> {
         let grad = &p.get().grad;
         grad.set(grad.get() + d);
     }
-    Ok(())
 }
 
 /// The `_backward` the program set on `v`, from its attributes.
@@ -124,7 +130,9 @@ fn user_backward<'py>(v: &Bound<'py, Value>) -> PyResult<Option<Bound<'py, PyAny
     }
 }
 
-/// A node's backward as Python calls it: `v._backward()` does what micrograd's closure does.
+/// A node's own backward as Python calls it: `v._backward()` does what micrograd's closure
+/// does. It stays that closure after the program sets another `_backward` on the node (which
+/// may call it: a hook around the original).
 #[pyclass(name = "Backward", module = "tapejit", frozen)]
 pub struct Backward {
     node: Py<Value>,
@@ -132,8 +140,8 @@ pub struct Backward {
 
 #[pymethods]
 impl Backward {
-    fn __call__(&self, py: Python<'_>) -> PyResult<()> {
-        local_backward(self.node.bind(py))
+    fn __call__(&self, py: Python<'_>) {
+        op_backward(self.node.bind(py))
     }
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {

@@ -94,21 +94,11 @@ pub fn repr(x: f64, int: bool) -> String {
     }
 }
 
-/// `x` as Python's `repr` prints a float.
+/// `x` as Python's `repr` prints a float: Python's own (the shortest digits that read back
+/// as `x`, a tie between two of them going to the even one, where Rust's go up).
 pub fn python_float(x: f64) -> String {
-    if x.is_nan() {
-        "nan".into()
-    } else if x.is_infinite() {
-        if x > 0.0 { "inf" } else { "-inf" }.into()
-    } else if x == x.trunc() && x.abs() < 1e16 {
-        format!("{x:.1}")
-    } else {
-        // Rust's shortest round-trip digits, as Python's repr; exponents as Python writes them.
-        let s = format!("{x:?}");
-        match s.split_once('e') {
-            Some((m, e)) if !e.starts_with('-') => format!("{m}e+{e:0>2}"),
-            Some((m, e)) => format!("{m}e-{:0>2}", &e[1..]),
-            None => s,
-        }
-    }
+    Python::attach(|py| {
+        let repr = PyFloat::new(py, x).repr();
+        repr.map_or_else(|_| format!("{x:?}"), |r| r.to_string())
+    })
 }

@@ -20,6 +20,9 @@ thread_local! {
 
 impl Drop for Value {
     fn drop(&mut self) {
+        if self.has(crate::value::flag::SITED) {
+            crate::anomaly::forget(self.serial());
+        }
         let operands = std::mem::take(&mut self.operands).into_iter().flatten();
         let outermost = RELEASING.with(|list| {
             let mut list = list.borrow_mut();

@@ -133,8 +133,18 @@ fn bytes_of(x: &Bound<'_, PyAny>, what: &str, max: i64) -> PyResult<Vec<u8>> {
     }
 }
 
-/// An array of row indices.
+/// An array of row indices (not a mask of booleans, which numpy would read as rows to
+/// pick, and which as integers would be rows 0 and 1).
 fn indices(x: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
+    let np = x.py().import("numpy")?;
+    let kind: String = (np.call_method1("asarray", (x,))?.getattr("dtype")?)
+        .getattr("kind")?
+        .extract()?;
+    if kind == "b" {
+        return Err(PyTypeError::new_err(
+            "order must be row indices, not booleans (for a mask, order=numpy.flatnonzero(mask))",
+        ));
+    }
     let values = integers(x, "order")?;
     match values.iter().position(|&v| v < 0) {
         Some(i) => Err(PyValueError::new_err(format!(

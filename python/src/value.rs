@@ -37,6 +37,8 @@ pub mod flag {
     pub const PYTHON_BACKWARD: u64 = 16;
     /// Its attributes hold a `_backward` the program set.
     pub const USER_BACKWARD: u64 = 32;
+    /// Anomaly mode recorded where it was made (`anomaly.rs`), until it is dropped.
+    pub const SITED: u64 = 64;
     /// How many low bits of [`super::Value::serial_and_flags`] the flags take.
     pub const BITS: u32 = 8;
 }
@@ -226,7 +228,9 @@ impl Value {
     /// In anomaly mode: where this value is being made, recorded, and an op that made a
     /// NaN or an infinity of finite operands refused ([`crate::anomaly`]).
     fn check_anomaly(&self, py: Python<'_>) -> PyResult<()> {
-        crate::anomaly::record(py, self.serial());
+        if crate::anomaly::record(py, self.serial()) {
+            self.set_flags(flag::SITED);
+        }
         let Some(op) = self.op else {
             return Ok(());
         };

@@ -62,3 +62,27 @@ def test_a_non_finite_leaf_is_named_by_its_value():
     loss = x * 2.0 + Value(1.0)
     with pytest.raises(ValueError, match=r"a leaf of the graph is not finite \(inf\): Value\(data=inf"):
         loss.backward()
+
+
+def test_the_mode_remembers_the_living_values_only():
+    # Each value's site is forgotten when it is dropped: a long run in the mode does not
+    # keep every value it ever made.
+    import gc
+    import resource
+    tapejit.set_detect_anomaly(True)
+    try:
+        def steps(n):
+            for _ in range(n):
+                x = Value(0.5)
+                for _ in range(2000):
+                    x = x * 1.0001 + 0.0001
+                x.backward()
+                del x
+                gc.collect()
+        steps(5)
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        steps(60)
+        grown_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+        assert grown_kb < 20_000, f"{grown_kb} KB kept for 120,000 dropped values"
+    finally:
+        tapejit.set_detect_anomaly(False)

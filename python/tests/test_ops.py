@@ -143,3 +143,25 @@ def test_draw_dot_names_the_new_ops():
     dot = draw_dot(root).source
     for name in ["softplus", "log1p", "abs", "sin", "cos", "sqrt", "max", "min"]:
         assert f"{{ {name} | data" in dot, name
+
+
+def test_minus_infinity_to_the_power_minus_one_and_a_half_is_plus_zero():
+    # C's pow(-inf, y) for y < 0 not an odd integer, as for -2.5 and -0.5.
+    for c in (-1.5, -2.5, -0.5):
+        assert math.copysign(1.0, (Value(float("-inf")) ** c).data) == 1.0
+        assert (Value(float("-inf")) ** c).data == math.pow(float("-inf"), c) == 0.0
+
+
+def test_generators_refuse_sizes_they_cannot_make():
+    import tapejit
+    with pytest.raises(OverflowError):
+        tapejit.datasets.micrograd_params([2**62, 2**62], 1)
+    with pytest.raises(MemoryError):
+        tapejit.datasets.micrograd_params([10, 10**15], 1)
+    with pytest.raises(OverflowError):
+        tapejit.datasets.make_moons(2**62)
+
+
+def test_repr_is_pythons_where_two_shortest_forms_tie():
+    for x in (-233891771783429.62, -637637799964508.2, 0.1, 1e16, 5e-324):
+        assert repr(Value(x)) == f"Value(data={x!r}, grad=0.0)"

@@ -95,3 +95,19 @@ def test_bad_samples_are_errors_that_change_nothing():
     with pytest.raises(ValueError, match="input 11 is not finite"):
         p.train(bad, 0.1)
     assert p.params.tobytes() == before
+
+
+def test_an_order_of_booleans_is_refused_not_read_as_rows_0_and_1():
+    pixels, labels = data(3, 4)
+    with pytest.raises(TypeError, match="flatnonzero"):
+        classifier().train(pixels, 0.1, divide=255.0, labels=labels, classes=CLASSES,
+                           order=np.array([True, False, True]))
+
+
+def test_more_threads_than_cores_give_the_same_bits():
+    pixels, labels = data(64, 5)
+    a, b = classifier(), classifier()
+    many = a.train_minibatches(pixels, 8, 0.1, 16, divide=255.0, labels=labels, classes=CLASSES)
+    one = b.train_minibatches(pixels, 8, 0.1, 1, divide=255.0, labels=labels, classes=CLASSES)
+    assert many.tobytes() == one.tobytes()
+    assert a.params.tobytes() == b.params.tobytes()

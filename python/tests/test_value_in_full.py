@@ -478,3 +478,14 @@ def test_a_newer_micrograd_program_prints_micrograds_losses():
     assert len(ours) == len(theirs) == 6 and ours[-1] < ours[0]
     for a, b in zip(ours, theirs):
         assert abs(a - b) <= 1e-9 * abs(b), (a, b)
+
+
+def test_a_backward_that_wraps_the_old_one_calls_the_ops_own():
+    # A hook around a node's backward (`old = v._backward`), or `v._backward = v._backward`:
+    # the old one stays micrograd's closure, not whatever `_backward` is set later.
+    for wrap in (lambda old: (lambda: old()), lambda old: old):
+        a, b = Value(2.0), Value(3.0)
+        v = a * b
+        v._backward = wrap(v._backward)
+        v.backward()
+        assert (a.grad, b.grad) == (3.0, 2.0)
