@@ -86,6 +86,8 @@ struct Recipe {
     opt: String,
     keep_ir: bool,
     tiering: Tiering,
+    /// The constants' numbers as compiled, in the order the graph meets them.
+    constants: Vec<f64>,
 }
 
 /// `x` as a contiguous slice of `f64`s (a copy only if numpy must make one).
@@ -123,6 +125,27 @@ pub fn compile(
     optimizer: Option<Py<PyAny>>,
     tiering: &str,
 ) -> PyResult<Compiled> {
+    let recipe = (
+        loss,
+        inputs,
+        params,
+        outputs,
+        opt.to_string(),
+        keep_ir,
+        optimizer,
+    );
+    compile_with(py, recipe, tiering, None)
+}
+
+/// [`compile`]'s arguments (params maybe defaulted), the constants' numbers given (in the
+/// order the graph meets its constant leaves) or, `None`, the leaves' as they are now.
+fn compile_with(
+    py: Python<'_>,
+    (loss, inputs, params, outputs, opt, keep_ir, optimizer): Recipe7<Option<Vec<Py<Value>>>>,
+    tiering: &str,
+    constants: Option<&[f64]>,
+) -> PyResult<Compiled> {
+    let opt = opt.as_str();
     let tiering = tiers::tiering(tiering)?;
     if keep_ir && tiering == Tiering::FirstTierOnly {
         return Err(PyValueError::new_err(
@@ -134,6 +157,11 @@ pub fn compile(
         Some(o) => optimizer_of(o.bind(py))?,
         None => Optimizer::default(),
     };
+    if let Some(o) = &optimizer {
+        // Its settings but `lr` are read here, once: the optimizer refuses changes to them
+        // from now on (`optim.py`), so that no copy of this program reads other ones.
+        o.bind(py).setattr(pyo3::intern!(py, "_compiled"), true)?;
+    }
     let root = loss.get();
     let (order, _) = linearize(py, root).map_err(|v| {
         PyValueError::new_err(format!(
@@ -195,10 +223,19 @@ pub fn compile(
     let g = Graph::new();
     let xs = g.inputs_without_grad(inputs.len());
     let ps: Vec<_> = params.iter().map(|p| g.param(p.get().data.get())).collect();
+    // The constants' numbers, as `constants` gives them or as they are now (which a pickle
+    // keeps: the leaves may change after this call, the compiled program does not).
+    let mut snapshot = Vec::new();
     let leaf = |k: usize, v: &Value| match roles.get(&k) {
         Some(Role::Input(i)) => xs[*i],
         Some(Role::Param(i)) => ps[*i],
-        None => g.constant(v.data.get()),
+        None => {
+            let x = constants
+                .and_then(|c| c.get(snapshot.len()).copied())
+                .unwrap_or(v.data.get());
+            snapshot.push(x);
+            g.constant(x)
+        }
     };
     let nodes = graph_of(&g, &order, leaf, Some(&folds))?;
     let node_ids = nodes.iter().map(|n| n.map(|n| n.id())).collect();
@@ -244,44 +281,39 @@ pub fn compile(
             opt: opt.to_string(),
             keep_ir,
             tiering,
+            constants: snapshot,
         },
     })
 }
 
-/// A pickled program back: `compile` of its recipe and tiering, then its params and
-/// optimizer state. (The tiering is an argument of its own, not in the recipe, so that a
-/// pickle made before there was one loads: its program's tiering is the default.)
+/// A pickled program back: `compile` of its recipe and tiering with the constants' numbers
+/// it was compiled with, then its params and optimizer state. (The tiering and the
+/// constants are arguments of their own, not in the recipe, so that a pickle made before
+/// there were any loads: the default tiering, the leaves' numbers.)
 #[pyfunction]
-#[pyo3(signature = (recipe, values, state, tiering = "auto"))]
+#[pyo3(signature = (recipe, values, state, tiering = "auto", constants = None))]
 pub fn restore_program(
     py: Python<'_>,
     recipe: Recipe7,
     values: &Bound<'_, PyAny>,
     state: &Bound<'_, PyDict>,
     tiering: &str,
+    constants: Option<Vec<f64>>,
 ) -> PyResult<Compiled> {
     let (loss, inputs, params, outputs, opt, keep_ir, optimizer) = recipe;
-    let mut program = compile(
-        py,
-        loss,
-        inputs,
-        Some(params),
-        outputs,
-        &opt,
-        keep_ir,
-        optimizer,
-        tiering,
-    )?;
+    let recipe = (loss, inputs, Some(params), outputs, opt, keep_ir, optimizer);
+    let mut program = compile_with(py, recipe, tiering, constants.as_deref())?;
     program.set_params(values)?;
     program.set_optimizer_state(state)?;
     Ok(program)
 }
 
-/// A recipe as a pickle holds it (`compile`'s arguments in order).
-type Recipe7 = (
+/// A recipe as a pickle holds it (`compile`'s arguments in order; `P`, the params, maybe
+/// left to their default).
+type Recipe7<P = Vec<Py<Value>>> = (
     Py<Value>,
     Vec<Py<Value>>,
-    Vec<Py<Value>>,
+    P,
     Vec<Py<Value>>,
     String,
     bool,
@@ -785,7 +817,8 @@ impl Compiled {
         );
         let restore = py.import("tapejit._tapejit")?.getattr("restore_program")?;
         let tiering = tiers::tiering_name(r.tiering);
-        let args = (recipe, self.params(py), self.optimizer_state(py)?, tiering);
+        let state = self.optimizer_state(py)?;
+        let args = (recipe, self.params(py), state, tiering, r.constants.clone());
         Ok((restore, args.into_pyobject(py)?.into_any()))
     }
 

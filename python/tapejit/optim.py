@@ -4,7 +4,8 @@ Pass one to ``tapejit.compile(loss, inputs=..., params=..., optimizer=opt)``: th
 ``step(x)`` and ``train(X)`` then update by it natively (its moments and step count live in
 the program, and in its checkpoints and pickles), at ``opt.lr`` unless given a rate
 (``step(x, lr)``); set ``opt.lr`` between steps for a schedule, as with a torch param
-group's ``'lr'``. The formulas and their order of operations are ``torch.optim``'s
+group's ``'lr'``; its other settings are read once, by ``compile``, and may not change
+afterwards (compile again with a new optimizer). The formulas and their order of operations are ``torch.optim``'s
 single-tensor ones (see ``tapejit::optim`` in the Rust docs); over 100 steps they stay within
 1e-12 of PyTorch's. Without an optimizer, programs update by plain SGD (``SGD(lr)``).
 """
@@ -18,6 +19,15 @@ class Optimizer:
     def __init__(self, lr):
         self.lr = lr
 
+    def __setattr__(self, name, value):
+        # ``tapejit.compile`` reads the settings but ``lr`` once, and marks the optimizer:
+        # a program (or a pickled copy of it) never reads a setting changed afterwards.
+        if getattr(self, "_compiled", False) and name != "lr" and name in self._settings()[1]:
+            raise AttributeError(
+                f"{type(self).__name__}.{name} was read by tapejit.compile: compile again "
+                f"with a new optimizer to change it (lr may change between steps)")
+        object.__setattr__(self, name, value)
+
     def _settings(self):
         """The name and settings ``tapejit.compile`` hands to the Rust optimizer."""
         raise NotImplementedError
@@ -27,7 +37,8 @@ class Optimizer:
         return f"{type(self).__name__}(lr={self.lr!r}, {settings})"
 
     def __eq__(self, other):
-        return type(self) is type(other) and vars(self) == vars(other)
+        return (type(self) is type(other) and self.lr == other.lr
+                and self._settings() == other._settings())
 
 
 class SGD(Optimizer):

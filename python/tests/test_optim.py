@@ -160,3 +160,25 @@ def test_a_checkpoint_holds_the_params_and_the_optimizers_state(tmp_path):
     plain.save(str(tmp_path / "plain.safetensors"))
     with pytest.raises(ValueError, match="no optimizer state"):
         b.load(str(tmp_path / "plain.safetensors"))
+
+
+def test_a_pickled_program_keeps_the_constants_it_was_compiled_with():
+    import copy
+    import pickle
+    from tapejit import Value
+    w, x, c = Value(0.5), Value(0.0), Value(2.0)
+    program = tapejit.compile((w * x - c) ** 2, inputs=[x], params=[w])
+    c.data = 100.0  # a constant changed after compile: the program does not see it
+    for copied in (pickle.loads(pickle.dumps(program)), copy.deepcopy(program)):
+        assert copied.forward([1.0]) == program.forward([1.0]) == 2.25
+
+
+def test_settings_but_lr_are_fixed_once_compiled():
+    from tapejit import Value
+    w, x = Value(0.5), Value(0.0)
+    opt = tapejit.optim.AdamW(lr=0.1, weight_decay=0.01)
+    tapejit.compile((w * x - 1.0) ** 2, inputs=[x], params=[w], optimizer=opt)
+    with pytest.raises(AttributeError, match="compile again"):
+        opt.weight_decay = 0.9
+    opt.lr = 0.05  # a schedule still may
+    assert opt == tapejit.optim.AdamW(lr=0.05, weight_decay=0.01)
