@@ -828,11 +828,18 @@ const CONVERTED_CHUNK_NUMBERS: usize = 1 << 16;
 /// That `samples` are at least one, each as wide as `tape`'s inputs.
 fn check_sample_width(tape: &Tape, samples: &crate::Samples<'_>) -> Result<()> {
     let width = tape.num_inputs();
-    if samples.width() != width || samples.is_empty() || width == 0 {
+    if samples.width() != width || width == 0 {
         return Err(Error::WrongLength {
-            what: "inputs per sample (at least one sample)",
+            what: "inputs per sample",
             expected: width.max(1),
             got: samples.width(),
+        });
+    }
+    if samples.is_empty() {
+        return Err(Error::WrongLength {
+            what: "training inputs (at least one sample)",
+            expected: width,
+            got: 0,
         });
     }
     Ok(())

@@ -79,7 +79,7 @@ fn like(py: Python<'_>, v: &Value, children: Vec<Py<Value>>) -> PyResult<Py<Valu
         }
     };
     copy.grad.set(v.grad.get());
-    copy.into_untracked(py)
+    copy.into_untracked_as_it_is(py)
 }
 
 /// `copy.copy(v)`: a new value of the same operands, data and grad, its attributes a shallow
@@ -268,7 +268,7 @@ pub fn rebuild(
         Value::restored(x, flags, Some(op), [operands.next(), operands.next()])
     };
     value.grad.set(grad);
-    value.into_untracked(py)
+    value.into_untracked_as_it_is(py)
 }
 
 /// `op` (as `Op::iter` lists it, fields 0) with its field `c`, if it is an op an operator

@@ -41,7 +41,11 @@ impl<'py> Stored<'py> {
         let size: usize = array.getattr("itemsize")?.extract()?;
         let rows = match (kind.as_str(), size) {
             ("u", 1) => Rows::U8(array.extract()?),
-            ("f", 4) => Rows::F32(array.extract()?),
+            // (In the machine's byte order: numpy's own if stored the other way.)
+            ("f", 4) => Rows::F32(
+                np.call_method1("ascontiguousarray", (x, "float32"))?
+                    .extract()?,
+            ),
             _ => {
                 let wide = np.call_method1("ascontiguousarray", (x, "float64"))?;
                 Rows::F64(wide.extract()?)

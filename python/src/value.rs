@@ -259,6 +259,13 @@ impl Value {
         if crate::anomaly::on() {
             self.check_anomaly(py)?;
         }
+        self.into_untracked_as_it_is(py)
+    }
+
+    /// [`Value::into_untracked`] for a copy of a value made before (`copy`, `deepcopy`,
+    /// `pickle.loads`): anomaly mode checks ops where they are computed, not where a number
+    /// they made is copied.
+    pub fn into_untracked_as_it_is(self, py: Python<'_>) -> PyResult<Py<Value>> {
         let value = Py::new(py, self)?;
         // SAFETY: `value` is a live object of a garbage-collected type (pyo3 gives every class
         // `Py_TPFLAGS_HAVE_GC`), and we hold the GIL; untracking an object that nothing

@@ -86,3 +86,13 @@ def test_the_mode_remembers_the_living_values_only():
         assert grown_kb < 20_000, f"{grown_kb} KB kept for 120,000 dropped values"
     finally:
         tapejit.set_detect_anomaly(False)
+
+
+def test_copies_of_a_value_made_before_the_mode_are_not_checked_again():
+    import copy
+    import pickle
+    big = Value(1e308) * 10  # inf, made with the mode off
+    blob = pickle.dumps(big)
+    with tapejit.detect_anomaly():
+        for copied in (copy.copy(big), copy.deepcopy(big), pickle.loads(blob)):
+            assert copied.data == float("inf")

@@ -111,3 +111,12 @@ def test_more_threads_than_cores_give_the_same_bits():
     one = b.train_minibatches(pixels, 8, 0.1, 1, divide=255.0, labels=labels, classes=CLASSES)
     assert many.tobytes() == one.tobytes()
     assert a.params.tobytes() == b.params.tobytes()
+
+
+def test_float32_rows_in_either_byte_order_and_no_rows():
+    pixels, labels = data(6, 7)
+    rows = as_numbers(pixels, labels, np.arange(6)).astype(np.float32)
+    a, b = classifier(), classifier()
+    assert (a.train(rows.astype(">f4"), 0.1).tobytes() == b.train(rows, 0.1).tobytes())
+    with pytest.raises(ValueError, match="at least one sample"):
+        classifier().train(rows[:0], 0.1)
