@@ -302,7 +302,7 @@ pub trait Program: backend::Sealed {
     /// Minibatch SGD: `inputs` (a whole number of samples, as `train` takes them) in
     /// minibatches of `batch` samples (the last may be smaller), each moving every param by
     /// `(lr / m) * g`, `g` the sum of its `m` samples' gradients (`lr` times their mean), on
-    /// `threads` threads (0: one per core).
+    /// `threads` threads (0: one per core; never more than one per core).
     /// Returns each sample's loss (before its minibatch's update). The order of additions is
     /// fixed and the interpreter follows it too, so every backend and every thread count
     /// gives the same bits: chunks of [`crate::minibatch::CHUNK`] samples, each summing its
@@ -677,9 +677,12 @@ fn minibatches<B: Backend>(
         return Err(Error::EmptyMinibatch);
     }
     check_learning_rate(lr)?;
+    // At most one per core: more never runs faster (any count gives the same bits), and
+    // each thread keeps a copy of the buffers (100,000 asked for ran out of memory).
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads = match threads {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        n => n,
+        0 => cores,
+        n => n.min(cores),
     };
     b.run_minibatches(samples, batch, lr, threads)
 }

@@ -594,7 +594,7 @@ impl Compiled {
 
     /// Minibatch SGD on the samples (taken as `train` takes them): minibatches of `batch`
     /// samples, each moving every param by `lr` times their mean gradient, on `threads`
-    /// threads (0: one per core). The same bits on every thread count. Returns each sample's
+    /// threads (0: one per core; at most one per core). The same bits on every thread count. Returns each sample's
     /// loss.
     #[pyo3(signature = (samples, batch, lr = None, threads = 0, *, divide = None, labels = None, classes = None, order = None))]
     #[allow(clippy::too_many_arguments)]

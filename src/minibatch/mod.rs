@@ -465,11 +465,9 @@ fn into_inner(lock: RwLock<AlignedBuf>) -> AlignedBuf {
 
 /// A barrier for `n` threads that spins for a while (a step's threads arrive within
 /// microseconds of each other when each has a core) and then sleeps (when they do not, as
-/// on a busy machine, spinning would keep the late thread from running); with more
-/// threads than cores it sleeps at once ([`spins_for`]).
+/// on a busy machine, spinning would keep the late thread from running).
 struct SpinBarrier {
     n: usize,
-    spins: u32,
     arrived: AtomicUsize,
     generation: AtomicUsize,
     sleepers: Mutex<()>,
@@ -479,23 +477,10 @@ struct SpinBarrier {
 /// How many times a waiting thread looks before it sleeps (some tens of microseconds).
 const SPINS: u32 = 1 << 15;
 
-/// How many times a thread of `threads` looks before it sleeps or yields: [`SPINS`] while
-/// each has a core, none when there are more threads than cores (a spinning thread would
-/// hold the core the one it waits for needs: 16 threads on 2 cores ran 100 times slower
-/// than 2). Any thread count gives the same bits.
-fn spins_for(threads: usize) -> u32 {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    match threads <= cores {
-        true => SPINS,
-        false => 0,
-    }
-}
-
 impl SpinBarrier {
     fn new(n: usize) -> SpinBarrier {
         SpinBarrier {
             n,
-            spins: spins_for(n),
             arrived: AtomicUsize::new(0),
             generation: AtomicUsize::new(0),
             sleepers: Mutex::new(()),
@@ -514,7 +499,7 @@ impl SpinBarrier {
             self.wake.notify_all();
             return;
         }
-        for _ in 0..self.spins {
+        for _ in 0..SPINS {
             if self.generation.load(Ordering::Acquire) != generation {
                 return;
             }
@@ -523,6 +508,46 @@ impl SpinBarrier {
         let mut guard = self.sleepers.lock().unwrap_or_else(|e| e.into_inner());
         while self.generation.load(Ordering::Acquire) == generation {
             guard = self.wake.wait(guard).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::{rngs::StdRng, Rng, SeedableRng};
+
+    use crate::nn::Classifier;
+    use crate::{Graph, Jit, Program, Samples, Tiering};
+
+    /// More threads than this machine may have cores (`Program` makes at most one per
+    /// core): the JIT's stages on 3 and 4 threads, each a middle stage that takes sums and
+    /// hands them on, give one thread's bits.
+    #[test]
+    fn stages_on_more_threads_than_cores_give_one_threads_bits() {
+        let g = Graph::new();
+        Classifier::new(&g, 24, &[12], 3, &mut StdRng::seed_from_u64(1)).unwrap();
+        let width = g.num_inputs();
+        let mut rng = StdRng::seed_from_u64(2);
+        let inputs: Vec<f64> = (0..40)
+            .flat_map(|s| {
+                let mut x: Vec<f64> = (0..width).map(|_| rng.gen_range(0.0..1.0)).collect();
+                x.iter_mut().take(24).step_by(3).for_each(|v| *v = 0.0);
+                x[24..].fill(0.0);
+                x[24 + s % 3] = 1.0;
+                x
+            })
+            .collect();
+        let samples = Samples::new().numbers(&inputs, width).unwrap();
+        let run = |threads: usize| {
+            let builder = Jit::builder().tiering(Tiering::Off);
+            let mut jit = builder.compile(&g).unwrap();
+            let losses = super::train(&mut jit, &samples, 8, 0.1, threads).unwrap();
+            let bits = |v: Vec<f64>| v.into_iter().map(f64::to_bits).collect::<Vec<_>>();
+            (bits(losses), bits(jit.params()))
+        };
+        let one = run(1);
+        for threads in [3, 4] {
+            assert_eq!(run(threads), one, "{threads} threads");
         }
     }
 }

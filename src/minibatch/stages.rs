@@ -38,8 +38,8 @@ use std::sync::{Mutex, RwLock};
 
 use super::Update;
 use super::{
-    chunks_of, in_order, into_inner, keep, last_chunk, read, spins_for, step, write, write_back,
-    Shape, SpinBarrier, CHUNK,
+    chunks_of, in_order, into_inner, keep, last_chunk, read, step, write, write_back, Shape,
+    SpinBarrier, CHUNK, SPINS,
 };
 use super::{Replica, Replicas};
 use crate::aligned::AlignedBuf;
@@ -115,17 +115,14 @@ struct Handoff {
     numbers: Vec<AtomicU64>,
     ready: Vec<AtomicUsize>,
     width: usize,
-    /// How long a taker spins before it yields ([`spins_for`]).
-    spins: u32,
 }
 
 impl Handoff {
-    fn new(samples: usize, width: usize, spins: u32) -> Handoff {
+    fn new(samples: usize, width: usize) -> Handoff {
         Handoff {
             numbers: (0..samples * width).map(|_| AtomicU64::new(0)).collect(),
             ready: (0..samples).map(|_| AtomicUsize::new(0)).collect(),
             width,
-            spins,
         }
     }
 
@@ -147,7 +144,7 @@ impl Handoff {
             // spinning would keep the other from running).
             let mut spins = 0u32;
             while ready.load(Ordering::Acquire) < minibatch {
-                if spins < self.spins {
+                if spins < SPINS {
                     spins += 1;
                     std::hint::spin_loop();
                 } else {
@@ -258,11 +255,8 @@ pub(super) fn train<B: Replicas + ?Sized>(
     // block taken out.
     let packed = [0..block.start, block.start..params - block.len()];
     // Step 1's sums, per thread; step 2's gradients of the finished sums.
-    let spins = spins_for(threads);
-    let partial: Vec<Handoff> = (0..threads)
-        .map(|_| Handoff::new(batch, sums, spins))
-        .collect();
-    let sums_grads = Handoff::new(batch, sums, spins);
+    let partial: Vec<Handoff> = (0..threads).map(|_| Handoff::new(batch, sums)).collect();
+    let sums_grads = Handoff::new(batch, sums);
     // Each chunk's gradients of the other params (a thread's buffer of every slot's
     // gradients serves each of its chunks in turn: so a minibatch of many chunks keeps a few
     // numbers per chunk, not a buffer).

@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use super::spins_for;
+use super::SPINS;
 use crate::aligned::Spares;
 
 /// What a program keeps from one `train_minibatches` call to the next: buffers, and the
@@ -50,8 +50,8 @@ impl Workspace {
                     });
                 }
                 *first_done = Some(work(0, first));
-                let (mut spins, most) = (0u32, spins_for(helpers + 1));
-                while finished.load(Ordering::Acquire) < helpers && spins < most {
+                let mut spins = 0u32;
+                while finished.load(Ordering::Acquire) < helpers && spins < SPINS {
                     spins += 1;
                     std::hint::spin_loop();
                 }
