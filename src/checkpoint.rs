@@ -329,11 +329,13 @@ fn from_safetensors(bytes: &[u8]) -> std::result::Result<Checkpoint, String> {
         }
         Ok(t.data().to_vec())
     };
+    // (Checked: an architecture's sizes are the file's to say.)
     let n_params = |names: &[(String, Vec<usize>)]| {
-        names
-            .iter()
-            .map(|(_, s)| s.iter().product::<usize>())
-            .sum::<usize>()
+        (names.iter())
+            .try_fold(0usize, |n, (_, s)| {
+                n.checked_add(s.iter().try_fold(1usize, |a, &b| a.checked_mul(b))?)
+            })
+            .ok_or_else(|| "an architecture of more params than can be counted".to_string())
     };
     // The names and shapes this architecture's params would be saved under.
     let layout: Vec<(String, Vec<usize>)> = match file.names().contains(&"params") {
@@ -369,15 +371,19 @@ fn from_safetensors(bytes: &[u8]) -> std::result::Result<Checkpoint, String> {
             Some((name.clone(), steps, buffers))
         }
     };
-    let buffers = optimizer.iter().flat_map(|(_, _, b)| b.iter());
-    if names.len() - model_tensors != buffers.clone().count() {
+    // An optimizer's buffers, or none where its settings keep none (SGD without momentum).
+    let present = names.len() - model_tensors;
+    let buffers = (optimizer.iter())
+        .flat_map(|(_, _, b)| b.iter())
+        .filter(|_| present > 0);
+    if present != buffers.clone().count() {
         return Err(format!(
             "{} optimizer tensors, expected {:?}",
             names.len() - model_tensors,
             buffers.collect::<Vec<_>>()
         ));
     }
-    let n = n_params(&layout);
+    let n = n_params(&layout)?;
     let optimizer_layout = buffers.map(|b| (format!("{OPTIMIZER_PREFIX}{b}"), vec![n]));
     let tensors = layout
         .iter()

@@ -152,7 +152,7 @@ impl Optimizer {
     }
 
     /// The hyperparameters that would turn params non-finite or are not what PyTorch
-    /// accepts: each must be finite, betas in `[0, 1)`, eps and weight decay at least 0,
+    /// accepts: each must be finite, betas in `[0, 1)`, eps above 0, weight decay at least 0,
     /// momentum at least 0, Nesterov with momentum and no dampening. The first one wrong,
     /// as PyTorch names it.
     pub fn check(&self) -> Result<(), String> {
@@ -192,7 +192,11 @@ impl Optimizer {
                         return Err(format!("{name} must be below 1, not {beta}"));
                     }
                 }
+                // (eps 0: a param whose first gradient is 0 would take 0 / 0.)
                 at_least_zero("eps", eps)?;
+                if eps == 0.0 {
+                    return Err("eps must be above 0 (0 / 0 where a gradient is 0)".into());
+                }
                 at_least_zero("weight_decay", weight_decay)
             }
         }

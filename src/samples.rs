@@ -132,7 +132,9 @@ impl<'a> Samples<'a> {
                 labels[row]
             )));
         }
-        self.with(Data::OneHot(labels), labels.len() * classes, classes)
+        let len = (labels.len().checked_mul(classes))
+            .ok_or_else(|| problem(format!("{} labels of {classes} classes", labels.len())))?;
+        self.with(Data::OneHot(labels), len, classes)
     }
 
     /// The same fields, trained on in `order` (indices of rows, each less than the rows; a
@@ -309,12 +311,14 @@ impl<'a> Samples<'a> {
         }
         self.window = None;
         self.rows = Some(rows);
+        let total = (self.width.checked_add(width))
+            .ok_or_else(|| problem(format!("fields of {} and {width} inputs", self.width)))?;
         self.fields.push(Field {
             data,
             width,
             first: self.width,
         });
-        self.width += width;
+        self.width = total;
         Ok(self)
     }
 }

@@ -734,3 +734,122 @@ fn opt_levels_parse_from_their_names_and_nothing_else() {
         assert!(e.to_string().contains("O0, O1, O2 or O3"), "{e}");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Found by probing the API (session 39)
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_param_made_nan_or_infinite_fails_to_compile() {
+    for init in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+        let g = Graph::new();
+        let w = g.param(0.5);
+        let bad = g.param(init);
+        g.set_loss((w * bad).powf(2.0)).unwrap();
+        for (name, result) in compile_everywhere(&g) {
+            match result {
+                Err(Error::NonFinite {
+                    what: "param",
+                    index: 1,
+                    value,
+                }) => {
+                    assert_eq!(value.to_bits(), init.to_bits(), "{name}")
+                }
+                other => panic!("{name}: a param of {init} gave {other:?}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn optimizer_states_and_settings_that_would_make_params_nan_are_refused() {
+    use tapejit::optim::{Adam, Optimizer, State};
+    let g = Graph::new();
+    let x = g.input();
+    let w = g.param(0.5);
+    g.set_loss((w * x - 1.0).powf(2.0)).unwrap();
+    for (name, mut p) in [
+        (
+            "interpreter",
+            Box::new(Interpreter::new(&g).unwrap()) as Box<dyn Program>,
+        ),
+        ("jit", Box::new(Jit::compile(&g).unwrap())),
+    ] {
+        let eps_zero = Optimizer::from(Adam {
+            eps: 0.0,
+            ..Adam::default()
+        });
+        assert!(
+            matches!(p.set_optimizer(eps_zero), Err(Error::Optimizer { .. })),
+            "{name}: eps 0"
+        );
+        p.set_optimizer(Optimizer::from(Adam::default())).unwrap();
+        let state = |steps, sq: f64| State {
+            steps,
+            buffers: vec![
+                ("exp_avg".into(), vec![0.0]),
+                ("exp_avg_sq".into(), vec![sq]),
+            ],
+        };
+        for (what, bad) in [
+            ("steps 2^64 - 1", state(u64::MAX, 0.0)),
+            ("negative exp_avg_sq", state(3, -1.0)),
+        ] {
+            assert!(
+                matches!(p.set_optimizer_state(&bad), Err(Error::Optimizer { .. })),
+                "{name}: {what}"
+            );
+        }
+        p.set_optimizer_state(&state(3, 0.25)).unwrap();
+    }
+}
+
+#[test]
+fn a_checkpoint_of_sgd_without_momentum_loads() {
+    use tapejit::optim::{Optimizer, Sgd};
+    let g = Graph::new();
+    let x = g.input();
+    let w = g.param(0.5);
+    let b = g.param(0.25);
+    g.set_loss((w * x - b).powf(2.0)).unwrap();
+    let mut p = Interpreter::new(&g).unwrap();
+    p.set_optimizer(Optimizer::from(Sgd {
+        weight_decay: 0.1,
+        ..Sgd::default()
+    }))
+    .unwrap();
+    p.step(&[1.0], 0.1).unwrap();
+    let bytes = Checkpoint::of(&p, &[1, 1]).to_bytes().unwrap();
+    Checkpoint::from_bytes(&bytes, "memory").unwrap();
+}
+
+#[test]
+fn samples_too_wide_to_count_are_refused() {
+    let labels = [1u8, 2];
+    let wide = tapejit::Samples::new().one_hot(&labels, usize::MAX / 2 + 2);
+    assert!(matches!(wide, Err(Error::Samples { .. })), "{wide:?}");
+    let numbers = [0.5, 0.25];
+    let wider = tapejit::Samples::new()
+        .numbers(&numbers, 1)
+        .and_then(|s| s.one_hot(&labels, usize::MAX));
+    assert!(matches!(wider, Err(Error::Samples { .. })), "{wider:?}");
+}
+
+#[test]
+fn a_failed_export_leaves_no_object_file() {
+    let g = Graph::new();
+    let x = g.input();
+    let w = g.param(0.5);
+    g.set_loss((w * x).powf(2.0)).unwrap();
+    let jit = Jit::compile(&g).unwrap();
+    let dir = std::env::temp_dir().join(format!("tapejit-export-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("model.h")).unwrap();
+    let object = dir.join("model.o");
+    let options = tapejit::ExportOptions::new("model");
+    assert!(matches!(
+        jit.export(&object, &options),
+        Err(Error::Export { .. })
+    ));
+    assert!(!object.exists(), "the failed export left {object:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -21,7 +21,8 @@ pub fn to_dot(root: Bound<'_, Value>) -> PyResult<String> {
     let g = Graph::new();
     let leaf = |_: usize, v: &Value| match v.has(flag::CONSTANT) {
         true => g.constant(v.data.get()),
-        false => g.param(v.data.get()),
+        // (The structure only: the numbers shown are the values' own, read below.)
+        false => g.param(0.0),
     };
     let nodes: Vec<_> = graph_of(&g, &order, leaf, None)?
         .into_iter()

@@ -112,7 +112,9 @@ fn push_op(key: &mut Vec<u64>, v: &Value) {
 /// every node's slot.
 fn build(order: &[&Value], native: bool) -> PyResult<Compiled> {
     let g = Graph::new();
-    let nodes: Vec<_> = graph_of(&g, order, |_, v| g.param(v.data.get()), None)?
+    // (Each leaf a param of any number: `run` sets the leaves' numbers before each pass, and
+    // names a leaf that is not finite.)
+    let nodes: Vec<_> = graph_of(&g, order, |_, _| g.param(0.0), None)?
         .into_iter()
         .map(|n| n.expect("nothing folds"))
         .collect();

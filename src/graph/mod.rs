@@ -146,11 +146,23 @@ impl Graph {
     }
 
     /// A new trainable parameter with its initial value; params are numbered in creation order.
+    /// A NaN or infinite one is [`Error::NonFinite`] where the graph is compiled or
+    /// interpreted, as `Program::set_params` refuses one.
     pub fn param(&self, init: f64) -> Value<'_> {
         let n = {
             let mut d = self.data.borrow_mut();
             d.param_init.push(init);
-            d.param_init.len() as u32 - 1
+            let n = d.param_init.len() as u32 - 1;
+            // A NaN or infinite param is refused as `set_params` refuses one: compiling or
+            // interpreting the graph is the error.
+            if !init.is_finite() {
+                d.poison.get_or_insert(Error::NonFinite {
+                    what: "param",
+                    index: n as usize,
+                    value: init,
+                });
+            }
+            n
         };
         self.push(Op::Param(n), &[])
     }

@@ -4,6 +4,9 @@
 use super::{Adam, Optimizer, State};
 use crate::op::{Arith, MathFn, F64};
 
+/// Steps a state may have taken: below 2^53, where a step's number is an exact `f64`.
+pub const MAX_STEPS: u64 = 1 << 53;
+
 /// An optimizer and its state, over the params as a backend lays them out (addresses
 /// `0..len`; every formula keeps a gap's 0 at 0, so the gaps are updated as params are).
 #[derive(Clone, Debug, Default)]
@@ -76,6 +79,15 @@ impl Stepper {
             if let Some(x) = b.iter().find(|x| !x.is_finite()) {
                 return Err(format!("{name} holds {x}"));
             }
+            // (A second moment is a mean of squares: a negative one makes its root NaN.)
+            if let Some(x) = b.iter().find(|&&x| name == "exp_avg_sq" && x < 0.0) {
+                return Err(format!("{name} holds {x}, below 0"));
+            }
+        }
+        // The next step counts on: it must stay a step number (and below 2^53 an exact
+        // float, as the bias correction takes it).
+        if state.steps >= MAX_STEPS {
+            return Err(format!("steps {} is not below {MAX_STEPS}", state.steps));
         }
         for (mine, (_, b)) in self.buffers.iter_mut().zip(&state.buffers) {
             for (k, &x) in b.iter().enumerate() {

@@ -246,22 +246,29 @@ pub(super) fn export(
     // Writable, asked before compiling (without touching what the paths hold); a failed
     // export removes what this probe created, and leaves a file it found as it was.
     let mut created = Vec::new();
+    let remove = |created: Vec<std::path::PathBuf>| {
+        for p in created {
+            let _ = std::fs::remove_file(p);
+        }
+    };
     for p in [path, header_path.as_path()] {
         let existed = p.exists();
         let probe = std::fs::OpenOptions::new()
             .append(true)
             .create(true)
             .open(p);
-        probe.map_err(|e| cannot_write(p, &e))?;
+        if let Err(e) = probe {
+            // (The object's probe may have made a file before the header's failed.)
+            remove(created);
+            return Err(cannot_write(p, &e));
+        }
         if !existed {
             created.push(p.to_path_buf());
         }
     }
     let exported = compile_and_write(start, tape, builder, program, path, &header_path, options);
     if exported.is_err() {
-        for p in created {
-            let _ = std::fs::remove_file(p);
-        }
+        remove(created);
     }
     exported
 }
