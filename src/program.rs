@@ -635,8 +635,22 @@ fn train_inputs<B: Backend>(b: &mut B, inputs: &[f64], lr: f64, finite: bool) ->
     };
     if b.anomaly_mode() {
         check(inputs)?;
+        // A failed call changes nothing: the buffers and the optimizer's state put back
+        // where a later sample's step meets an anomaly.
+        let before = (
+            b.value_buffer().to_vec(),
+            b.grad_buffer().to_vec(),
+            b.stepper().clone(),
+        );
         let steps = inputs.chunks_exact(width);
-        return steps.map(|x| step_checking_anomalies(b, x, lr)).collect();
+        let trained: Result<Vec<f64>> = steps.map(|x| step_checking_anomalies(b, x, lr)).collect();
+        if trained.is_err() {
+            let (values, grads) = b.buffers_mut();
+            values.copy_from_slice(&before.0);
+            grads.copy_from_slice(&before.1);
+            *b.stepper_mut() = before.2;
+        }
+        return trained;
     }
     if !b.stepper().optimizer.is_plain() {
         // A backend's own `train` updates by plain SGD.

@@ -41,8 +41,11 @@ fn forward_anomalies_name_the_node_its_op_and_operands() {
         assert_eq!(p.params(), [0.5], "no update after an anomaly");
         // Finite numbers pass.
         p.step(&[3.0], 0.1).unwrap();
+        let trained = p.params();
         let e = p.train(&[3.0, 4.0, 1.5, 5.0], 0.1).unwrap_err();
         assert!(matches!(e, Error::Anomaly { op: "log", .. }), "{e}");
+        // A failed train changes nothing: the steps before sample 2 are undone too.
+        assert_eq!(p.params(), trained, "params after a failed train");
     }
 }
 
