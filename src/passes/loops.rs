@@ -80,44 +80,49 @@ fn next_node(tape: &Tape, s: Slot, end: u32) -> Option<Slot> {
 /// The longest run of nodes isomorphic to `s` with affine slots before `end`, if at least
 /// [`MIN_RUN`].
 fn map_run_at(tape: &Tape, s: Slot, end: u32) -> Option<MapLoop> {
-    let op = tape.op(s);
-    op.arity()?;
+    tape.op(s).arity()?;
     // (Compared with `s` itself, so that the nodes that start no run, most of a
     // straight-line tape, allocate nothing.)
-    let same_kind = |n: Slot| {
-        tape.op(n) == op
-            && tape.takes_grad(n) == tape.takes_grad(s)
-            && (tape.args(n).iter().zip(tape.args(s)))
-                .all(|(a, b)| tape.takes_grad(a) == tape.takes_grad(b))
-    };
-    let second = next_node(tape, s, end).filter(|&n| same_kind(n))?;
-    let grad_args: Vec<bool> = tape.args(s).iter().map(|a| tape.takes_grad(a)).collect();
-    let out = Affine::through(s, second);
-    let args: Vec<Affine> = tape
-        .args(s)
-        .iter()
-        .zip(tape.args(second))
-        .map(|(a, b)| Affine::through(a, b))
-        .collect();
+    let second = next_node(tape, s, end).filter(|&n| same_kind(tape, s, n))?;
+    let map = map_through(tape, s, second);
     let mut len = 2;
     // Member `len` must be the very next node after member `len - 1`.
-    while let Some(n) = next_node(tape, out.at(len - 1), end) {
-        let fits = n == out.at(len)
-            && same_kind(n)
-            && tape.args(n).iter().zip(&args).all(|(a, f)| a == f.at(len));
-        if !fits {
+    while let Some(n) = next_node(tape, map.out.at(len - 1), end) {
+        if !(n == map.out.at(len) && member(tape, &map, s, n, len)) {
             break;
         }
         len += 1;
     }
-    (len >= MIN_RUN).then(|| MapLoop {
-        op,
-        out,
-        args,
-        len,
+    (len >= MIN_RUN).then_some(MapLoop { len, ..map })
+}
+
+/// Whether `n` is the node of `s`'s kind: its op, and which of it and its operands take
+/// gradients.
+fn same_kind(tape: &Tape, s: Slot, n: Slot) -> bool {
+    tape.op(n) == tape.op(s)
+        && tape.takes_grad(n) == tape.takes_grad(s)
+        && (tape.args(n).iter().zip(tape.args(s)))
+            .all(|(a, b)| tape.takes_grad(a) == tape.takes_grad(b))
+}
+
+/// Whether `n` is member `t` of `map`, whose first member is `s`: of its kind, its operands
+/// where the map's are at `t`.
+fn member(tape: &Tape, map: &MapLoop, s: Slot, n: Slot, t: u32) -> bool {
+    same_kind(tape, s, n) && (tape.args(n).iter().zip(&map.args)).all(|(a, f)| a == f.at(t))
+}
+
+/// The map of `s`'s op through `s` and `second` (two nodes of a kind), of length 2.
+fn map_through(tape: &Tape, s: Slot, second: Slot) -> MapLoop {
+    MapLoop {
+        op: tape.op(s),
+        out: Affine::through(s, second),
+        args: (tape.args(s).iter().zip(tape.args(second)))
+            .map(|(a, b)| Affine::through(a, b))
+            .collect(),
+        len: 2,
         needs_grad: tape.takes_grad(s),
-        grad_args,
-    })
+        grad_args: tape.args(s).iter().map(|a| tape.takes_grad(a)).collect(),
+    }
 }
 
 /// `s` as a [`SumLoop`], if it is a sum with at least [`MIN_RUN`] affine operands after the
@@ -174,7 +179,10 @@ fn chained_dot_at(tape: &Tape, s: Slot, end: u32) -> Option<DotLoop> {
     if from != link0 || first.0 >= s.0 {
         return None;
     }
-    let products = map_at(tape, &[s, p1])?;
+    if !same_kind(tape, s, p1) {
+        return None;
+    }
+    let products = map_through(tape, s, p1);
     let links = Affine::through(link0, link1);
     let mut len = 2;
     let mut last = link1;
@@ -184,14 +192,9 @@ fn chained_dot_at(tape: &Tape, s: Slot, end: u32) -> Option<DotLoop> {
         };
         let fits = from == last
             && consumers.uses(last) == 1
-            && map_at(tape, &[s, p]).is_some()
             && p == products.out.at(len)
             && link == links.at(len)
-            && tape
-                .args(p)
-                .iter()
-                .zip(&products.args)
-                .all(|(a, f)| a == f.at(len));
+            && member(tape, &products, s, p, len);
         if !fits {
             break;
         }
@@ -215,31 +218,6 @@ fn chained_dot_at(tape: &Tape, s: Slot, end: u32) -> Option<DotLoop> {
             links: Some(links),
         },
         products,
-    })
-}
-
-/// Nodes `nodes` (at least two, one op, operands of one kind) as a map of that length, its
-/// slots through the first two.
-fn map_at(tape: &Tape, nodes: &[Slot]) -> Option<MapLoop> {
-    let (s, second) = (nodes[0], nodes[1]);
-    let same = |n: Slot| {
-        tape.op(n) == tape.op(s)
-            && tape.takes_grad(n) == tape.takes_grad(s)
-            && (tape.args(n).iter().zip(tape.args(s)))
-                .all(|(a, b)| tape.takes_grad(a) == tape.takes_grad(b))
-    };
-    if !nodes.iter().all(|&n| same(n)) {
-        return None;
-    }
-    Some(MapLoop {
-        op: tape.op(s),
-        out: Affine::through(s, second),
-        args: (tape.args(s).iter().zip(tape.args(second)))
-            .map(|(a, b)| Affine::through(a, b))
-            .collect(),
-        len: nodes.len() as u32,
-        needs_grad: tape.takes_grad(s),
-        grad_args: tape.args(s).iter().map(|a| tape.takes_grad(a)).collect(),
     })
 }
 
